@@ -1,0 +1,89 @@
+"""agentguard: make AI agents safe to run in production.
+
+An OpenAgentSpec file says what an agent may do; a :class:`Guard` enforces it in process around every tool
+call, guardrail and review, keeps the Engagement record, and reports each step::
+
+    from agentguard import Guard, User
+
+    guard = Guard.from_file("examples/support-agent/agent.yaml")
+
+    @guard.tool
+    def send_email(to: str, body: str) -> dict:
+        return {"status": "sent"}
+
+    with guard.engagement(user=User(id="u1", email="ann@corp.com")) as eng:
+        send_email(to="bob@corp.com", body="hi")       # allowed: the recipient is @corp.com
+        send_email(to="eve@evil.test", body="hi")      # raises RestrictionViolation
+
+``import agentguard`` loads no agent framework, web server or OpenTelemetry SDK.
+"""
+
+from agentguard._steps import AgentInfo
+from agentguard.engagement import Decision, EngagementStatus, Outcome, StepRecord, User
+from agentguard.errors import (
+    AgentGuardError,
+    CapabilityDenied,
+    ConfigurationError,
+    EngagementClosed,
+    GuardianDenied,
+    GuardrailViolation,
+    IdentityError,
+    Phase,
+    PolicyViolation,
+    RestrictionViolation,
+    ReviewDenied,
+    Rule,
+    ShortCircuitViolation,
+    SpecError,
+    SpecProblem,
+)
+from agentguard.guard import Engagement, Guard
+from agentguard.policy import (
+    Approval,
+    ApprovalConfig,
+    CredentialRequest,
+    CredentialResolver,
+    Credentials,
+    ReviewRequest,
+    Reviewer,
+    TerminalReviewer,
+    current_credentials,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AgentGuardError",
+    "AgentInfo",
+    "Approval",
+    "ApprovalConfig",
+    "CapabilityDenied",
+    "ConfigurationError",
+    "CredentialRequest",
+    "CredentialResolver",
+    "Credentials",
+    "Decision",
+    "Engagement",
+    "EngagementClosed",
+    "EngagementStatus",
+    "Guard",
+    "GuardianDenied",
+    "GuardrailViolation",
+    "IdentityError",
+    "Outcome",
+    "Phase",
+    "PolicyViolation",
+    "RestrictionViolation",
+    "ReviewDenied",
+    "ReviewRequest",
+    "Reviewer",
+    "Rule",
+    "ShortCircuitViolation",
+    "SpecError",
+    "SpecProblem",
+    "StepRecord",
+    "TerminalReviewer",
+    "User",
+    "__version__",
+    "current_credentials",
+]

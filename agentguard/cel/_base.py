@@ -1,0 +1,110 @@
+"""The one small interface every CEL engine sits behind.
+
+agentguard compiles each CEL expression of a spec once, at load time, and evaluates it many times, once per
+guarded step. A backend turns source text into a :class:`CelProgram`; a program evaluates against a plain
+Python mapping of variables (JSON-like values: ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``,
+``list``, ``dict`` with ``str`` keys, and ``datetime`` for timestamps) and returns a plain Python value.
+
+Why this shape: the Engagement view that assertions read can be large (``history`` of thousands of calls),
+and converting it into engine values dominates evaluation time. A program therefore reports which top-level
+variables it reads (:attr:`CelProgram.variables`), so that callers bind only those.
+
+Example::
+
+    from agentguard.cel import get_backend, VarType
+
+    backend = get_backend()                      # default: Google's cel-expr-python
+    prog = backend.compile('recent["send-email"].inputs.to.endsWith("@corp.com")',
+                           {"recent": VarType.DYN})
+    prog.evaluate({"recent": {"send-email": {"inputs": {"to": "bob@corp.com"}}}})   # -> True
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "CelBackend",
+    "CelCompileError",
+    "CelError",
+    "CelEvaluationError",
+    "CelProgram",
+    "VarType",
+]
+
+
+class VarType(enum.Enum):
+    """Declared type of a top-level variable. Engagement fields are ``DYN`` except ``started_at``."""
+
+    DYN = "dyn"
+    TIMESTAMP = "timestamp"
+    STRING = "string"
+    INT = "int"
+    BOOL = "bool"
+
+
+class CelError(Exception):
+    """Base class of CEL problems. Not part of the public error tree: the policy layer translates these."""
+
+
+@dataclass(eq=False)
+class CelCompileError(CelError):
+    """The expression does not parse or does not type-check.
+
+    ``line`` and ``column`` are 1-based positions inside the expression text (``None`` when the engine does
+    not say); ``message`` is the engine's reason without position decoration.
+    """
+
+    expression: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+
+    def __str__(self) -> str:
+        where = f" at {self.line}:{self.column}" if self.line is not None else ""
+        return f"CEL compile error{where}: {self.message}"
+
+
+@dataclass(eq=False)
+class CelEvaluationError(CelError):
+    """Evaluation failed at run time (no such key, type mismatch, division by zero, ...)."""
+
+    expression: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"CEL evaluation error: {self.message}"
+
+
+@runtime_checkable
+class CelProgram(Protocol):
+    """A compiled expression. Thread-safe: one program is evaluated concurrently by many engagements."""
+
+    @property
+    def source(self) -> str:
+        """The expression text as written in the spec."""
+
+    @property
+    def variables(self) -> frozenset[str]:
+        """Declared top-level variables the expression actually references (bind only these)."""
+
+    def evaluate(self, variables: Mapping[str, Any]) -> Any:
+        """Evaluate and return a plain Python value; raise :class:`CelEvaluationError` on failure.
+
+        ``variables`` needs to hold only the names in :attr:`variables`; extra names are ignored.
+        """
+
+
+@runtime_checkable
+class CelBackend(Protocol):
+    """A CEL engine."""
+
+    @property
+    def name(self) -> str:
+        """Stable backend name, e.g. ``"cel-expr-python"`` or ``"cel-python"``."""
+
+    def compile(self, expression: str, declarations: Mapping[str, VarType]) -> CelProgram:
+        """Parse and check ``expression`` against the declared variables; raise :class:`CelCompileError`."""

@@ -1,0 +1,568 @@
+"""The fallback backend: the pure-Python ``cel-python`` engine (import name ``celpy``, extra ``agentguard[celpy]``).
+
+It runs wherever Python runs, at the cost of speed (~10x slower than ``cel-expr-python``) and of static
+checks: ``celpy`` has no type checker, so type errors surface at evaluation time. What this module adds
+on top of ``celpy.CompiledRunner``, and why:
+
+* **Undeclared names fail at compile time.** The parse tree is scanned for the top-level variables the
+  expression reads (ignoring string literals, field and method names after ``.``, and macro-bound
+  variables such as ``x`` in ``list.exists(x, ...)``). A name that is neither declared nor a CEL type name
+  is a :class:`~agentguard.cel.CelCompileError`, as it is on the default backend.
+* **Thread safety.** ``CompiledRunner.evaluate`` stores the activation in a module global before running
+  the transpiled code, so two threads evaluating at once can read each other's variables. Here the
+  transpiled statements are executed once, in a namespace private to the program, and each evaluation calls
+  the resulting function with its own activation.
+* **Speed.** ``celpy``'s own activation clones a name tree per evaluation and resolves every identifier
+  through it (~10 µs); here an activation is a dictionary of the bound variables in front of the shared
+  one. Inputs are converted with a type-dispatch table instead of ``json_to_cel``'s ``isinstance`` chain.
+* **Numbers compare as JSON users expect.** ``celpy`` implements the old CEL rule that ``1.0 == 1`` is a
+  type error, so a JSON ``1.0`` (or a ``float`` coming from a tool) could never equal ``1``. This backend
+  registers its own ``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=`` and ``in`` (``celpy``'s supported way of
+  overriding operators, scoped to programs compiled here; ``celpy`` itself is not patched) implementing
+  the current CEL semantics, as ``cel-expr-python`` does: ``int``, ``uint`` and ``double`` compare by
+  numeric value, and ``==`` between values of different kinds is ``false`` rather than an error, also
+  inside lists and maps. Trade-off: numbers keep their type instead of integral doubles being turned into
+  ints, so ``type(x) == double`` and ``x / 2`` still behave as doubles, but arithmetic still follows
+  ``celpy`` (``1.5 + 1`` is an error in strict CEL and is not repaired here), and a map lookup with a key
+  of another numeric type (``{1: "a"}[1.0]``) still fails.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime
+import operator
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import celpy
+import celpy.celtypes as ct
+import celpy.evaluation as ev
+import lark
+
+import agentguard
+from agentguard.cel._base import CelCompileError, CelEvaluationError, VarType
+
+__all__ = ["CelpyBackend"]
+
+_UTC = datetime.UTC
+
+
+# --- Values in ---------------------------------------------------------------------------------------------
+
+_TRUE = ct.BoolType(True)
+_FALSE = ct.BoolType(False)
+_INT64_MIN, _INT64_MAX, _UINT64_LIMIT = -(2**63), 2**63 - 1, 2**64
+
+
+def _int_to_cel(value: int) -> ct.IntType | ct.UintType:
+    # Same range rule as cel-expr-python: int64, then uint64 for the values only it can hold.
+    if _INT64_MIN <= value <= _INT64_MAX:
+        return int.__new__(ct.IntType, value)
+    if 0 <= value < _UINT64_LIMIT:
+        return int.__new__(ct.UintType, value)
+    raise TypeError(f"integer {value} is out of the 64-bit range")
+
+
+def _list_to_cel(value: Sequence[Any]) -> ct.ListType:
+    return ct.ListType([_to_cel(item) for item in value])
+
+
+def _map_to_cel(value: Mapping[Any, Any]) -> ct.MapType:
+    result = ct.MapType()
+    dict.update(result, {_to_cel(key): _to_cel(item) for key, item in value.items()})
+    return result
+
+
+def _timestamp_to_cel(value: datetime.datetime) -> ct.TimestampType:
+    return ct.TimestampType(value if value.tzinfo else value.replace(tzinfo=_UTC))
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+# Exact type -> converter. The celpy types themselves pass through, so nothing is wrapped twice.
+_TO_CEL: dict[type, Callable[[Any], Any]] = {
+    bool: lambda value: _TRUE if value else _FALSE,
+    int: _int_to_cel,
+    float: lambda value: float.__new__(ct.DoubleType, value),
+    str: lambda value: str.__new__(ct.StringType, value),
+    bytes: lambda value: bytes.__new__(ct.BytesType, value),
+    type(None): _same,
+    list: _list_to_cel,
+    tuple: _list_to_cel,
+    dict: _map_to_cel,
+    datetime.datetime: _timestamp_to_cel,
+    datetime.timedelta: ct.DurationType,
+    **dict.fromkeys(
+        (
+            ct.BoolType,
+            ct.IntType,
+            ct.UintType,
+            ct.DoubleType,
+            ct.StringType,
+            ct.BytesType,
+            ct.ListType,
+            ct.MapType,
+            ct.TimestampType,
+            ct.DurationType,
+        ),
+        _same,
+    ),
+}
+
+# For subclasses (str enums, OrderedDict, ...): first match wins, so bool precedes int.
+_TO_CEL_BY_BASE: tuple[tuple[type | tuple[type, ...], Callable[[Any], Any]], ...] = (
+    (bool, _TO_CEL[bool]),
+    (int, _int_to_cel),
+    (float, _TO_CEL[float]),
+    (str, _TO_CEL[str]),
+    (bytes, _TO_CEL[bytes]),
+    ((list, tuple), _list_to_cel),
+    (Mapping, _map_to_cel),
+    (datetime.datetime, _timestamp_to_cel),
+    (datetime.timedelta, ct.DurationType),
+)
+
+
+def _to_cel(value: Any) -> Any:
+    convert = _TO_CEL.get(type(value))
+    if convert is not None:
+        return convert(value)
+    for base, convert in _TO_CEL_BY_BASE:
+        if isinstance(value, base):
+            return convert(value)
+    raise TypeError(f"a {type(value).__name__} is not a CEL value")
+
+
+def _strict(expected: type, cel_name: str, convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A binder for a variable declared with a scalar type: reject other Python types, as the default
+    backend does, instead of letting the value fail somewhere inside the expression."""
+
+    def bind(value: Any) -> Any:
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            raise TypeError(f"expected a {cel_name}, got a {type(value).__name__}")
+        return convert(value)
+
+    return bind
+
+
+_BINDERS: dict[VarType, Callable[[Any], Any]] = {
+    VarType.DYN: _to_cel,
+    VarType.TIMESTAMP: _strict(datetime.datetime, "timestamp", _timestamp_to_cel),
+    VarType.STRING: _strict(str, "string", _TO_CEL[str]),
+    VarType.INT: _strict(int, "int", _int_to_cel),
+    VarType.BOOL: _strict(bool, "bool", _TO_CEL[bool]),
+}
+
+
+# --- Values out ----------------------------------------------------------------------------------------------
+
+_TYPE_NAMES: dict[Any, str] = {
+    ct.BoolType: "bool",
+    ct.IntType: "int",
+    ct.UintType: "uint",
+    ct.DoubleType: "double",
+    ct.StringType: "string",
+    ct.BytesType: "bytes",
+    ct.ListType: "list",
+    ct.MapType: "map",
+    type(None): "null_type",
+    ct.TypeType: "type",
+    ct.TimestampType: "google.protobuf.Timestamp",
+    ct.DurationType: "google.protobuf.Duration",
+}
+
+
+def _to_python(value: Any) -> Any:
+    """Unwrap a celpy result into plain Python values (type values become their CEL name)."""
+    if isinstance(value, bool | ct.BoolType):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bytes):
+        return bytes(value)
+    if isinstance(value, list):
+        return [_to_python(item) for item in value]
+    if isinstance(value, dict):
+        return {_to_python(key): _to_python(item) for key, item in value.items()}
+    if isinstance(value, datetime.datetime):
+        return datetime.datetime.fromtimestamp(value.timestamp(), _UTC).replace(microsecond=value.microsecond)
+    if isinstance(value, datetime.timedelta):
+        return datetime.timedelta(days=value.days, seconds=value.seconds, microseconds=value.microseconds)
+    if isinstance(value, type):
+        return _TYPE_NAMES.get(value, value.__name__)
+    return value
+
+
+# --- CEL comparison semantics ---------------------------------------------------------------------------------
+#
+# These are registered as the implementations of the operators (see the module docstring), so the
+# transpiled code calls them by their qualified name; they must stay module-level functions.
+
+_NUMBER, _LIST, _MAP = "number", "list", "map"
+
+# What CEL equality considers one type, by Python base class; first match wins (bool before int, since
+# celpy's BoolType is an int). Values of different kinds are never equal.
+_KINDS: tuple[tuple[type | tuple[type, ...], str], ...] = (
+    ((bool, ct.BoolType), "bool"),
+    ((int, float), _NUMBER),
+    (str, "string"),
+    (bytes, "bytes"),
+    (list, _LIST),
+    (dict, _MAP),
+    (datetime.datetime, "timestamp"),
+    (datetime.timedelta, "duration"),
+)
+
+
+def _kind(value: Any) -> Any:
+    for base, kind in _KINDS:
+        if isinstance(value, base):
+            return kind
+    return type(value)  # null, type values
+
+
+def _equal(left: Any, right: Any) -> bool:
+    kind = _kind(left)
+    if kind is not _kind(right):
+        return False
+    if kind is _NUMBER:
+        return _number(left) == _number(right)
+    if kind is _LIST:
+        return len(left) == len(right) and all(map(_equal, left, right))
+    if kind is _MAP:
+        return len(left) == len(right) and all(
+            any(_equal(key, other) and _equal(item, right[other]) for other in right)
+            if _kind(key) is _NUMBER
+            else key in right and _equal(item, right[key])
+            for key, item in left.items()
+        )
+    return bool(left == right)
+
+
+def _number(value: Any) -> int | float:
+    # Python compares int and float exactly (no rounding of the int), which is what CEL asks for.
+    return float(value) if isinstance(value, float) else int(value)
+
+
+def cel_eq(left: Any, right: Any) -> Any:
+    """CEL ``==``: never a type error; numbers of any type compare by value."""
+    if isinstance(left, ev.CELEvalError):
+        return left
+    if isinstance(right, ev.CELEvalError):
+        return right
+    return _TRUE if _equal(left, right) else _FALSE
+
+
+def cel_ne(left: Any, right: Any) -> Any:
+    """CEL ``!=``: the negation of :func:`cel_eq`."""
+    result = cel_eq(left, right)
+    return result if isinstance(result, ev.CELEvalError) else (_FALSE if result else _TRUE)
+
+
+def _order(compare: Callable[[Any, Any], bool], fallback: Callable[[Any, Any], Any], left: Any, right: Any) -> Any:
+    if _kind(left) is _NUMBER and _kind(right) is _NUMBER:
+        return _TRUE if compare(_number(left), _number(right)) else _FALSE
+    return fallback(left, right)  # celpy's own: same-type ordering, a type error otherwise
+
+
+def cel_lt(left: Any, right: Any) -> Any:
+    """CEL ``<``; numbers of any type compare by value."""
+    return _order(operator.lt, ev.bool_lt, left, right)
+
+
+def cel_le(left: Any, right: Any) -> Any:
+    """CEL ``<=``; numbers of any type compare by value."""
+    return _order(operator.le, ev.bool_le, left, right)
+
+
+def cel_gt(left: Any, right: Any) -> Any:
+    """CEL ``>``; numbers of any type compare by value."""
+    return _order(operator.gt, ev.bool_gt, left, right)
+
+
+def cel_ge(left: Any, right: Any) -> Any:
+    """CEL ``>=``; numbers of any type compare by value."""
+    return _order(operator.ge, ev.bool_ge, left, right)
+
+
+def cel_in(item: Any, container: Any) -> Any:
+    """CEL ``in``: list membership by CEL equality; map membership by key, numbers by value."""
+    if isinstance(item, ev.CELEvalError):
+        return item
+    if isinstance(container, list) or (isinstance(container, dict) and _kind(item) is _NUMBER):
+        return _TRUE if any(_equal(item, element) for element in container) else _FALSE
+    if isinstance(container, dict):
+        try:
+            return _TRUE if item in container else _FALSE
+        except TypeError:  # a hash collision made celpy compare keys of different types
+            return _TRUE if any(_equal(item, key) for key in container) else _FALSE
+    return ev.operator_in(item, container)
+
+
+_OPERATORS: dict[str, Callable[..., Any]] = {
+    "_==_": cel_eq,
+    "_!=_": cel_ne,
+    "_<_": cel_lt,
+    "_<=_": cel_le,
+    "_>_": cel_gt,
+    "_>=_": cel_ge,
+    "_in_": cel_in,
+}
+
+
+# --- Activation ----------------------------------------------------------------------------------------------
+
+
+class _Activation(ev.Activation):  # type: ignore[misc]
+    """The variables of one evaluation, in front of the program's shared base activation.
+
+    The transpiled code reads a variable as ``activation.name``; a plain dictionary lookup answers that.
+    Everything else (function and type names, qualified names declared with dots) falls through to the
+    base activation, which is never modified. Macros nest by copying the dictionary.
+    """
+
+    def __init__(self, base: ev.Activation, values: dict[str, Any]) -> None:
+        # Deliberately not calling super().__init__: it would build and load a new name tree.
+        self.identifiers = base.identifiers
+        self.functions = base.functions
+        self.package = base.package
+        self.values = values
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            return super().__getattr__(name)
+
+    def resolve_variable(self, name: str) -> Any:
+        values: dict[str, Any] = self.__dict__["values"]
+        return values[name] if name in values else super().resolve_variable(name)
+
+    def nested_activation(
+        self, annotations: Mapping[str, Any] | None = None, vars: Mapping[str, Any] | None = None
+    ) -> _Activation:
+        return _Activation(self, {**self.values, **(vars or {})})
+
+
+# --- Backend ---------------------------------------------------------------------------------------------------
+
+# Names a CEL expression may use without declaring them: the type denotations.
+_TYPE_IDENTIFIERS = frozenset({"bool", "bytes", "double", "int", "list", "map", "null_type", "string", "type", "uint"})
+_KNOWN_QUALIFIED = frozenset(celpy.googleapis)
+
+# Macros and how many of their leading arguments are bound variables, by argument count.
+_MACRO_BINDINGS: dict[str, dict[int, int]] = {
+    "all": {2: 1, 3: 2},
+    "exists": {2: 1, 3: 2},
+    "exists_one": {2: 1, 3: 2},
+    "existsOne": {2: 1, 3: 2},
+    "filter": {2: 1},
+    "map": {2: 1, 3: 1},
+    "transformList": {3: 2, 4: 2},
+    "transformMap": {3: 2, 4: 2},
+    "transformMapEntry": {3: 2, 4: 2},
+}
+
+
+class CelpyBackend:
+    """:class:`~agentguard.cel.CelBackend` on ``cel-python``."""
+
+    name = "cel-python"
+
+    def __init__(self) -> None:
+        # celpy's parser is a shared singleton that keeps the text being parsed on itself, and the
+        # environment remembers its last program: compile under a lock.
+        self._lock = threading.Lock()
+        limit = sys.getrecursionlimit()
+        self._environment = celpy.Environment(runner_class=celpy.CompiledRunner)
+        # celpy sets the limit to 2500 unconditionally; never lower what the application chose.
+        sys.setrecursionlimit(max(limit, sys.getrecursionlimit()))
+
+    def compile(self, expression: str, declarations: Mapping[str, VarType]) -> CelpyProgram:
+        with self._lock:
+            try:
+                tree = self._environment.compile(expression)
+            except celpy.CELParseError as exc:
+                raise _parse_error(expression, exc) from None
+            referenced = _Scanner(expression, declarations).scan(tree)
+            runner = self._environment.program(tree, functions=_OPERATORS)
+        return CelpyProgram(expression, runner, {name: _BINDERS[declarations[name]] for name in referenced})
+
+
+class CelpyProgram:
+    """A transpiled ``cel-python`` expression. Thread-safe: evaluation state lives in its activation."""
+
+    __slots__ = ("_base", "_binders", "_names", "_run", "_source")
+
+    def __init__(self, source: str, runner: Any, binders: dict[str, Callable[[Any], Any]]) -> None:
+        self._source = source
+        self._binders = binders
+        self._names = frozenset(binders)
+        self._base = runner.tp.base_activation
+        self._run = _function(runner.tp.source_text)
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @property
+    def variables(self) -> frozenset[str]:
+        return self._names
+
+    def evaluate(self, variables: Mapping[str, Any]) -> Any:
+        try:
+            values = {name: bind(variables[name]) for name, bind in self._binders.items() if name in variables}
+            if any("." in name for name in values):
+                return self._finish(self._run(self._qualified(values)))
+            return self._finish(self._run(_Activation(self._base, values)))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise CelEvaluationError(self._source, str(exc)) from exc
+
+    def _qualified(self, values: dict[str, Any]) -> _Activation:
+        """Variables declared as ``a.b.c`` are resolved through celpy's name tree (longest prefix wins)."""
+        base = self._base.nested_activation(vars={name: v for name, v in values.items() if "." in name})
+        return _Activation(base, {name: v for name, v in values.items() if "." not in name})
+
+    def _finish(self, result: Any) -> Any:
+        if isinstance(result, ev.CELEvalError):
+            raise CelEvaluationError(self._source, _error_message(result))
+        return _to_python(result)
+
+    def __repr__(self) -> str:
+        return f"CelpyProgram({self._source!r})"
+
+
+def _function(source_text: str) -> Callable[[_Activation], Any]:
+    """Turn the transpiler's statements into a function of the activation.
+
+    The statements define helper lambdas (``ex_1 = lambda activation: ...``) and end with
+    ``CEL = celpy.evaluation.result(base_activation, ex_N)``. The lambdas are defined once, in a namespace
+    private to this program; the last statement's value becomes the body of the returned function, with
+    ``base_activation`` as its parameter instead of a module global.
+    """
+    module = ast.parse(source_text)
+    *helpers, last = module.body
+    if not (isinstance(last, ast.Assign) and [ast.unparse(target) for target in last.targets] == ["CEL"]):
+        raise AssertionError(f"unexpected celpy transpiler output:\n{source_text}")
+    parameters = ast.arguments(
+        posonlyargs=[], args=[ast.arg(arg="base_activation")], kwonlyargs=[], kw_defaults=[], defaults=[]
+    )
+    function = ast.Expression(body=ast.Lambda(args=parameters, body=last.value))
+    namespace: dict[str, Any] = {**vars(ev), "agentguard": agentguard}
+    exec(compile(ast.Module(body=helpers, type_ignores=[]), "<cel>", "exec"), namespace)
+    run: Callable[[_Activation], Any] = eval(compile(ast.fix_missing_locations(function), "<cel>", "eval"), namespace)
+    return run
+
+
+def _error_message(error: ev.CELEvalError) -> str:
+    message = str(error.args[0]) if error.args else "evaluation error"
+    details = error.args[2] if len(error.args) > 2 and isinstance(error.args[2], tuple) else ()
+    detail = "; ".join(str(part) for part in details)
+    return f"{message} ({detail})" if detail and detail not in message else message
+
+
+def _parse_error(expression: str, exc: celpy.CELParseError) -> CelCompileError:
+    """celpy's message is only the caret snippet; the reason is on the lark exception it replaced."""
+    cause = exc.__context__
+    if isinstance(cause, lark.exceptions.UnexpectedToken):
+        token = cause.token
+        found = "end of input" if token.type == "$END" else repr(str(token))
+        reason = f"Syntax error: unexpected {found}"
+    elif isinstance(cause, lark.exceptions.UnexpectedCharacters):
+        reason = f"Syntax error: unexpected character {cause.char!r}"
+    else:
+        reason = "Syntax error"
+    return CelCompileError(expression, reason, exc.line, exc.column)
+
+
+class _Scanner:
+    """Find the declared variables an expression reads, and reject undeclared ones, on celpy's parse tree.
+
+    Works on the tree rather than the text, so string literals, field and method names after ``.`` and
+    field names in message literals are never mistaken for variables. A qualified name ``a.b.c`` counts
+    as every declared prefix (``a``, ``a.b``, ``a.b.c``), because celpy resolves the longest one at run
+    time. Variables bound by macros are in scope only in the macro's arguments, never in its receiver.
+    """
+
+    def __init__(self, expression: str, declarations: Mapping[str, VarType]) -> None:
+        self._expression = expression
+        self._declared = declarations
+        self._found: set[str] = set()
+
+    def scan(self, tree: lark.Tree) -> set[str]:
+        self._visit(tree, frozenset())
+        return self._found
+
+    def _visit(self, node: Any, scope: frozenset[str]) -> None:
+        if not isinstance(node, lark.Tree):
+            return
+        rule = node.data
+        if rule in ("member_dot", "ident", "dot_ident"):
+            chain = _qualified_name(node)
+            if chain is not None:
+                self._reference(chain, scope, rooted=rule == "dot_ident")
+                return
+        elif rule == "member_dot_arg":
+            self._method(node, scope)
+            return
+        elif rule in ("ident_arg", "dot_ident_arg"):
+            node = node.children[1] if len(node.children) > 1 else None  # the function name is no variable
+        elif rule == "member_object":
+            node = node.children[1] if len(node.children) > 1 else None  # the message type name neither
+        if node is not None:
+            for child in node.children:
+                self._visit(child, scope)
+
+    def _method(self, node: lark.Tree, scope: frozenset[str]) -> None:
+        receiver, method, *rest = node.children
+        self._visit(receiver, scope)
+        args = rest[0].children if rest else []
+        bound = _MACRO_BINDINGS.get(str(method), {}).get(len(args), 0)
+        names = [_qualified_name(arg) for arg in args[:bound]]
+        if bound and all(name is not None and len(name) == 1 for name in names):
+            inner = scope | {str(name[0]) for name in names if name is not None}
+            for arg in args[bound:]:
+                self._visit(arg, inner)
+        else:
+            for arg in args:
+                self._visit(arg, scope)
+
+    def _reference(self, chain: list[lark.Token], scope: frozenset[str], rooted: bool) -> None:
+        head = str(chain[0])
+        if head in scope and not rooted:
+            return
+        prefixes = [".".join(str(part) for part in chain[: length + 1]) for length in range(len(chain))]
+        declared = [name for name in prefixes if name in self._declared]
+        if declared:
+            self._found.update(declared)
+        elif head not in _TYPE_IDENTIFIERS and prefixes[-1] not in _KNOWN_QUALIFIED:
+            raise CelCompileError(
+                self._expression, f"undeclared reference to {head!r}", chain[0].line, chain[0].column
+            )
+
+
+def _qualified_name(node: Any) -> list[lark.Token] | None:
+    """The identifiers of ``a.b.c`` if ``node`` is nothing but such a name (possibly wrapped in the
+    grammar's single-child rules), else ``None``."""
+    while isinstance(node, lark.Tree) and len(node.children) == 1 and node.data not in ("ident", "dot_ident"):
+        if node.data not in ("expr", "conditionalor", "conditionaland", "relation", "addition",
+                             "multiplication", "unary", "member", "primary"):
+            return None
+        node = node.children[0]
+    if not isinstance(node, lark.Tree):
+        return None
+    if node.data in ("ident", "dot_ident"):
+        return [node.children[0]]
+    if node.data == "member_dot":
+        prefix = _qualified_name(node.children[0])
+        return None if prefix is None else [*prefix, node.children[1]]
+    return None

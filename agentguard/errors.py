@@ -1,0 +1,204 @@
+"""The exceptions agentguard raises.
+
+Every error a user can catch is re-exported from :mod:`agentguard`. The tree::
+
+    AgentGuardError                 base of everything agentguard raises
+    ├── SpecError                   a spec file is malformed (lists every problem: file, field, line, reason)
+    ├── ConfigurationError          the Guard is used wrongly (unknown tool, no engagement open, ...)
+    └── PolicyViolation             a rule stopped a step; the step did not happen (or its output was withheld)
+        ├── CapabilityDenied        the tool or agent is not a capability of this agent
+        ├── RestrictionViolation    an input or output restriction assertion failed
+        ├── GuardrailViolation      the input or output guardrail failed; the engagement is failed
+        ├── ShortCircuitViolation   a tool-call loop hit ``lifespan.short_circuit``; the engagement is stopped
+        ├── ReviewDenied            ``require_review`` was rejected, timed out or had no reviewer
+        ├── IdentityError           the tool needs credentials and none could be resolved
+        ├── EngagementClosed        the engagement was stopped or failed earlier and refuses further steps
+        └── GuardianDenied          the remote guardian answered ``deny`` (or failed under ``on_failure="deny"``)
+
+Policy errors carry the rule that fired (:attr:`PolicyViolation.rule`, a :class:`Rule` enum value), the
+capability and phase it applies to, the CEL expression where there is one, the human reason and the id of
+the engagement, so that an adapter can report precisely which rule stopped a step.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "AgentGuardError",
+    "CapabilityDenied",
+    "ConfigurationError",
+    "EngagementClosed",
+    "GuardianDenied",
+    "GuardrailViolation",
+    "IdentityError",
+    "Phase",
+    "PolicyViolation",
+    "RestrictionViolation",
+    "ReviewDenied",
+    "Rule",
+    "ShortCircuitViolation",
+    "SpecError",
+    "SpecProblem",
+]
+
+
+class Rule(str, enum.Enum):
+    """Which kind of rule made a decision."""
+
+    CAPABILITY = "capability"
+    RESTRICTION = "restriction"
+    GUARDRAIL = "guardrail"
+    SHORT_CIRCUIT = "short-circuit"
+    REVIEW = "review"
+    IDENTITY = "identity"
+    GUARDIAN = "guardian"
+    ENGAGEMENT = "engagement"
+
+
+class Phase(str, enum.Enum):
+    """When a rule runs: before a step (``input``) or after it, on its result (``output``)."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+
+
+class AgentGuardError(Exception):
+    """Base class of every exception agentguard raises."""
+
+
+class ConfigurationError(AgentGuardError):
+    """agentguard was set up or called incorrectly (not a policy decision)."""
+
+
+@dataclass(frozen=True)
+class SpecProblem:
+    """One problem in a spec file.
+
+    ``field`` is a dotted path into the document (``capabilities.send-email.input_restriction.assertion``);
+    ``line`` and ``column`` are 1-based positions in the file, when known. For CEL problems,
+    ``expression_line`` and ``expression_column`` point inside the expression text.
+    """
+
+    source: str
+    field: str
+    reason: str
+    line: int | None = None
+    column: int | None = None
+    expression_line: int | None = None
+    expression_column: int | None = None
+
+    def __str__(self) -> str:
+        where = self.source
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        inner = ""
+        if self.expression_line is not None:
+            inner = f" (in expression at {self.expression_line}:{self.expression_column})"
+        field = self.field or "<document>"
+        return f"{where}: {field}: {self.reason}{inner}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "source": self.source,
+            "field": self.field,
+            "reason": self.reason,
+            "line": self.line,
+            "column": self.column,
+            "expression_line": self.expression_line,
+            "expression_column": self.expression_column,
+        }
+
+
+class SpecError(AgentGuardError):
+    """A spec document is invalid. :attr:`problems` lists *every* problem found, not only the first."""
+
+    def __init__(self, problems: Sequence[SpecProblem]) -> None:
+        self.problems: tuple[SpecProblem, ...] = tuple(problems)
+        count = len(self.problems)
+        head = f"{count} problem{'s' if count != 1 else ''} in spec"
+        super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+class PolicyViolation(AgentGuardError):
+    """A rule stopped a step. The step was not carried out, or its output was withheld."""
+
+    rule: Rule = Rule.CAPABILITY
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        capability: str | None = None,
+        phase: Phase | None = None,
+        expression: str | None = None,
+        engagement_id: str | None = None,
+    ) -> None:
+        self.reason = reason
+        self.capability = capability
+        self.phase = phase
+        self.expression = expression
+        self.engagement_id = engagement_id
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        parts = [f"[{self.rule.value}"]
+        if self.phase is not None:
+            parts.append(f" {self.phase.value}")
+        parts.append("]")
+        if self.capability:
+            parts.append(f" {self.capability}:")
+        parts.append(f" {self.reason}")
+        if self.expression:
+            parts.append(f" (assertion: {self.expression})")
+        return "".join(parts)
+
+
+class CapabilityDenied(PolicyViolation):
+    rule = Rule.CAPABILITY
+
+
+class RestrictionViolation(PolicyViolation):
+    rule = Rule.RESTRICTION
+
+
+class GuardrailViolation(PolicyViolation):
+    rule = Rule.GUARDRAIL
+
+
+class ShortCircuitViolation(PolicyViolation):
+    rule = Rule.SHORT_CIRCUIT
+
+
+class ReviewDenied(PolicyViolation):
+    rule = Rule.REVIEW
+
+
+class IdentityError(PolicyViolation):
+    rule = Rule.IDENTITY
+
+
+class EngagementClosed(PolicyViolation):
+    rule = Rule.ENGAGEMENT
+
+
+class GuardianDenied(PolicyViolation):
+    """The guardian denied the step, or could not decide and the failure policy is ``deny``."""
+
+    rule = Rule.GUARDIAN
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        reason_code: str | None = None,
+        capability: str | None = None,
+        phase: Phase | None = None,
+        engagement_id: str | None = None,
+    ) -> None:
+        self.reason_code = reason_code
+        super().__init__(reason, capability=capability, phase=phase, engagement_id=engagement_id)

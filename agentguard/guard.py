@@ -1,0 +1,579 @@
+"""``Guard``: the one facade of agentguard.
+
+A Guard holds one agent's compiled OpenAgentSpec policy and everything needed to enforce it: the registered
+tools and sub-agents, reviewers, the credential resolver and, optionally, a guardian client. Users decorate
+their tools with it and run their agent inside an engagement::
+
+    from agentguard import Guard, User
+
+    guard = Guard.from_file("examples/support-agent/agent.yaml")
+
+    @guard.tool
+    def lookup_order(order_id: str) -> dict:
+        '''Look an order up by its id.'''
+        return {"order_id": order_id, "status": "shipped"}
+
+    with guard.engagement(user=User(id="u1", email="ann@corp.com")) as eng:
+        lookup_order("A-1")        # checked: capability, short-circuit, restrictions, review, identity
+        eng.view()["history"]["_total"]    # 1
+
+Adapters for agent frameworks call :meth:`Guard.call` / :meth:`Guard.acall` with a tool name and inputs
+instead of decorating functions; both paths run the same pipeline.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, overload
+
+from agentguard._drivers import run_async, run_sync
+from agentguard._steps import AgentInfo, StepBuilder, tool_definition
+from agentguard.cel import CelBackend, get_backend
+from agentguard.engagement import (
+    Decision,
+    EngagementState,
+    EngagementStatus,
+    StepRecord,
+    User,
+    to_plain,
+)
+from agentguard.errors import ConfigurationError, Phase
+from agentguard.policy._flow import FlowContext, ToolCall, guardrail_flow, tool_call_flow
+from agentguard.policy._identity import CredentialResolver
+from agentguard.policy._policy import Policy, UnknownCapability
+from agentguard.policy._review import ApprovalConfig, Reviewer
+from agentguard.spec import AgentSpec, CompiledSpec, compile_spec, is_valid_name, load_spec, load_spec_text
+
+__all__ = ["Engagement", "Guard"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Binder:
+    """Binds a call's arguments to parameter names, and back, for one function.
+
+    Most tools take plain keyword-or-positional parameters; for those the binding is a dict merge, several
+    times cheaper than ``inspect.Signature.bind`` on the per-call path. Other signatures use ``bind``.
+    """
+
+    __slots__ = ("_defaults", "_names", "_required", "_signature", "_simple")
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self._signature = inspect.signature(fn)
+        params = list(self._signature.parameters.values())
+        self._simple = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
+        self._names = tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
+        self._defaults = {p.name: p.default for p in params if p.default is not p.empty}
+        self._required = frozenset(p.name for p in params if p.default is p.empty)
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if not self._simple or len(args) > len(self._names):
+            bound = self._signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return dict(bound.arguments)
+        inputs = dict(self._defaults)
+        if args:
+            positional = dict(zip(self._names, args, strict=False))
+            if kwargs.keys() & positional.keys():
+                self._signature.bind(*args, **kwargs)  # raises the TypeError Python would raise
+            inputs.update(positional)
+        inputs.update(kwargs)
+        if not self._required <= inputs.keys() or len(inputs) > len(self._signature.parameters):
+            self._signature.bind(*args, **kwargs)  # raises the precise TypeError
+        return inputs
+
+    def to_args(self, inputs: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if self._simple:
+            return (), dict(inputs)
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        for param in self._signature.parameters.values():
+            if param.name not in inputs:
+                continue
+            value = inputs[param.name]
+            if param.kind is param.POSITIONAL_ONLY:
+                args.append(value)
+            elif param.kind is param.VAR_POSITIONAL:
+                args.extend(value)
+            elif param.kind is param.VAR_KEYWORD:
+                kwargs.update(value)
+            else:
+                kwargs[param.name] = value
+        return tuple(args), kwargs
+
+
+@dataclass(frozen=True)
+class _Registered:
+    name: str
+    kind: Literal["tool", "agent"]
+    fn: Callable[..., Any]
+    binder: _Binder
+    needs_credentials: bool
+
+
+def default_tool_name(fn: Callable[..., Any]) -> str:
+    """The spec name a function gets by default: its ``__name__`` with ``_`` turned into ``-``."""
+    return getattr(fn, "__name__", type(fn).__name__).replace("_", "-")
+
+
+class Engagement:
+    """One conversation of one user with the guarded agent: the Engagement record plus what acts on it.
+
+    Use it as a context manager (``with`` or ``async with``): inside, guarded tools called from this thread or
+    asyncio task are recorded in it. Engagements are isolated per thread and per task (``contextvars``).
+    """
+
+    def __init__(self, guard: Guard, state: EngagementState) -> None:
+        self.guard = guard
+        self.state = state
+        self._tokens: list[contextvars.Token[Engagement | None]] = []
+
+    # -- identity and record --------------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self.state.id
+
+    @property
+    def user(self) -> User | None:
+        return self.state.user
+
+    @property
+    def status(self) -> EngagementStatus:
+        return self.state.status
+
+    @property
+    def steps(self) -> list[StepRecord]:
+        """Every step taken in this engagement, with its decisions and AOS records (guardian or not)."""
+        return self.state.steps
+
+    @property
+    def decisions(self) -> list[Decision]:
+        return [d for step in self.state.steps for d in step.decisions]
+
+    def view(self) -> dict[str, Any]:
+        """The Engagement exactly as CEL assertions see it: ``started_at``, ``user``, ``recent``, ``history``."""
+        return self.state.view()
+
+    def exposed(self) -> dict[str, Any]:
+        """The ``exposes`` selections evaluated now (``None`` for a selection that cannot be evaluated)."""
+        return {
+            key: assertion.select(self.state.bindings(assertion.plan))
+            for key, assertion in self.guard.policy.exposes.items()
+        }
+
+    # -- guardrails -----------------------------------------------------------------------------------
+
+    def check_input(self, text: str) -> str:
+        """Run the input guardrail on user input before any model sees it; return the text to pass on."""
+        result: str = run_sync(guardrail_flow(self.guard._flow, self.state, Phase.INPUT, text))
+        return result
+
+    async def acheck_input(self, text: str) -> str:
+        result: str = await run_async(guardrail_flow(self.guard._flow, self.state, Phase.INPUT, text))
+        return result
+
+    def check_output(self, text: str) -> str:
+        """Run the output guardrail on a model answer before the user sees it; return the text to pass on."""
+        result: str = run_sync(guardrail_flow(self.guard._flow, self.state, Phase.OUTPUT, text))
+        return result
+
+    async def acheck_output(self, text: str) -> str:
+        result: str = await run_async(guardrail_flow(self.guard._flow, self.state, Phase.OUTPUT, text))
+        return result
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def new_turn(self) -> str:
+        """Start a new turn (one user input and what the agent does about it); returns the AOS ``turnId``."""
+        return self.state.new_turn()
+
+    def close(self) -> None:
+        """End the engagement: later steps are refused; an observe-mode guardian is flushed."""
+        self.state.stop(EngagementStatus.CLOSED, "engagement closed")
+        guardian = self.guard.guardian
+        if guardian is not None and guardian.mode == "observe":
+            guardian.flush()
+
+    def __enter__(self) -> Engagement:
+        self._tokens.append(self.guard._current.set(self))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.guard._current.reset(self._tokens.pop())
+        if not self._tokens:
+            self.close()
+
+    async def __aenter__(self) -> Engagement:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.guard._current.reset(self._tokens.pop())
+        if not self._tokens:
+            self.state.stop(EngagementStatus.CLOSED, "engagement closed")
+            guardian = self.guard.guardian
+            if guardian is not None and guardian.mode == "observe":
+                await guardian.aflush()
+
+    def __repr__(self) -> str:
+        return f"<Engagement {self.id} {self.status.value} calls={self.state.total}>"
+
+
+class Guard:
+    """Enforces one agent's OpenAgentSpec around its tools, in process.
+
+    Options:
+
+    ``reviewers``
+        reviewer id (as named by ``require_review``) → callable taking a :class:`~agentguard.ReviewRequest`
+        and returning an :class:`~agentguard.Approval` or ``bool``.
+    ``approval`` / ``approvals``
+        the default :class:`~agentguard.ApprovalConfig`, and per-reviewer overrides.
+    ``credential_resolver``
+        turns a user or static identity into credentials for a tool (see :mod:`agentguard.policy`).
+    ``unknown_capability``
+        what to do with a call that is neither a capability nor a guardrail tool: ``"deny"`` (default),
+        ``"allow"``, or ``"observe"`` (allow and record a warning).
+    ``auto_engagement``
+        when true, a guarded tool called outside an engagement opens a one-call engagement instead of
+        refusing to run. Off by default: a loop cannot be detected across separate engagements.
+    ``guardian``
+        a :class:`~agentguard.guardian.GuardianClient` asked about every step (enforce or observe mode).
+    ``agent``
+        :class:`AgentInfo` fields of the AOS agent descriptor that the spec does not carry.
+    ``short_circuit_max_block``
+        the longest repeated block of calls the short-circuit detector looks for (default 100).
+    ``cel_backend``
+        ``"cel-expr-python"`` (default), ``"cel-python"``, or a backend object.
+    """
+
+    def __init__(
+        self,
+        spec: AgentSpec | CompiledSpec,
+        *,
+        cel_backend: str | CelBackend | None = None,
+        reviewers: Mapping[str, Reviewer] | None = None,
+        approval: ApprovalConfig | None = None,
+        approvals: Mapping[str, ApprovalConfig] | None = None,
+        credential_resolver: CredentialResolver | None = None,
+        unknown_capability: UnknownCapability = "deny",
+        auto_engagement: bool = False,
+        guardian: Any = None,
+        agent: AgentInfo | None = None,
+        short_circuit_max_block: int = 100,
+        source: str | None = None,
+    ) -> None:
+        if unknown_capability not in ("deny", "allow", "observe"):
+            raise ConfigurationError(f"unknown_capability must be deny, allow or observe, not {unknown_capability!r}")
+        backend = cel_backend if cel_backend is None or not isinstance(cel_backend, str) else get_backend(cel_backend)
+        if isinstance(spec, CompiledSpec):
+            compiled = spec
+        else:
+            compiled = compile_spec(spec, backend or get_backend(), source=source or "<model>")
+        self.compiled = compiled
+        self.policy = Policy(compiled)
+        self.guardian = guardian
+        self.agent_info = agent or AgentInfo()
+        self.auto_engagement = auto_engagement
+        self._registry: dict[str, _Registered] = {}
+        self._agents: dict[str, _Registered] = {}
+        self._reviewers: dict[str, Reviewer] = dict(reviewers or {})
+        self._approvals: dict[str, ApprovalConfig] = dict(approvals or {})
+        self._agent_descriptor: dict[str, Any] | None = None
+        self._current: contextvars.ContextVar[Engagement | None] = contextvars.ContextVar(
+            f"agentguard_engagement_{id(self)}", default=None
+        )
+        self._flow = FlowContext(
+            policy=self.policy,
+            steps=StepBuilder(self.agent_descriptor),
+            tool_names=self._registry,
+            unknown_capability=unknown_capability,
+            short_circuit_max_block=short_circuit_max_block,
+            reviewers=self._reviewers,
+            approval=approval or ApprovalConfig(),
+            approvals=self._approvals,
+            credential_resolver=credential_resolver,
+            guardian=guardian,
+            tools={name: reg.fn for name, reg in self._registry.items()},
+        )
+
+    # -- construction ---------------------------------------------------------------------------------
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], **options: Any) -> Guard:
+        """Load, validate and compile an OpenAgentSpec file (a :class:`~agentguard.SpecError` lists every problem)."""
+        backend = options.pop("cel_backend", None)
+        backend_obj = get_backend(backend) if isinstance(backend, str) or backend is None else backend
+        return cls(load_spec(path, backend=backend_obj), cel_backend=backend_obj, **options)
+
+    @classmethod
+    def from_yaml(cls, text: str, *, source: str = "<string>", **options: Any) -> Guard:
+        """Like :meth:`from_file`, from YAML text."""
+        backend = options.pop("cel_backend", None)
+        backend_obj = get_backend(backend) if isinstance(backend, str) or backend is None else backend
+        return cls(load_spec_text(text, backend=backend_obj, source=source), cel_backend=backend_obj, **options)
+
+    @property
+    def spec(self) -> AgentSpec:
+        return self.compiled.spec
+
+    @property
+    def name(self) -> str:
+        return self.compiled.spec.name
+
+    @property
+    def retain_memory(self) -> bool:
+        """``lifespan.retain_memory``: may a host carry model context from one engagement to the next?"""
+        return self.policy.retain_memory
+
+    # -- registration ---------------------------------------------------------------------------------
+
+    @overload
+    def tool(self, fn: F, /) -> F: ...
+
+    @overload
+    def tool(self, *, name: str | None = None, needs_credentials: bool = False) -> Callable[[F], F]: ...
+
+    def tool(
+        self, fn: F | None = None, /, *, name: str | None = None, needs_credentials: bool = False
+    ) -> F | Callable[[F], F]:
+        """Guard a tool function. The wrapper keeps the signature, docstring and type hints; sync or async.
+
+        The spec name defaults to the function name with ``_`` turned into ``-`` (``send_email`` →
+        ``send-email``). ``needs_credentials=True``: the tool is not called without resolved credentials.
+        """
+
+        def decorate(func: F) -> F:
+            return self._wrap(func, name or default_tool_name(func), "tool", needs_credentials)
+
+        return decorate(fn) if fn is not None else decorate
+
+    @overload
+    def agent(self, fn: F, /) -> F: ...
+
+    @overload
+    def agent(self, *, name: str | None = None) -> Callable[[F], F]: ...
+
+    def agent(self, fn: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
+        """Guard a callable that runs a sub-agent. It is a capability like a tool and recorded the same way."""
+
+        def decorate(func: F) -> F:
+            return self._wrap(func, name or default_tool_name(func), "agent", False)
+
+        return decorate(fn) if fn is not None else decorate
+
+    def register(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *,
+        kind: Literal["tool", "agent"] = "tool",
+        needs_credentials: bool = False,
+    ) -> None:
+        """Register ``fn`` under a spec name without wrapping it (adapters, guardrail tools)."""
+        if not is_valid_name(name):
+            raise ConfigurationError(
+                f"{kind} name {name!r} is not a valid OpenAgentSpec name (RFC 1123: lowercase letters, digits, "
+                "'-' and '.', alphanumeric at both ends); pass name=... to choose one"
+            )
+        table = self._registry if kind == "tool" else self._agents
+        existing = table.get(name)
+        if existing is not None and existing.fn is not fn:
+            raise ConfigurationError(f"a {kind} named {name!r} is already registered with this guard")
+        table[name] = _Registered(name, kind, fn, _Binder(fn), needs_credentials)
+        if kind == "tool":
+            self._flow.tools = {n: r.fn for n, r in self._registry.items()}
+        self._agent_descriptor = None
+
+    def _wrap(self, fn: F, name: str, kind: Literal["tool", "agent"], needs_credentials: bool) -> F:
+        self.register(name, fn, kind=kind, needs_credentials=needs_credentials)
+        reg = (self._registry if kind == "tool" else self._agents)[name]
+        guard = self
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                return await guard._acall_registered(reg, reg.binder.bind(args, kwargs), None, None)
+
+            async_wrapper.__agentguard__ = reg  # type: ignore[attr-defined]
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return guard._call_registered(reg, reg.binder.bind(args, kwargs), None, None)
+
+        wrapper.__agentguard__ = reg  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    def add_reviewer(self, reviewer_id: str, reviewer: Reviewer, *, config: ApprovalConfig | None = None) -> None:
+        """Register who answers ``require_review: <reviewer_id>`` (and how, with ``config``)."""
+        self._reviewers[reviewer_id] = reviewer
+        if config is not None:
+            self._approvals[reviewer_id] = config
+
+    def reviewer(self, reviewer_id: str, *, config: ApprovalConfig | None = None) -> Callable[[F], F]:
+        """Decorator form of :meth:`add_reviewer`."""
+
+        def decorate(fn: F) -> F:
+            self.add_reviewer(reviewer_id, fn, config=config)
+            return fn
+
+        return decorate
+
+    def add_passthrough_exceptions(self, *types: type[BaseException]) -> None:
+        """Exceptions that are a host's control flow (e.g. LangGraph's interrupt), not reviewer or tool errors.
+
+        They travel through the pipeline untouched: a pending call is rolled back, nothing is denied.
+        """
+        self._flow.passthrough = tuple(dict.fromkeys((*self._flow.passthrough, *types)))
+
+    def on_decision(self, callback: Callable[[EngagementState, StepRecord, Decision], None]) -> None:
+        """Set the hook called with every decision as it is taken (telemetry, audit)."""
+        self._flow.on_decision = callback
+
+    # -- engagements ----------------------------------------------------------------------------------
+
+    def engagement(
+        self,
+        user: User | None = None,
+        *,
+        engagement_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Engagement:
+        """Open a new engagement (a fresh Engagement record). Use as ``with`` / ``async with``."""
+        return Engagement(self, EngagementState(user=user, engagement_id=engagement_id, metadata=metadata))
+
+    def current_engagement(self) -> Engagement | None:
+        """The engagement open in this thread or asyncio task, if any."""
+        return self._current.get()
+
+    def _engagement_for_call(self, name: str) -> tuple[Engagement, bool]:
+        eng = self._current.get()
+        if eng is not None:
+            return eng, False
+        if self.auto_engagement:
+            return self.engagement(), True
+        raise ConfigurationError(
+            f"guarded {name!r} was called outside an engagement: wrap the agent run in "
+            "`with guard.engagement(user=...):` (or build the Guard with auto_engagement=True)"
+        )
+
+    # -- calls ----------------------------------------------------------------------------------------
+
+    def _tool_call(
+        self, reg: _Registered, inputs: dict[str, Any], call_id: str | None, reasoning: str | None
+    ) -> ToolCall:
+        return ToolCall(
+            reg.name, reg.kind, inputs, reg.fn, reg.binder.to_args, call_id, reg.needs_credentials, reasoning
+        )
+
+    def _call_registered(
+        self, reg: _Registered, inputs: dict[str, Any], call_id: str | None, reasoning: str | None
+    ) -> Any:
+        eng, own = self._engagement_for_call(reg.name)
+        try:
+            return run_sync(tool_call_flow(self._flow, eng.state, self._tool_call(reg, inputs, call_id, reasoning)))
+        finally:
+            if own:
+                eng.close()
+
+    async def _acall_registered(
+        self, reg: _Registered, inputs: dict[str, Any], call_id: str | None, reasoning: str | None
+    ) -> Any:
+        eng, own = self._engagement_for_call(reg.name)
+        try:
+            flow = tool_call_flow(self._flow, eng.state, self._tool_call(reg, inputs, call_id, reasoning))
+            return await run_async(flow)
+        finally:
+            if own:
+                eng.close()
+
+    def _adhoc(
+        self, name: str, fn: Callable[..., Any] | None, kind: Literal["tool", "agent"]
+    ) -> _Registered:
+        table = self._registry if kind == "tool" else self._agents
+        reg = table.get(name)
+        if reg is not None and (fn is None or reg.fn is fn or getattr(fn, "__agentguard__", None) is reg):
+            return reg
+        if fn is None:
+            raise ConfigurationError(f"no {kind} named {name!r} is registered with this guard")
+        marked = getattr(fn, "__agentguard__", None)
+        if isinstance(marked, _Registered):  # a @guard.tool function: use the undecorated function
+            return marked
+        return _Registered(name, kind, fn, _Binder(fn), False)
+
+    def call(
+        self,
+        name: str,
+        inputs: Mapping[str, Any],
+        fn: Callable[..., Any] | None = None,
+        *,
+        kind: Literal["tool", "agent"] = "tool",
+        call_id: str | None = None,
+        reasoning: str | None = None,
+    ) -> Any:
+        """Run one tool or sub-agent call through the pipeline (for adapters).
+
+        ``fn`` is called with ``inputs`` as keyword arguments (or the registered function of that name when
+        ``fn`` is omitted). A ``@guard.tool`` function passed here is checked once, not twice. ``call_id`` is
+        the host's id for the call: a host that re-runs a call after a paused review gets the reviewed
+        result without the tool running again.
+        """
+        reg = self._adhoc(name, fn, kind)
+        return self._call_registered(reg, dict(inputs), call_id, reasoning)
+
+    async def acall(
+        self,
+        name: str,
+        inputs: Mapping[str, Any],
+        fn: Callable[..., Any] | None = None,
+        *,
+        kind: Literal["tool", "agent"] = "tool",
+        call_id: str | None = None,
+        reasoning: str | None = None,
+    ) -> Any:
+        """Async twin of :meth:`call`; ``fn`` may be sync or async."""
+        reg = self._adhoc(name, fn, kind)
+        return await self._acall_registered(reg, dict(inputs), call_id, reasoning)
+
+    # -- AOS descriptor -------------------------------------------------------------------------------
+
+    def agent_descriptor(self) -> dict[str, Any]:
+        """The AOS ``Agent`` object describing this agent to guardians (cached; rebuilt on registration)."""
+        if self._agent_descriptor is None:
+            spec, info = self.compiled.spec, self.agent_info
+            descriptor: dict[str, Any] = {
+                "name": info.name or spec.name,
+                "id": info.id or spec.name,
+                "description": info.description or spec.description,
+                "instructions": info.instructions or spec.intent,
+                "version": info.version,
+                "provider": {"name": info.provider_name or spec.owner, "url": info.provider_url},
+                "tools": [tool_definition(r.name, r.fn, kind=r.kind) for r in self._iter_registered()],
+            }
+            if info.model:
+                descriptor["model"] = to_plain(info.model)
+            if info.mcp_servers:
+                descriptor["mcpServers"] = [to_plain(m) for m in info.mcp_servers]
+            if info.resources:
+                descriptor["resources"] = [to_plain(r) for r in info.resources]
+            if info.organization:
+                descriptor["organization"] = to_plain(info.organization)
+            if info.metadata:
+                descriptor["metadata"] = to_plain(info.metadata)
+            self._agent_descriptor = descriptor
+        return self._agent_descriptor
+
+    def _iter_registered(self) -> Iterable[_Registered]:
+        yield from self._registry.values()
+        yield from self._agents.values()
+
+    def __repr__(self) -> str:
+        return f"<Guard {self.name!r} tools={sorted(self._registry)} agents={sorted(self._agents)}>"
+

@@ -1,0 +1,26 @@
+"""Pure policy decisions: capabilities, restrictions, guardrails, review gates, identity, exposes.
+
+The pipeline itself lives in :mod:`agentguard.policy._flow` (sans-I/O); :class:`agentguard.Guard` drives it.
+This package's public names are re-exported from :mod:`agentguard`.
+"""
+
+from agentguard.policy._identity import CredentialRequest, CredentialResolver, Credentials, current_credentials
+from agentguard.policy._policy import Assertion, CapabilityRule, GuardrailRule, Policy, UnknownCapability
+from agentguard.policy._review import Approval, ApprovalConfig, ReviewRequest, Reviewer, TerminalReviewer
+
+__all__ = [
+    "Approval",
+    "ApprovalConfig",
+    "Assertion",
+    "CapabilityRule",
+    "CredentialRequest",
+    "CredentialResolver",
+    "Credentials",
+    "GuardrailRule",
+    "Policy",
+    "ReviewRequest",
+    "Reviewer",
+    "TerminalReviewer",
+    "UnknownCapability",
+    "current_credentials",
+]

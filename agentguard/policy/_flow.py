@@ -1,0 +1,565 @@
+"""The policy pipeline, written once as sans-I/O generators.
+
+Each flow is a generator that makes every decision itself and *yields* an effect whenever something outside
+has to happen — run the tool, ask a reviewer, ask the guardian — then receives the result (or the exception)
+and carries on. :mod:`agentguard._drivers` runs the same flow synchronously or under asyncio, so the sync and
+the async path cannot drift apart (the pattern of httpx's ``auth_flow``).
+
+Order of checks for a tool or sub-agent call (ARCHITECTURE.md, "local first"):
+
+1. engagement still active (a short-circuit, failed guardrail or cancel stops it for good)
+2. capability allow-list (decision 6)
+3. short-circuit (decision 5)
+4. the call becomes the pending most-recent call (decision 2), then the input assertion
+5. guardian ``steps/toolCallRequest`` (enforce: wait; ``modify`` is re-checked against step 4)
+6. input review (people see the final inputs, after the machines agreed)
+7. identity (decision 10)
+8. invoke
+9. output assertion (decision 3: a failure withholds the output), guardian ``steps/toolCallResult``, output
+   review — only then does the output leave the pipeline
+
+Anything that denies before step 8 rolls the call back out of ``recent``/``history``; after step 8 the call
+stays in ``history`` with ``outputs: null``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Container, Generator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentguard._steps import StepBuilder, new_step
+from agentguard.engagement import (
+    CallRecord,
+    Decision,
+    EngagementState,
+    EngagementStatus,
+    Outcome,
+    StepRecord,
+    to_plain,
+)
+from agentguard.errors import (
+    CapabilityDenied,
+    EngagementClosed,
+    GuardianDenied,
+    GuardrailViolation,
+    IdentityError,
+    Phase,
+    PolicyViolation,
+    RestrictionViolation,
+    ReviewDenied,
+    Rule,
+    ShortCircuitViolation,
+)
+from agentguard.policy._identity import CredentialRequest, CredentialResolver, Credentials, identity_for
+from agentguard.policy._policy import Assertion, CapabilityRule, Policy, UnknownCapability
+from agentguard.policy._review import (
+    Approval,
+    ApprovalConfig,
+    ReviewRequest,
+    Reviewer,
+    approval_tally,
+    coerce_approval,
+)
+
+if TYPE_CHECKING:
+    from agentguard.guardian import GuardianClient, GuardianVerdict
+
+__all__ = [
+    "AskGuardian",
+    "AskReviewer",
+    "Effect",
+    "FlowContext",
+    "Invoke",
+    "ToolCall",
+    "guardrail_flow",
+    "tool_call_flow",
+]
+
+
+@dataclass(slots=True)
+class Invoke:
+    """Effect: run the tool (or guardrail tool) with these arguments and credentials."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    credentials: Credentials | None = None
+
+
+@dataclass(slots=True)
+class AskReviewer:
+    """Effect: ask one reviewer; the driver enforces ``timeout_ms`` and raises ``TimeoutError`` past it."""
+
+    reviewer: Reviewer
+    request: ReviewRequest
+    timeout_ms: int | None
+
+
+@dataclass(slots=True)
+class AskGuardian:
+    """Effect: send an AOS request to the guardian in enforce mode and wait for the verdict."""
+
+    client: GuardianClient
+    request: dict[str, Any]
+
+
+Effect = Invoke | AskReviewer | AskGuardian
+Flow = Generator[Effect, Any, Any]
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A call the host wants to make: which tool or agent, with which inputs (bound by parameter name)."""
+
+    name: str
+    kind: str
+    inputs: dict[str, Any]
+    fn: Callable[..., Any]
+    to_args: Callable[[Mapping[str, Any]], tuple[tuple[Any, ...], dict[str, Any]]]
+    call_id: str | None = None
+    needs_credentials: bool = False
+    reasoning: str | None = None
+
+
+@dataclass
+class FlowContext:
+    """Everything a flow needs from its Guard, resolved once per Guard (not per call)."""
+
+    policy: Policy
+    steps: StepBuilder
+    tool_names: Container[str]
+    unknown_capability: UnknownCapability = "deny"
+    short_circuit_max_block: int = 100
+    reviewers: Mapping[str, Reviewer] = field(default_factory=dict)
+    approval: ApprovalConfig = field(default_factory=ApprovalConfig)
+    approvals: Mapping[str, ApprovalConfig] = field(default_factory=dict)
+    credential_resolver: CredentialResolver | None = None
+    guardian: GuardianClient | None = None
+    passthrough: tuple[type[BaseException], ...] = ()
+    tools: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    on_decision: Callable[[EngagementState, StepRecord, Decision], None] | None = None
+
+    def decide(self, state: EngagementState, step: StepRecord, decision: Decision) -> Decision:
+        step.decisions.append(decision)
+        if self.on_decision is not None:
+            self.on_decision(state, step, decision)
+        return decision
+
+
+def _deny(
+    ctx: FlowContext,
+    state: EngagementState,
+    step: StepRecord,
+    error: PolicyViolation,
+    *,
+    outcome: Outcome = Outcome.DENY,
+    data: Mapping[str, Any] | None = None,
+) -> PolicyViolation:
+    """Record the denial on the step and hand back the error to raise."""
+    error.engagement_id = state.id
+    decision = Decision(error.rule, outcome, error.phase, error.reason, error.capability, error.expression, data=data)
+    ctx.decide(state, step, decision)
+    return error
+
+
+def _closed_error(state: EngagementState, capability: str | None, phase: Phase) -> PolicyViolation:
+    reason = f"engagement is {state.status.value}: {state.status_reason or 'no reason given'}"
+    if state.status is EngagementStatus.STOPPED:
+        return ShortCircuitViolation(reason, capability=capability, phase=phase)
+    if state.status is EngagementStatus.FAILED:
+        return GuardrailViolation(reason, capability=capability, phase=phase)
+    return EngagementClosed(reason, capability=capability, phase=phase)
+
+
+def _check(
+    ctx: FlowContext, state: EngagementState, step: StepRecord, assertion: Assertion, capability: str, phase: Phase
+) -> None:
+    passed, reason = assertion.check(state.bindings(assertion.plan))
+    if not passed:
+        raise _deny(
+            ctx,
+            state,
+            step,
+            RestrictionViolation(reason, capability=capability, phase=phase, expression=assertion.source),
+        )
+    ctx.decide(
+        state, step, Decision(Rule.RESTRICTION, Outcome.ALLOW, phase, reason, capability, assertion.source)
+    )
+
+
+def _guardian(
+    ctx: FlowContext,
+    state: EngagementState,
+    step: StepRecord,
+    request: dict[str, Any],
+    capability: str | None,
+    phase: Phase,
+) -> Generator[Effect, Any, dict[str, Any] | None]:
+    """Ask the guardian about ``request``. Returns the modified request's params on ``modify``, else None.
+
+    Observe mode only enqueues. Enforce mode waits; ``deny`` and an undecided step under
+    ``on_failure="deny"`` raise :class:`GuardianDenied`; an undecided step under ``on_failure="allow"``
+    proceeds and is recorded as having proceeded without a guardian decision (decision 8).
+    """
+    client = ctx.guardian
+    if client is None:
+        return None
+    step.aos.append(request)
+    if client.mode == "observe":
+        client.submit(request)
+        return None
+    verdict: GuardianVerdict = yield AskGuardian(client, request)
+    outcome = verdict.outcome.value
+    data = {"latency_ms": verdict.latency_ms, "attempts": verdict.attempts}
+    if outcome == "allow":
+        ctx.decide(state, step, Decision(Rule.GUARDIAN, Outcome.ALLOW, phase, verdict.message or "", capability, data=data))
+        return None
+    if outcome == "modify":
+        modified = verdict.modified_request or {}
+        params = modified.get("params")
+        if isinstance(params, dict):
+            ctx.decide(
+                state, step, Decision(Rule.GUARDIAN, Outcome.MODIFY, phase, verdict.message or "", capability, data=data)
+            )
+            return params
+        _undecided(ctx, state, step, "guardian answered modify without a modifiedRequest", capability, phase)
+        return None
+    if outcome == "deny":
+        code = verdict.reason_codes[0] if verdict.reason_codes else None
+        raise _deny(
+            ctx,
+            state,
+            step,
+            GuardianDenied(verdict.message or "denied by guardian", reason_code=code, capability=capability, phase=phase),
+        )
+    cause = verdict.failure or "no decision"
+    if verdict.proceeded:
+        ctx.decide(
+            state,
+            step,
+            Decision(Rule.GUARDIAN, Outcome.NO_DECISION, phase, f"proceeded without guardian decision: {cause}", capability, data=data),
+        )
+        return None
+    raise _deny(
+        ctx,
+        state,
+        step,
+        GuardianDenied(f"denied without guardian decision: {cause}", reason_code="guardian-unavailable", capability=capability, phase=phase),
+    )
+
+
+def _undecided(
+    ctx: FlowContext, state: EngagementState, step: StepRecord, cause: str, capability: str | None, phase: Phase
+) -> None:
+    """A guardian answer that cannot be applied follows the failure policy, like silence does."""
+    client = ctx.guardian
+    if client is not None and client.on_failure == "allow":
+        reason = f"proceeded without guardian decision: {cause}"
+        ctx.decide(state, step, Decision(Rule.GUARDIAN, Outcome.NO_DECISION, phase, reason, capability))
+        return
+    error = GuardianDenied(
+        f"denied without guardian decision: {cause}",
+        reason_code="guardian-unappliable",
+        capability=capability,
+        phase=phase,
+    )
+    raise _deny(ctx, state, step, error)
+
+
+def _review(
+    ctx: FlowContext,
+    state: EngagementState,
+    step: StepRecord,
+    reviewer_id: str,
+    capability: str,
+    phase: Phase,
+    record: CallRecord,
+    outputs: Any,
+) -> Generator[Effect, Any, None]:
+    """Decision 7: ask the named reviewer (and configured approvers) until approved or rejected."""
+    config = ctx.approvals.get(reviewer_id, ctx.approval)
+    names = config.reviewers_for(reviewer_id)
+    responses: list[Approval] = []
+    view = state.view()
+    what = "call" if phase is Phase.INPUT else "use the result of"
+    for index, rid in enumerate(names):
+        if approval_tally(responses, len(names) - index, config.required_approvals) is not None:
+            break
+        reviewer = ctx.reviewers.get(rid)
+        if reviewer is None:
+            responses.append(Approval(False, f"no reviewer registered as {rid!r}", rid))
+            continue
+        request = ReviewRequest(
+            reviewer=rid,
+            capability=capability,
+            phase=phase,
+            message=f"May agent {ctx.policy.name!r} {what} {capability!r}?",
+            execution_id=state.id,
+            inputs=record.inputs,
+            outputs=outputs,
+            engagement=view,
+            call_id=record.call_id,
+            timeout_ms=config.timeout_ms,
+            responses=tuple(responses),
+        )
+        try:
+            answer = yield AskReviewer(reviewer, request, config.timeout_ms)
+            approval = coerce_approval(answer, rid)
+        except ctx.passthrough:
+            raise
+        except TimeoutError:
+            auto = config.auto_approve_on_timeout
+            approval = Approval(
+                auto, f"no answer within {config.timeout_ms} ms" + (" (auto-approved)" if auto else ""), rid
+            )
+        except Exception as exc:
+            approval = Approval(False, f"reviewer failed: {type(exc).__name__}: {exc}", rid)
+        responses.append(approval)
+    approved = approval_tally(responses, 0, config.required_approvals) is True
+    data = {"approvals": [r.as_dict() for r in responses], "reviewer": reviewer_id}
+    reason = "; ".join(f"{r.approved_by}: {r.reason or ('approved' if r.approved else 'rejected')}" for r in responses)
+    if not approved:
+        error = ReviewDenied(f"review by {reviewer_id!r} did not approve ({reason})", capability=capability, phase=phase)
+        raise _deny(ctx, state, step, error, outcome=Outcome.REVIEW_REJECTED, data=data)
+    ctx.decide(state, step, Decision(Rule.REVIEW, Outcome.REVIEW_APPROVED, phase, reason, capability, data=data))
+
+
+def _inputs_from(params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The new inputs in a guardian's modified ``steps/toolCallRequest`` (``None`` if it has none)."""
+    tcr = params.get("toolCallRequest")
+    if not isinstance(tcr, Mapping) or not isinstance(tcr.get("inputs"), list):
+        return None
+    out: dict[str, Any] = {}
+    for item in tcr["inputs"]:
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str) or "value" not in item:
+            return None
+        out[item["name"]] = item["value"]
+    return out
+
+
+def _outputs_from(params: Mapping[str, Any], original: Any) -> tuple[bool, Any]:
+    """The new output in a guardian's modified ``steps/toolCallResult``: (found, value)."""
+    result = params.get("result")
+    if not isinstance(result, Mapping):
+        nested = params.get("toolCallResult")  # the published schema's shape (decision 9)
+        result = nested.get("result") if isinstance(nested, Mapping) else None
+    if not isinstance(result, Mapping) or not isinstance(result.get("outputs"), list):
+        return False, None
+    texts = [p.get("text") for p in result["outputs"] if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
+    text = "".join(t for t in texts if t is not None)
+    if isinstance(original, str):
+        return True, text
+    try:
+        return True, json.loads(text)
+    except ValueError:
+        return True, text
+
+
+def _capability(
+    ctx: FlowContext, state: EngagementState, step: StepRecord, name: str, kind: str
+) -> CapabilityRule | None:
+    policy = ctx.policy
+    rule = policy.capability_for(name, kind, ctx.tool_names)
+    if rule is not None:
+        ctx.decide(state, step, Decision(Rule.CAPABILITY, Outcome.ALLOW, Phase.INPUT, f"capability {rule.key!r}", name))
+        return rule
+    if name in policy.guardrail_tools:
+        ctx.decide(state, step, Decision(Rule.CAPABILITY, Outcome.ALLOW, Phase.INPUT, "guardrail tool", name))
+        return None
+    mode = ctx.unknown_capability
+    reason = f"{kind} {name!r} is not a capability of agent {policy.name!r}"
+    if mode == "deny":
+        raise _deny(ctx, state, step, CapabilityDenied(reason, capability=name, phase=Phase.INPUT))
+    outcome = Outcome.WARN if mode == "observe" else Outcome.ALLOW
+    ctx.decide(state, step, Decision(Rule.CAPABILITY, outcome, Phase.INPUT, reason + f" (unknown_capability={mode})", name))
+    return None
+
+
+def _credentials(
+    ctx: FlowContext, state: EngagementState, rule: CapabilityRule | None, call: ToolCall
+) -> Credentials | None:
+    ident = identity_for(
+        user_identity=rule.user_identity if rule else True,
+        static_identity=rule.static_identity if rule else None,
+        user=state.user,
+    )
+    if ident is None:
+        return None
+    kind, subject = ident
+    if ctx.credential_resolver is None:
+        return Credentials(kind=kind, subject=subject, user=state.user if kind == "user" else None)
+    request = CredentialRequest(call.name, kind, subject, state.user, state.id)
+    return ctx.credential_resolver(request)
+
+
+def tool_call_flow(ctx: FlowContext, state: EngagementState, call: ToolCall) -> Flow:
+    """The whole life of one guarded tool or sub-agent call. Returns the output the caller may use."""
+    name = call.name
+    resumed = state.awaiting_review.pop(call.call_id, None) if call.call_id else None
+    if resumed is not None:  # the host re-ran a call paused in output review: do not run the tool again
+        step, record, rule, output = resumed
+        return (yield from _after_invoke(ctx, state, step, record, rule, call, output, resumed=True))
+
+    step = new_step(state, "steps/toolCallRequest", name=name, call_id=call.call_id)
+    if not state.active:
+        raise _deny(ctx, state, step, _closed_error(state, name, Phase.INPUT))
+    rule = _capability(ctx, state, step, name, call.kind)
+    k = ctx.policy.short_circuit
+    if k is not None:
+        block = state.would_short_circuit(name, k, ctx.short_circuit_max_block)
+        if block is not None:
+            loop = " -> ".join([*state.names[len(state.names) - block + 1 :], name])
+            reason = (
+                f"calling {name!r} would repeat [{loop}] {k} times in a row "
+                f"(lifespan.short_circuit: {k}); the engagement is stopped"
+            )
+            state.stop(EngagementStatus.STOPPED, reason)
+            raise _deny(ctx, state, step, ShortCircuitViolation(reason, capability=name, phase=Phase.INPUT))
+        ctx.decide(state, step, Decision(Rule.SHORT_CIRCUIT, Outcome.ALLOW, Phase.INPUT, f"no block repeated {k} times", name))
+
+    # The record holds JSON-like inputs for CEL and AOS; the tool gets the caller's own objects unless a
+    # guardian rewrote them.
+    record = state.begin_call(name, to_plain(call.inputs), kind=call.kind, call_id=call.call_id)
+    call_inputs: Mapping[str, Any] = call.inputs
+    step.call_id = record.call_id
+    credentials: Credentials | None = None
+    try:
+        if rule is not None and rule.input_assertion is not None:
+            _check(ctx, state, step, rule.input_assertion, name, Phase.INPUT)
+        if ctx.guardian is not None:
+            request = ctx.steps.tool_call_request(state, step, name, record.inputs, call.reasoning)
+            params = yield from _guardian(ctx, state, step, request, name, Phase.INPUT)
+            if params is not None:
+                new_inputs = _inputs_from(params)
+                if new_inputs is None:
+                    _undecided(ctx, state, step, "modifiedRequest carries no tool inputs", name, Phase.INPUT)
+                else:
+                    record.entry["inputs"] = call_inputs = new_inputs
+                    if rule is not None and rule.input_assertion is not None:
+                        _check(ctx, state, step, rule.input_assertion, name, Phase.INPUT)
+        if rule is not None and rule.input_review:
+            yield from _review(ctx, state, step, rule.input_review, name, Phase.INPUT, record, None)
+        credentials = _credentials(ctx, state, rule, call)
+        if call.needs_credentials and credentials is None:
+            raise _deny(
+                ctx,
+                state,
+                step,
+                IdentityError(
+                    "the tool needs credentials and none could be resolved (no user identity, no static_identity)",
+                    capability=name,
+                    phase=Phase.INPUT,
+                ),
+            )
+    except BaseException as exc:
+        state.rollback_call(record, reason=str(exc))
+        raise
+    args, kwargs = call.to_args(call_inputs)
+    try:
+        output = yield Invoke(call.fn, args, kwargs, credentials)
+    except BaseException as exc:
+        state.withhold_call(record, reason=f"{type(exc).__name__}: {exc}", status="failed")
+        step.payload["error"] = f"{type(exc).__name__}: {exc}"
+        raise
+    return (yield from _after_invoke(ctx, state, step, record, rule, call, output, resumed=False))
+
+
+def _after_invoke(
+    ctx: FlowContext,
+    state: EngagementState,
+    step: StepRecord,
+    record: CallRecord,
+    rule: CapabilityRule | None,
+    call: ToolCall,
+    output: Any,
+    *,
+    resumed: bool,
+) -> Flow:
+    name = record.name
+    collect = rule.collect_results if rule is not None else True
+    try:
+        if not resumed:
+            state.complete_call(record, to_plain(output), collect=collect)
+            if rule is not None and rule.output_assertion is not None:
+                _check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
+            if ctx.guardian is not None:
+                request = ctx.steps.tool_call_result(state, step, output, is_error=False)
+                params = yield from _guardian(ctx, state, step, request, name, Phase.OUTPUT)
+                if params is not None:
+                    found, new_output = _outputs_from(params, output)
+                    if not found:
+                        _undecided(ctx, state, step, "modifiedRequest carries no tool result", name, Phase.OUTPUT)
+                    else:
+                        output = new_output
+                        state.complete_call(record, to_plain(output), collect=collect)
+                        if rule is not None and rule.output_assertion is not None:
+                            _check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
+        if rule is not None and rule.output_review:
+            try:
+                yield from _review(ctx, state, step, rule.output_review, name, Phase.OUTPUT, record, to_plain(output))
+            except ctx.passthrough:
+                if record.call_id:
+                    state.awaiting_review[record.call_id] = (step, record, rule, output)
+                raise
+    except PolicyViolation as exc:
+        state.withhold_call(record, reason=exc.reason)
+        raise
+    except BaseException as exc:
+        if not (rule is not None and rule.output_review and record.call_id in state.awaiting_review):
+            state.withhold_call(record, reason=f"{type(exc).__name__}: {exc}", status="failed")
+        raise
+    return output
+
+
+def guardrail_flow(ctx: FlowContext, state: EngagementState, phase: Phase, text: str) -> Flow:
+    """Run the input or output guardrail on ``text``; report the message step; return the text to use.
+
+    The spec: the guardrail tool is invoked on every user input (before any model sees it) and every model
+    answer (before the user sees it); its output is the only input of the assertion; a failure fails the
+    execution and no more tools run in it.
+    """
+    role = "user" if phase is Phase.INPUT else "agent"
+    step = new_step(state, "steps/message", name=role)
+    step.payload["role"] = role
+    if not state.active:
+        raise _deny(ctx, state, step, _closed_error(state, None, phase))
+    rule = ctx.policy.input_guardrail if phase is Phase.INPUT else ctx.policy.output_guardrail
+    if ctx.guardian is not None:
+        request = ctx.steps.message(state, step, role, text)
+        params = yield from _guardian(ctx, state, step, request, None, phase)
+        if params is not None:
+            message = params.get("message")
+            content = message.get("content") if isinstance(message, Mapping) else None
+            texts = [p.get("text") for p in content or [] if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
+            if not texts:
+                _undecided(ctx, state, step, "modifiedRequest carries no message text", None, phase)
+            else:
+                text = "".join(t for t in texts if t is not None)
+    if rule is None:
+        return text
+    fn = ctx.tools.get(rule.tool_name)
+    if fn is None:
+        reason = f"guardrail tool {rule.tool_name!r} is not registered with the guard"
+        state.stop(EngagementStatus.FAILED, reason)
+        raise _deny(ctx, state, step, GuardrailViolation(reason, capability=rule.tool_name, phase=phase))
+    try:
+        output = yield Invoke(fn, (text,), {})
+    except ctx.passthrough:
+        raise
+    except Exception as exc:
+        reason = f"guardrail tool {rule.tool_name!r} failed: {type(exc).__name__}: {exc}"
+        state.stop(EngagementStatus.FAILED, reason)
+        raise _deny(ctx, state, step, GuardrailViolation(reason, capability=rule.tool_name, phase=phase)) from exc
+    passed, reason = rule.assertion.check({"output": to_plain(output)})
+    if not passed:
+        state.stop(EngagementStatus.FAILED, f"{phase.value} guardrail failed: {reason}")
+        raise _deny(
+            ctx,
+            state,
+            step,
+            GuardrailViolation(reason, capability=rule.tool_name, phase=phase, expression=rule.assertion.source),
+        )
+    ctx.decide(state, step, Decision(Rule.GUARDRAIL, Outcome.ALLOW, phase, reason, rule.tool_name, rule.assertion.source))
+    return text

@@ -1,0 +1,151 @@
+"""The compiled policy of one agent: capabilities, assertions, guardrails, exposes, lifespan.
+
+Built once per Guard from a :class:`~agentguard.spec.CompiledSpec`; every lookup on the per-call path is a
+dict access. Pure decisions only: nothing here calls a tool, a reviewer or the network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agentguard.cel import CelEvaluationError, CelProgram
+from agentguard.engagement import ViewPlan
+from agentguard.spec import CompiledSpec, Reference
+
+__all__ = ["Assertion", "CapabilityRule", "GuardrailRule", "Policy", "UnknownCapability"]
+
+UnknownCapability = Literal["deny", "allow", "observe"]
+
+
+@dataclass(frozen=True, slots=True)
+class Assertion:
+    """One compiled CEL assertion and the part of the Engagement view it reads."""
+
+    program: CelProgram
+    plan: ViewPlan
+    field: str
+
+    @classmethod
+    def of(cls, program: CelProgram, field: str) -> Assertion:
+        return cls(program, ViewPlan.for_expression(program.source, program.variables), field)
+
+    @property
+    def source(self) -> str:
+        return self.program.source
+
+    def check(self, variables: Mapping[str, Any]) -> tuple[bool, str]:
+        """Decision 4: only a boolean ``true`` passes; an error or a non-boolean is a failed assertion."""
+        try:
+            value = self.program.evaluate(variables)
+        except CelEvaluationError as exc:
+            return False, f"assertion could not be evaluated: {exc.message}"
+        except Exception as exc:  # an engine bug must not let a step through
+            return False, f"assertion could not be evaluated: {type(exc).__name__}: {exc}"
+        if value is True:
+            return True, "assertion holds"
+        if value is False:
+            return False, "assertion is false"
+        return False, f"assertion yielded {type(value).__name__}, not a boolean"
+
+    def select(self, variables: Mapping[str, Any]) -> Any:
+        """Evaluate as a selection (``exposes``): the value, or ``None`` when it cannot be evaluated."""
+        try:
+            return self.program.evaluate(variables)
+        except CelEvaluationError:
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityRule:
+    """What the spec says about one capability, ready for the per-call path."""
+
+    key: str
+    reference: Reference
+    collect_results: bool
+    user_identity: bool
+    static_identity: str | None
+    input_assertion: Assertion | None
+    output_assertion: Assertion | None
+    input_review: str | None
+    output_review: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class GuardrailRule:
+    tool_name: str
+    assertion: Assertion
+
+
+class Policy:
+    """The spec, compiled and indexed for lookups by name."""
+
+    def __init__(self, compiled: CompiledSpec) -> None:
+        spec = compiled.spec
+        self.compiled = compiled
+        self.spec = spec
+        self.name = spec.name
+        self._bare: dict[str, CapabilityRule] = {}
+        self._agents: dict[str, CapabilityRule] = {}
+        self._remote: dict[str, CapabilityRule] = {}
+        for key, cap in spec.capabilities.items():
+            ref = compiled.references[key]
+            inp, out = cap.input_restriction, cap.output_restriction
+            in_prog = compiled.input_assertions.get(key)
+            out_prog = compiled.output_assertions.get(key)
+            rule = CapabilityRule(
+                key=key,
+                reference=ref,
+                collect_results=cap.collect_results,
+                user_identity=cap.user_identity,
+                static_identity=cap.static_identity,
+                input_assertion=Assertion.of(in_prog, f"capabilities.{key}.input_restriction.assertion")
+                if in_prog
+                else None,
+                output_assertion=Assertion.of(out_prog, f"capabilities.{key}.output_restriction.assertion")
+                if out_prog
+                else None,
+                input_review=inp.require_review if inp else None,
+                output_review=out.require_review if out else None,
+            )
+            if ref.kind == "remote":
+                self._remote[ref.url or ref.raw] = rule
+            else:
+                (self._agents if ref.kind == "agent" else self._bare)[ref.name] = rule
+        guardrails = spec.guardrails
+        self.input_guardrail = (
+            GuardrailRule(guardrails.input.tool_name, Assertion.of(compiled.guardrail_input, "guardrails.input.assertion"))
+            if guardrails and guardrails.input and compiled.guardrail_input
+            else None
+        )
+        self.output_guardrail = (
+            GuardrailRule(
+                guardrails.output.tool_name, Assertion.of(compiled.guardrail_output, "guardrails.output.assertion")
+            )
+            if guardrails and guardrails.output and compiled.guardrail_output
+            else None
+        )
+        self.exposes = {key: Assertion.of(prog, f"exposes.{key}") for key, prog in compiled.exposes.items()}
+        lifespan = spec.lifespan
+        self.short_circuit: int | None = lifespan.short_circuit if lifespan else None
+        self.retain_memory: bool = lifespan.retain_memory if lifespan else True
+        self.guardrail_tools = frozenset(
+            g.tool_name for g in (self.input_guardrail, self.output_guardrail) if g is not None
+        )
+
+    def capability_for(self, name: str, kind: str, tool_names: Container[str]) -> CapabilityRule | None:
+        """The capability a call of tool or agent ``name`` falls under (tool-before-agent for bare names)."""
+        if kind == "tool":
+            return self._bare.get(name)
+        rule = self._agents.get(name)
+        if rule is None and name not in tool_names:
+            rule = self._bare.get(name)
+        return rule
+
+    def remote_capability(self, url: str) -> CapabilityRule | None:
+        return self._remote.get(url)
+
+    @property
+    def capability_keys(self) -> list[str]:
+        return list(self.spec.capabilities)

@@ -1,0 +1,79 @@
+"""OpenAgentSpec agent documents: the models, the loader, and the name and ``oagent://`` reference rules.
+
+Load a spec file once at start-up; every problem in it -- YAML syntax, unknown or missing fields, invalid
+names, CEL expressions that do not compile -- is reported together, each with file, field, line and column,
+so a broken policy never reaches a running agent::
+
+    from agentguard.errors import SpecError
+    from agentguard.spec import load_spec_text
+
+    text = '''
+    kind: openagentspec:v1/agent
+    name: support-agent
+    description: The agent answers customer questions about orders.
+    intent: You help customers with their orders.
+    owner: support-team@corp.com
+    capabilities:
+      lookup-order:
+      send-email:
+        input_restriction:
+          assertion: recent["send-email"].inputs.to.endsWith("@corp.com")
+    '''
+    compiled = load_spec_text(text)
+    program = compiled.input_assertions["send-email"]
+    program.evaluate({"recent": {"send-email": {"inputs": {"to": "bob@corp.com"}}}})    # -> True
+
+    try:
+        load_spec_text(text.replace("send-email:", "Send_Email:", 1), source="agent.yaml")
+    except SpecError as error:
+        for problem in error.problems:
+            print(problem)   # agent.yaml:9:3: capabilities.Send_Email: key 'Send_Email' is not a valid ...
+
+Files are read with :func:`load_spec`; :func:`parse_spec` and :func:`compile_spec` are the two halves of
+loading, for callers that build or inspect a spec before compiling it.
+"""
+
+from ._loader import (
+    ENGAGEMENT_DECLARATIONS,
+    GUARDRAIL_DECLARATIONS,
+    CompiledSpec,
+    compile_spec,
+    load_spec,
+    load_spec_text,
+    parse_spec,
+)
+from ._models import KIND, AgentSpec, Capability, Guardrail, Guardrails, Lifespan, Restriction
+from ._names import (
+    AGENT_SCHEME,
+    MAX_NAME_LENGTH,
+    Reference,
+    ReferenceKind,
+    is_valid_name,
+    parse_reference,
+    resolve,
+    validate_name,
+)
+
+__all__ = [
+    "AGENT_SCHEME",
+    "ENGAGEMENT_DECLARATIONS",
+    "GUARDRAIL_DECLARATIONS",
+    "KIND",
+    "MAX_NAME_LENGTH",
+    "AgentSpec",
+    "Capability",
+    "CompiledSpec",
+    "Guardrail",
+    "Guardrails",
+    "Lifespan",
+    "Reference",
+    "ReferenceKind",
+    "Restriction",
+    "compile_spec",
+    "is_valid_name",
+    "load_spec",
+    "load_spec_text",
+    "parse_spec",
+    "resolve",
+    "validate_name",
+]

@@ -1,0 +1,137 @@
+"""Pydantic models of an OpenAgentSpec agent document (``kind: openagentspec:v1/agent``).
+
+The field names are exactly the spec's. Every model is frozen (a loaded policy must not change under a
+running engagement), forbids unknown fields (a misspelt ``colect_results`` would otherwise silently fall
+back to its default and weaken the policy), and validates strictly: ``"false"`` is not a boolean and
+``3.0`` is not an ``int`` -- in a security policy a value of the wrong type is a mistake, not a hint.
+
+CEL expressions are kept as text here; :func:`agentguard.spec.compile_spec` compiles them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr
+
+from ._names import parse_reference, validate_name
+
+__all__ = [
+    "KIND",
+    "AgentSpec",
+    "Capability",
+    "Guardrail",
+    "Guardrails",
+    "Lifespan",
+    "Restriction",
+]
+
+KIND = "openagentspec:v1/agent"
+
+
+def _check_name(value: str) -> str:
+    reason = validate_name(value)
+    if reason is not None:
+        raise ValueError(f"invalid name {value!r}: {reason}")
+    return value
+
+
+def _check_reference(value: str) -> str:
+    parse_reference(value)
+    return value
+
+
+def _check_not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+def _none_as_empty(value: object) -> object:
+    # `send-email:` with nothing after it is YAML null; the spec's defaults make that a complete capability.
+    return {} if value is None else value
+
+
+Name = Annotated[str, AfterValidator(_check_name)]
+"""A tool or agent name (DNS subdomain rule)."""
+
+ReferenceText = Annotated[str, AfterValidator(_check_reference)]
+"""A reference to a tool or agent in one of the three forms of :func:`~agentguard.spec.parse_reference`."""
+
+Text = Annotated[str, AfterValidator(_check_not_blank)]
+"""A string the spec requires to carry content: empty or whitespace-only is rejected."""
+
+
+class _SpecModel(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class Restriction(_SpecModel):
+    """Conditions checked before (input) or after (output) a capability is invoked."""
+
+    require_review: Text | None = None
+    """Who must approve the step: a user identity or an agent reference the server understands."""
+
+    assertion: Text | None = None
+    """A CEL expression over the Engagement (``started_at``, ``user``, ``recent``, ``history``)."""
+
+
+class Capability(_SpecModel):
+    """What the agent may do with one tool or agent. A capability with no fields is valid: all defaults."""
+
+    collect_results: bool = True
+    """Append the tool's output to the Engagement."""
+
+    user_identity: bool = True
+    """Access the tool as the calling user."""
+
+    static_identity: Text | None = None
+    """Credential set to use when ``user_identity`` is false or the engagement has no user."""
+
+    input_restriction: Restriction | None = None
+    output_restriction: Restriction | None = None
+
+
+class Guardrail(_SpecModel):
+    """A tool invoked on every user input (or model output) whose result a CEL assertion must accept."""
+
+    tool_name: Name
+    assertion: Text
+    """A CEL expression over the guardrail tool's result, bound to the variable ``output``."""
+
+
+class Guardrails(_SpecModel):
+    input: Guardrail | None = None
+    output: Guardrail | None = None
+
+
+class Lifespan(_SpecModel):
+    retain_memory: bool = True
+    """Whether context for the model may be kept across engagements."""
+
+    short_circuit: Annotated[int, Field(ge=1)] | None = None
+    """Maximum number of times a block of tool calls may repeat back to back."""
+
+
+class AgentSpec(_SpecModel):
+    """An OpenAgentSpec agent document.
+
+    ``capabilities`` is keyed by references (``lookup-order``, ``oagent://billing-agent``,
+    ``oagent://host/path/agent``); use :attr:`agentguard.spec.CompiledSpec.references` for the parsed form.
+    """
+
+    kind: Literal["openagentspec:v1/agent"]
+    name: Name
+    description: Text
+    intent: Text
+    owner: Text
+    capabilities: dict[ReferenceText, Annotated[Capability, BeforeValidator(_none_as_empty)]]
+    guardrails: Guardrails | None = None
+    exposes: dict[str, Text] | None = None
+    """Key -> CEL selection over the Engagement, returned to the calling user alongside the result."""
+    lifespan: Lifespan | None = None
+
+    # 1-based (line, column) of each field in the file it was parsed from, keyed by path; filled by
+    # parse_spec so that compile_spec can point CEL errors at the right line. Not part of the document.
+    _positions: dict[tuple[object, ...], tuple[int, int]] = PrivateAttr(default_factory=dict)
+    _source: str | None = PrivateAttr(default=None)
