@@ -28,9 +28,12 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
     return _review_pool
 
 
+_NOT_AWAITABLE = frozenset({dict, list, tuple, str, int, float, bool, type(None), bytes})
+
+
 def _resolve_sync(value: Any, what: str) -> Any:
     """A sync driver met an awaitable (an async tool or reviewer): run it if no loop runs in this thread."""
-    if not inspect.isawaitable(value):
+    if type(value) in _NOT_AWAITABLE or not inspect.isawaitable(value):
         return value
     try:
         asyncio.get_running_loop()

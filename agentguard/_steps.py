@@ -10,13 +10,12 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, get_type_hints
 
-from agentguard.engagement import EngagementState, StepRecord, to_plain
+from agentguard.engagement import EngagementState, StepRecord, new_id, to_plain
 
 __all__ = ["AgentInfo", "StepBuilder", "new_step", "tool_definition"]
 
@@ -221,7 +220,7 @@ def new_step(state: EngagementState, kind: str, *, name: str | None = None, call
     """A fresh step record appended to the engagement."""
     step = StepRecord(
         kind=kind,
-        step_id=uuid.uuid4().hex,
+        step_id=new_id(),
         turn_id=state.turn_id,
         timestamp=datetime.now(UTC),
         name=name,

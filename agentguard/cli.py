@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
-from agentguard.cel import get_backend
+from agentguard.cel import BACKEND_ENV_VAR, DEFAULT_BACKEND, get_backend
 from agentguard.errors import SpecError, SpecProblem
 from agentguard.spec import load_spec
 
@@ -63,7 +63,10 @@ def _add_validate(subparsers: _Subparsers) -> None:
         "--format", choices=("text", "json"), default="text", help="output format (default: text)"
     )
     parser.add_argument(
-        "--cel-backend", metavar="NAME", default=None, help="CEL engine to compile with (default: the library's)"
+        "--cel-backend",
+        metavar="NAME",
+        default=None,
+        help=f"CEL engine to compile with (default: ${BACKEND_ENV_VAR}, else {DEFAULT_BACKEND})",
     )
     parser.set_defaults(run=_validate)
 

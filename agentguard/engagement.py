@@ -29,11 +29,13 @@ Example::
 from __future__ import annotations
 
 import enum
+import functools
+import itertools
+import os
 import re
 import threading
 import time
-import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -50,6 +52,8 @@ __all__ = [
     "User",
     "ViewPlan",
     "find_short_circuit",
+    "new_id",
+    "repeated_block",
     "to_plain",
 ]
 
@@ -81,9 +85,12 @@ class Outcome(str, enum.Enum):
     WARN = "warn"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Decision:
-    """One recorded decision of one rule about one step."""
+    """One recorded decision of one rule about one step. Treat as read-only.
+
+    (Not a frozen dataclass on purpose: a frozen one costs ~1.5 µs more to build, several times per call.)
+    """
 
     rule: Rule
     outcome: Outcome
@@ -166,6 +173,14 @@ class StepRecord:
 
 
 _PLAIN = (str, int, float, bool, type(None))
+_PRIMITIVE = frozenset(_PLAIN)
+_ID_PREFIX = os.urandom(6).hex()
+_ID_COUNTER = itertools.count(1)
+
+
+def new_id() -> str:
+    """A process-unique id (random per-process prefix + counter): cheap enough for every step."""
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):x}"
 
 
 def to_plain(value: Any) -> Any:
@@ -174,6 +189,21 @@ def to_plain(value: Any) -> Any:
     Primitives pass through untouched (the common case costs one ``isinstance``); mappings, sequences,
     pydantic models, dataclasses and datetimes are converted; anything else becomes its ``str``.
     """
+    cls = type(value)
+    if cls in _PRIMITIVE:
+        return value
+    if cls is dict:  # fast path: a flat dict of primitives with str keys (most tool inputs and outputs)
+        for key, item in value.items():
+            if type(item) not in _PRIMITIVE or type(key) is not str:
+                break
+        else:
+            return dict(value)
+    elif cls is list:
+        for item in value:
+            if type(item) not in _PRIMITIVE:
+                break
+        else:
+            return list(value)
     if isinstance(value, _PLAIN):
         return value
     if isinstance(value, Mapping):
@@ -191,7 +221,7 @@ def to_plain(value: Any) -> Any:
     return str(value)
 
 
-_HISTORY_REF = re.compile(r"""(?<![\w.])history\s*(?:\.\s*([A-Za-z_]\w*)|\[\s*(["'])([^"'\\]*)\2\s*\])?""")
+_MAP_REF = re.compile(r"""(?<![\w.])(recent|history)\s*(?:\.\s*([A-Za-z_]\w*)|\[\s*(["'])([^"'\\]*)\3\s*\])?""")
 _STRING = re.compile(r"""("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')""")
 
 
@@ -199,31 +229,39 @@ _STRING = re.compile(r"""("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')""")
 class ViewPlan:
     """Which parts of the Engagement view one expression reads.
 
-    ``history_keys`` is ``None`` when the expression uses ``history`` as a whole (``history[x]`` with a
-    computed key, ``size(history)``, ...): then the whole history is bound.
+    ``recent_keys`` / ``history_keys`` list the members an expression selects with a literal name
+    (``recent["send-email"]``, ``history._total``); ``None`` means the variable is used as a whole
+    (``history[x]`` with a computed key, ``size(history)``, ...) and is bound whole.
     """
 
     variables: frozenset[str]
+    recent_keys: frozenset[str] | None
     history_keys: frozenset[str] | None
 
     @classmethod
     def for_expression(cls, expression: str, variables: Iterable[str]) -> ViewPlan:
         variables = frozenset(variables)
-        if "history" not in variables:
-            return cls(variables, frozenset())
-        # Blank out string literals so that "history" inside a string is not taken as a reference, but keep
-        # the literal right after `history[` (that is the key we want).
-        keys: set[str] = set()
+        keys: dict[str, set[str] | None] = {"recent": set(), "history": set()}
+        # Blank out string literals so that "history" inside a string is not taken as a reference, but read
+        # the literal right after `history[` from the original text (that is the key we want).
         masked = _STRING.sub(lambda m: m.group(0)[0] + "_" * (len(m.group(0)) - 2) + m.group(0)[0], expression)
-        for match in _HISTORY_REF.finditer(masked):
-            if match.group(1):
-                keys.add(match.group(1))
-            elif match.group(2):
-                start, end = match.span(3)
-                keys.add(expression[start:end])
+        for match in _MAP_REF.finditer(masked):
+            found = keys[match.group(1)]
+            if found is None:
+                continue
+            if match.group(2):
+                found.add(match.group(2))
+            elif match.group(3):
+                start, end = match.span(4)
+                found.add(expression[start:end])
             else:
-                return cls(variables, None)
-        return cls(variables, frozenset(keys))
+                keys[match.group(1)] = None
+        recent, history = keys["recent"], keys["history"]
+        return cls(
+            variables,
+            frozenset(recent) if recent is not None else None,
+            frozenset(history) if history is not None else None,
+        )
 
 
 class EngagementState:
@@ -240,24 +278,31 @@ class EngagementState:
         engagement_id: str | None = None,
         started_at: datetime | None = None,
         metadata: Mapping[str, Any] | None = None,
+        loop_window: int = 300,
     ) -> None:
-        self.id = engagement_id or uuid.uuid4().hex
+        self.id = engagement_id or new_id()
         self.user = user
         self.started_at = started_at or datetime.now(UTC)
         self.metadata: dict[str, Any] = dict(metadata or {})
         self.status = EngagementStatus.ACTIVE
         self.status_reason: str | None = None
-        self.turn_id = uuid.uuid4().hex
+        self.turn_id = new_id()
         self.calls: list[CallRecord] = []
         self.steps: list[StepRecord] = []
         # Calls paused in output review by a host that re-runs the step on resume (LangGraph interrupt):
         # call id -> what the pipeline needs to finish the review without running the tool again.
         self.awaiting_review: dict[str, Any] = {}
+        # Identity-only credentials by (kind, subject), built once per engagement (see agentguard.policy).
+        self.credentials: dict[tuple[str, str], Any] = {}
         self._lock = threading.RLock()
         self._recent: dict[str, Any] = {}
         self._names: list[str] = []
         self._history: dict[str, Any] = {"_list": self._names, "_total": 0}
-        self._positions: dict[str, list[int]] = {}
+        # The invoked names, newest first, one char per name, at most `loop_window` long: the short-circuit
+        # detector matches a regex against it (see repeated_block), at a cost independent of history length.
+        self._chars: dict[str, str] = {}
+        self._reversed = ""
+        self._loop_window = loop_window
         self._user_view: dict[str, Any] = user.as_view() if user else {"id": None, "email": None}
 
     # -- the view -------------------------------------------------------------------------------------
@@ -294,7 +339,12 @@ class EngagementState:
         out: dict[str, Any] = {}
         for var in plan.variables:
             if var == "recent":
-                out["recent"] = self._recent
+                rkeys = plan.recent_keys
+                if rkeys is None:
+                    out["recent"] = self._recent
+                else:
+                    recent = self._recent
+                    out["recent"] = {key: recent[key] for key in rkeys if key in recent}
             elif var == "user":
                 out["user"] = self._user_view
             elif var == "started_at":
@@ -319,10 +369,10 @@ class EngagementState:
     def begin_call(self, name: str, inputs: dict[str, Any], *, kind: str = "tool", call_id: str | None = None) -> CallRecord:
         """Record an attempted call as the most recent one (decision 2: the pending call is visible)."""
         entry: dict[str, Any] = {"inputs": inputs, "outputs": None}
-        record = CallRecord(name, kind, call_id or uuid.uuid4().hex, entry, time.time())
+        record = CallRecord(name, kind, call_id or new_id(), entry, time.time())
         with self._lock:
-            self._positions.setdefault(name, []).append(len(self._names))
             self._names.append(name)
+            self._reversed = (self._char(name) + self._reversed)[: self._loop_window]
             entries = self._history.get(name)
             if entries is None:
                 entries = self._history[name] = []
@@ -343,14 +393,16 @@ class EngagementState:
             if index is None:
                 return
             del entries[index]
-            position = self._position_of(record.name, index)
-            del self._names[position]
-            if position == len(self._names):
-                self._positions[record.name].pop()
-            else:  # a parallel call finished in between: positions after it shift, rebuild the index
-                self._positions = {}
-                for i, n in enumerate(self._names):
-                    self._positions.setdefault(n, []).append(i)
+            # the record is the index-th call of its name: find that occurrence in the ordered list
+            seen = -1
+            for position, n in enumerate(self._names):
+                if n == record.name:
+                    seen += 1
+                    if seen == index:
+                        del self._names[position]
+                        break
+            tail = self._names[-self._loop_window :]
+            self._reversed = "".join(self._char(n) for n in reversed(tail))
             if entries:
                 self._recent[record.name] = entries[-1]
             else:
@@ -361,8 +413,11 @@ class EngagementState:
             else:
                 self._recent.pop("_name", None)
 
-    def _position_of(self, name: str, occurrence: int) -> int:
-        return self._positions[name][occurrence]
+    def _char(self, name: str) -> str:
+        char = self._chars.get(name)
+        if char is None:
+            char = self._chars[name] = chr(0x100 + len(self._chars))
+        return char
 
     def complete_call(self, record: CallRecord, outputs: Any, *, collect: bool = True) -> None:
         """Store a call's outputs (``null`` when ``collect_results`` is false)."""
@@ -381,8 +436,10 @@ class EngagementState:
 
     def would_short_circuit(self, name: str, k: int, max_block: int) -> int | None:
         """Block length at which calling ``name`` now would repeat a block ``k`` times, else ``None``."""
+        if k * max_block > self._loop_window:
+            return find_short_circuit([*self._names, name], k, max_block)
         with self._lock:
-            return find_short_circuit(self._names, self._positions.get(name, ()), name, k, max_block)
+            return repeated_block(self._char(name) + self._reversed, k, max_block)
 
     # -- status ---------------------------------------------------------------------------------------
 
@@ -398,37 +455,32 @@ class EngagementState:
         return self.status is EngagementStatus.ACTIVE
 
     def new_turn(self) -> str:
-        self.turn_id = uuid.uuid4().hex
+        self.turn_id = new_id()
         return self.turn_id
 
 
-def find_short_circuit(
-    names: list[str], positions: Iterable[int] | list[int], name: str, k: int, max_block: int
-) -> int | None:
-    """Decision 5: would appending ``name`` make ``names`` end with one block repeated ``k`` times?
+@functools.lru_cache(maxsize=64)
+def _loop_pattern(k: int, max_block: int) -> re.Pattern[str]:
+    # On the *reversed* sequence, "ends with a block repeated k times" becomes "starts with one": a
+    # backreference match anchored at position 0, run by the regex engine in C, smallest block first.
+    return re.compile(rf"(.{{1,{max_block}}}?)\1{{{k - 1}}}", re.DOTALL)
 
-    Only blocks that end with an earlier occurrence of ``name`` one block-length back can repeat, so the
-    candidates are the earlier positions of ``name`` (``positions``, ascending) within ``max_block`` calls;
-    each candidate is verified from the end with an early exit. That keeps the check at a few comparisons
-    per call at any history length; blocks longer than ``max_block`` calls are not detected (documented).
+
+def repeated_block(reversed_sequence: str, k: int, max_block: int) -> int | None:
+    """Length of the shortest block that the (reversed, one char per name) sequence starts with k times."""
+    match = _loop_pattern(k, max_block).match(reversed_sequence)
+    return len(match.group(1)) if match else None
+
+
+def find_short_circuit(sequence: Sequence[str], k: int, max_block: int) -> int | None:
+    """Decision 5: does ``sequence`` (the invoked names plus the attempted one) end with a block of one or
+    more names repeated ``k`` times in a row? Returns the block length, or ``None``.
+
+    Blocks longer than ``max_block`` calls are not looked for (documented limit; default 100).
     """
     if k < 1:
         return None
-    if k == 1:
-        return 1
-    n = len(names)  # index the new call would take
-    pos = positions if isinstance(positions, list) else list(positions)
-    for p in reversed(pos):
-        block = n - p
-        if block > max_block or k * block > n + 1:
-            break
-        span = (k - 1) * block
-        ok = True
-        # new sequence s' = names + [name]; need s'[i] == s'[i - block] for i in (n - span, n]
-        for i in range(n - 1, n - span, -1):
-            if names[i] != names[i - block]:
-                ok = False
-                break
-        if ok:
-            return block
-    return None
+    chars: dict[str, str] = {}
+    window = sequence[-k * max_block :]
+    text = "".join(chars.setdefault(n, chr(0x100 + len(chars))) for n in reversed(window))
+    return repeated_block(text, k, max_block)

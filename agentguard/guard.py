@@ -27,7 +27,7 @@ import contextvars
 import functools
 import inspect
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
@@ -43,7 +43,16 @@ from agentguard.engagement import (
     to_plain,
 )
 from agentguard.errors import ConfigurationError, Phase
-from agentguard.policy._flow import FlowContext, ToolCall, guardrail_flow, tool_call_flow
+from agentguard.steps import MCP, KnowledgeRetrieval, Message, Step
+from agentguard.policy._flow import (
+    Flow,
+    FlowContext,
+    ToolCall,
+    guardrail_flow,
+    message_text,
+    report_flow,
+    tool_call_flow,
+)
 from agentguard.policy._identity import CredentialResolver
 from agentguard.policy._policy import Policy, UnknownCapability
 from agentguard.policy._review import ApprovalConfig, Reviewer
@@ -187,6 +196,82 @@ class Engagement:
         result: str = await run_async(guardrail_flow(self.guard._flow, self.state, Phase.OUTPUT, text))
         return result
 
+    # -- other steps ----------------------------------------------------------------------------------
+
+    def _report_flow(self, step: Step) -> Flow:
+        ctx, state = self.guard._flow, self.state
+        builder = ctx.steps
+        if isinstance(step, Message):
+            message = step
+
+            def build(record: StepRecord) -> dict[str, Any]:
+                record.payload["role"] = message.role
+                return builder.message(
+                    state, record, message.role, message.text, citation=message.citation, reasoning=message.reasoning
+                )
+
+        elif isinstance(step, MCP):
+            params = step.params()
+
+            def build(record: StepRecord) -> dict[str, Any]:
+                return builder.passthrough(step.method, params)
+
+        else:
+            params = step.params()
+
+            def build(record: StepRecord) -> dict[str, Any]:
+                return builder.generic(state, record, step.method, params)
+
+        phase = Phase.INPUT if getattr(step, "role", "user") == "user" else Phase.OUTPUT
+        return report_flow(ctx, state, step.method, build, name=getattr(step, "role", None), phase=phase)
+
+    def report(self, step: Step) -> dict[str, Any] | None:
+        """Record a step (see :mod:`agentguard.steps`) and put it to the guardian when one is configured.
+
+        Returns the params of the guardian's replacement request on ``modify``, else ``None``; raises
+        :class:`~agentguard.GuardianDenied` on ``deny`` -- then the step must not be carried out.
+        """
+        result: dict[str, Any] | None = run_sync(self._report_flow(step))
+        return result
+
+    async def areport(self, step: Step) -> dict[str, Any] | None:
+        result: dict[str, Any] | None = await run_async(self._report_flow(step))
+        return result
+
+    def report_message(
+        self,
+        role: Literal["user", "agent", "system"],
+        text: str,
+        *,
+        citation: Sequence[Mapping[str, Any]] = (),
+        reasoning: str | None = None,
+    ) -> str:
+        """Record a ``steps/message`` without running a guardrail; returns the text to use (guardian-modified)."""
+        params = self.report(Message(role, text, citation, reasoning))
+        return (message_text(params) or text) if params is not None else text
+
+    async def areport_message(
+        self,
+        role: Literal["user", "agent", "system"],
+        text: str,
+        *,
+        citation: Sequence[Mapping[str, Any]] = (),
+        reasoning: str | None = None,
+    ) -> str:
+        params = await self.areport(Message(role, text, citation, reasoning))
+        return (message_text(params) or text) if params is not None else text
+
+    def report_knowledge_retrieval(
+        self, query: str | None, results: Sequence[Mapping[str, Any]], keywords: Sequence[str] | None = None
+    ) -> dict[str, Any] | None:
+        """Shorthand for ``report(KnowledgeRetrieval(...))``."""
+        return self.report(KnowledgeRetrieval(results=results, query=query, keywords=keywords))
+
+    async def areport_knowledge_retrieval(
+        self, query: str | None, results: Sequence[Mapping[str, Any]], keywords: Sequence[str] | None = None
+    ) -> dict[str, Any] | None:
+        return await self.areport(KnowledgeRetrieval(results=results, query=query, keywords=keywords))
+
     # -- lifecycle ------------------------------------------------------------------------------------
 
     def new_turn(self) -> str:
@@ -274,7 +359,7 @@ class Guard:
         if isinstance(spec, CompiledSpec):
             compiled = spec
         else:
-            compiled = compile_spec(spec, backend or get_backend(), source=source or "<model>")
+            compiled = compile_spec(spec, backend or get_backend(), source=source)
         self.compiled = compiled
         self.policy = Policy(compiled)
         self.guardian = guardian
@@ -337,7 +422,9 @@ class Guard:
     def tool(self, fn: F, /) -> F: ...
 
     @overload
-    def tool(self, *, name: str | None = None, needs_credentials: bool = False) -> Callable[[F], F]: ...
+    def tool(
+        self, fn: None = None, /, *, name: str | None = None, needs_credentials: bool = False
+    ) -> Callable[[F], F]: ...
 
     def tool(
         self, fn: F | None = None, /, *, name: str | None = None, needs_credentials: bool = False
@@ -357,7 +444,7 @@ class Guard:
     def agent(self, fn: F, /) -> F: ...
 
     @overload
-    def agent(self, *, name: str | None = None) -> Callable[[F], F]: ...
+    def agent(self, fn: None = None, /, *, name: str | None = None) -> Callable[[F], F]: ...
 
     def agent(self, fn: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
         """Guard a callable that runs a sub-agent. It is a capability like a tool and recorded the same way."""
@@ -447,7 +534,9 @@ class Guard:
         metadata: Mapping[str, Any] | None = None,
     ) -> Engagement:
         """Open a new engagement (a fresh Engagement record). Use as ``with`` / ``async with``."""
-        return Engagement(self, EngagementState(user=user, engagement_id=engagement_id, metadata=metadata))
+        window = (self.policy.short_circuit or 1) * self._flow.short_circuit_max_block
+        state = EngagementState(user=user, engagement_id=engagement_id, metadata=metadata, loop_window=window)
+        return Engagement(self, state)
 
     def current_engagement(self) -> Engagement | None:
         """The engagement open in this thread or asyncio task, if any."""

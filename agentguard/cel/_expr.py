@@ -15,7 +15,7 @@ evaluates a small assertion in about 2 µs. Facts about it that shape this modul
 * Inputs are converted eagerly and wholesale: binding a large ``history`` costs in proportion to its size,
   which is why a program binds only the variables it references.
 * The engine does not expose its AST, but ``Expression.serialize()`` is a ``google.protobuf.Any`` holding
-  the ``cel.expr.CheckedExpr``. :func:`_referenced_variables` reads the few fields it needs straight from
+  the ``cel.expr.CheckedExpr``. :func:`_references` reads the few fields it needs straight from
   the protobuf wire format, so that ``protobuf`` need not be a dependency.
 """
 
@@ -41,6 +41,13 @@ _CEL_TYPES: dict[VarType, cel.Type] = {
 }
 
 _ERROR = cel.Type.ERROR
+
+# The two-variable macros (``m.exists(key, value, ...)``, ``transformList``, ...) are part of the CEL
+# specification's core conformance tests and handy over tool-call maps, but an extension in cel-cpp.
+# ``transformMap`` type-checks in 0.1.3 but its runtime helper is not registered, so every evaluation would
+# fail; it is rejected at compile time instead.
+_MAP_INSERT = "cel.@mapInsert"
+_CONFIG = cel.NewEnvConfigFromYaml("extensions:\n  - name: two-var-comprehensions\n")
 
 # One diagnostic of the engine: "ERROR: <input>:LINE:COLUMN: reason", followed by a snippet with a caret.
 _DIAGNOSTIC = re.compile(r"^ERROR: [^:\n]*:(-?\d+):(-?\d+): (.*)$", re.MULTILINE)
@@ -85,15 +92,21 @@ class ExprBackend:
             checked = env.compile(expression)
         except RuntimeError as exc:
             raise _compile_error(expression, str(exc)) from None
-        referenced = _referenced_variables(checked.serialize()) & declarations.keys()
-        return ExprProgram(expression, checked, frozenset(referenced))
+        variables, functions = _references(checked.serialize())
+        if _MAP_INSERT in functions:
+            raise CelCompileError(
+                expression,
+                f"transformMap() is not supported by this cel-expr-python ({_MAP_INSERT} is missing)",
+            )
+        return ExprProgram(expression, checked, frozenset(variables & declarations.keys()))
 
     def _env(self, declarations: Mapping[str, VarType]) -> cel.Env:
         key = frozenset(declarations.items())
         with self._lock:
             env = self._envs.get(key)
             if env is None:
-                env = cel.NewEnv(variables={name: _CEL_TYPES[t] for name, t in declarations.items()})
+                variables = {name: _CEL_TYPES[var_type] for name, var_type in declarations.items()}
+                env = cel.NewEnv(config=_CONFIG, variables=variables)
                 self._envs[key] = env
             return env
 
@@ -121,7 +134,12 @@ class ExprProgram:
 
     def evaluate(self, variables: Mapping[str, Any]) -> Any:
         data = {name: variables[name] for name in self._names if name in variables}
-        value = self._expression.eval(data=data)
+        try:
+            value = self._expression.eval(data=data)
+        except RuntimeError as exc:  # a few failures are raised, e.g. a map literal with a duplicate key
+            raise CelEvaluationError(
+                self._source, _STATUS_SUFFIX.sub("", _STATUS_PREFIX.sub("", str(exc)))
+            ) from None
         result = value.plain_value()
         if type(result) is str and value.type() == _ERROR:
             raise CelEvaluationError(self._source, _STATUS_PREFIX.sub("", result))
@@ -155,17 +173,18 @@ def _compile_error(expression: str, text: str) -> CelCompileError:
 
     The engine reports every problem it found as ``ERROR: <input>:LINE:COLUMN: reason`` plus a source
     snippet, with 1-based positions counted in characters. The first problem gives the position; the
-    reasons of all of them, without snippets, make the message. A line of 0 or less means "no position".
+    reasons of all of them, without snippets, make the message. Problems without a position (line -1,
+    such as the parser's follow-up "<<nil>> parsetree") only add noise when positioned ones exist.
     """
     text = _STATUS_SUFFIX.sub("", _STATUS_PREFIX.sub("", text.strip()))
-    diagnostics = _DIAGNOSTIC.findall(text)
-    if not diagnostics:
-        return CelCompileError(expression, text)
-    line, column, _ = diagnostics[0]
-    message = "; ".join(reason for _, _, reason in diagnostics)
-    if int(line) <= 0:
-        return CelCompileError(expression, message)
-    return CelCompileError(expression, message, int(line), max(int(column), 1))
+    diagnostics = [(int(line), int(column), reason) for line, column, reason in _DIAGNOSTIC.findall(text)]
+    positioned = [diagnostic for diagnostic in diagnostics if diagnostic[0] > 0]
+    if positioned:
+        line, column, _ = positioned[0]
+        return CelCompileError(expression, "; ".join(d[2] for d in positioned), line, max(column, 1))
+    if diagnostics:
+        return CelCompileError(expression, "; ".join(d[2] for d in diagnostics))
+    return CelCompileError(expression, text)
 
 
 # --- Reading the checked expression ---------------------------------------------------------------------
@@ -176,7 +195,7 @@ def _compile_error(expression: str, text: str) -> CelCompileError:
 # Reference:    name = 1, overload_id = 3, value = 4
 # Expr:         id = 2, ident_expr = 4, select_expr = 5, call_expr = 6, list_expr = 7, struct_expr = 8,
 #               comprehension_expr = 9
-# Ident: name = 1.  Select: operand = 1.  Call: target = 1, args = 3.  CreateList: elements = 1.
+# Ident: name = 1.  Select: operand = 1.  Call: target = 1, function = 2, args = 3.  CreateList: elements = 1.
 # CreateStruct: entries = 2; Entry: map_key = 3, value = 4.
 # Comprehension: iter_var = 1, iter_range = 2, accu_var = 3, accu_init = 4, loop_condition = 5,
 #                loop_step = 6, result = 7, iter_var2 = 8.
@@ -201,6 +220,7 @@ def _fields(buf: bytes) -> Iterator[tuple[int, Any]]:
     while pos < end:
         key, pos = _varint(buf, pos)
         wire_type = key & 7
+        value: int | bytes
         if wire_type == 0:
             value, pos = _varint(buf, pos)
         elif wire_type == 2:
@@ -226,8 +246,9 @@ def _text(message: _Message, number: int) -> str:
     return bytes(message[number][0]).decode() if number in message else ""
 
 
-def _referenced_variables(serialized: bytes) -> set[str]:
-    """Names of the variables a checked expression reads, as the checker resolved them.
+def _references(serialized: bytes) -> tuple[set[str], set[str]]:
+    """Names of the variables a checked expression reads (as the checker resolved them), and of the
+    functions it calls.
 
     The checker's reference map says which identifiers (and which ``a.b.c`` selections it resolved to a
     qualified variable name) are variables, but it also lists comprehension variables and cannot tell a
@@ -242,42 +263,46 @@ def _referenced_variables(serialized: bytes) -> set[str]:
         # A reference with overload ids is a function, one with a value is an enum constant.
         if 1 in reference and 3 not in reference and 4 not in reference:
             references[fields.get(1, [0])[0]] = _text(reference, 1)
-    found: set[str] = set()
+    variables: set[str] = set()
+    functions: set[str] = set()
     if 4 in checked:
-        _walk(checked[4][0], frozenset(), references, found)
-    return found
+        _walk(checked[4][0], frozenset(), references, variables, functions)
+    return variables, functions
 
 
-def _walk(buf: bytes, scope: frozenset[str], references: dict[int, str], found: set[str]) -> None:
+def _walk(
+    buf: bytes, scope: frozenset[str], references: dict[int, str], variables: set[str], functions: set[str]
+) -> None:
     expr = _message(buf)
     node_id = expr.get(2, [0])[0]
     if 4 in expr:  # identifier
         name = _text(_message(expr[4][0]), 1)
         if name not in scope:
-            found.add(references.get(node_id, name))
+            variables.add(references.get(node_id, name))
     elif 5 in expr:  # selection: either a resolved qualified name, or a field of its operand
         if node_id in references:
-            found.add(references[node_id])
+            variables.add(references[node_id])
         else:
             select = _message(expr[5][0])
             for operand in select.get(1, []):
-                _walk(operand, scope, references, found)
+                _walk(operand, scope, references, variables, functions)
     elif 6 in expr:  # call
         call = _message(expr[6][0])
+        functions.add(_text(call, 2))
         for child in call.get(1, []) + call.get(3, []):
-            _walk(child, scope, references, found)
+            _walk(child, scope, references, variables, functions)
     elif 7 in expr:  # list
         for child in _message(expr[7][0]).get(1, []):
-            _walk(child, scope, references, found)
+            _walk(child, scope, references, variables, functions)
     elif 8 in expr:  # map or message
         for entry in _message(expr[8][0]).get(2, []):
             fields = _message(entry)
             for child in fields.get(3, []) + fields.get(4, []):
-                _walk(child, scope, references, found)
+                _walk(child, scope, references, variables, functions)
     elif 9 in expr:  # comprehension (what the macros expand to)
         loop = _message(expr[9][0])
         accumulator = scope | {_text(loop, 3)}
         iteration = accumulator | {_text(loop, 1), _text(loop, 8)}
         for number, inner in ((2, scope), (4, scope), (5, iteration), (6, iteration), (7, accumulator)):
             for child in loop.get(number, []):
-                _walk(child, inner, references, found)
+                _walk(child, inner, references, variables, functions)

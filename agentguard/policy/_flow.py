@@ -74,6 +74,8 @@ __all__ = [
     "Invoke",
     "ToolCall",
     "guardrail_flow",
+    "message_text",
+    "report_flow",
     "tool_call_flow",
 ]
 
@@ -357,6 +359,16 @@ def _outputs_from(params: Mapping[str, Any], original: Any) -> tuple[bool, Any]:
         return True, text
 
 
+def message_text(params: Mapping[str, Any]) -> str | None:
+    """The text of the message in ``steps/message`` params (``None`` when it has no text part)."""
+    message = params.get("message")
+    content = message.get("content") if isinstance(message, Mapping) else None
+    if not isinstance(content, list):
+        return None
+    texts = [p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
+    return "".join(texts) if texts else None
+
+
 def _capability(
     ctx: FlowContext, state: EngagementState, step: StepRecord, name: str, kind: str
 ) -> CapabilityRule | None:
@@ -388,8 +400,11 @@ def _credentials(
     if ident is None:
         return None
     kind, subject = ident
-    if ctx.credential_resolver is None:
-        return Credentials(kind=kind, subject=subject, user=state.user if kind == "user" else None)
+    if ctx.credential_resolver is None:  # the identity itself: the same object for every call
+        cached: Credentials | None = state.credentials.get(ident)
+        if cached is None:
+            cached = state.credentials[ident] = Credentials(kind, subject, user=state.user if kind == "user" else None)
+        return cached
     request = CredentialRequest(call.name, kind, subject, state.user, state.id)
     return ctx.credential_resolver(request)
 
@@ -530,13 +545,11 @@ def guardrail_flow(ctx: FlowContext, state: EngagementState, phase: Phase, text:
         request = ctx.steps.message(state, step, role, text)
         params = yield from _guardian(ctx, state, step, request, None, phase)
         if params is not None:
-            message = params.get("message")
-            content = message.get("content") if isinstance(message, Mapping) else None
-            texts = [p.get("text") for p in content or [] if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
-            if not texts:
+            new_text = message_text(params)
+            if new_text is None:
                 _undecided(ctx, state, step, "modifiedRequest carries no message text", None, phase)
             else:
-                text = "".join(t for t in texts if t is not None)
+                text = new_text
     if rule is None:
         return text
     fn = ctx.tools.get(rule.tool_name)
@@ -563,3 +576,28 @@ def guardrail_flow(ctx: FlowContext, state: EngagementState, phase: Phase, text:
         )
     ctx.decide(state, step, Decision(Rule.GUARDRAIL, Outcome.ALLOW, phase, reason, rule.tool_name, rule.assertion.source))
     return text
+
+
+def report_flow(
+    ctx: FlowContext,
+    state: EngagementState,
+    method: str,
+    build: Callable[[StepRecord], dict[str, Any]],
+    *,
+    name: str | None = None,
+    phase: Phase = Phase.INPUT,
+) -> Flow:
+    """Record a step that has no local rule of its own (retrieval, memory, trigger, A2A, MCP, messages).
+
+    The step is refused in a stopped engagement, recorded, and put to the guardian when one is configured.
+    Returns the params of the guardian's replacement request on ``modify``, else ``None``.
+    """
+    step = new_step(state, method, name=name)
+    if not state.active:
+        raise _deny(ctx, state, step, _closed_error(state, name, phase))
+    request = build(step)
+    if ctx.guardian is None:
+        step.aos.append(request)
+        ctx.decide(state, step, Decision(Rule.ENGAGEMENT, Outcome.ALLOW, phase, "recorded", name))
+        return None
+    return (yield from _guardian(ctx, state, step, request, name, phase))

@@ -73,6 +73,7 @@ __all__ = [
     "is_valid_name",
     "load_spec",
     "load_spec_text",
+    "parse_reference",
     "parse_spec",
     "resolve",
     "validate_name",

@@ -88,7 +88,7 @@ class _Parsed:
 
 
 class _TooLarge(Exception):
-    pass
+    """The document has more than :data:`_MAX_NODES` nodes once aliases are expanded."""
 
 
 # Stands in for a value that could not be built; its problem is already recorded.
@@ -129,7 +129,9 @@ class _Builder:
         finally:
             self._active.discard(id(node))
 
-    def _fail(self, node: Node, path: _FieldPath, reason: str, position: tuple[int, int] | None = None) -> object:
+    def _fail(
+        self, node: Node, path: _FieldPath, reason: str, position: tuple[int, int] | None = None
+    ) -> object:
         """Record a problem at ``path``; validation errors at or below it are then not reported again."""
         self.problems.append(_problem(self._source, path, reason, position or _mark(node), self.labels))
         self.failed.append(path)
@@ -466,7 +468,9 @@ def _cel_sites(data: object) -> Iterator[_CelSite]:
         for which in ("input", "output"):
             guardrail = guardrails.get(which)
             if isinstance(guardrail, dict) and isinstance(guardrail.get("assertion"), str):
-                yield _CelSite(("guardrails", which, "assertion"), guardrail["assertion"], GUARDRAIL_DECLARATIONS)
+                yield _CelSite(
+                    ("guardrails", which, "assertion"), guardrail["assertion"], GUARDRAIL_DECLARATIONS
+                )
     exposes = data.get("exposes")
     if isinstance(exposes, dict):
         for key, selection in exposes.items():
@@ -475,7 +479,10 @@ def _cel_sites(data: object) -> Iterator[_CelSite]:
 
 
 def _compile_sites(
-    sites: Iterator[_CelSite], backend: CelBackend, source: str, positions: Mapping[_FieldPath, tuple[int, int]]
+    sites: Iterator[_CelSite],
+    backend: CelBackend,
+    source: str,
+    positions: Mapping[_FieldPath, tuple[int, int]],
 ) -> tuple[dict[tuple[str, ...], CelProgram], list[SpecProblem]]:
     programs: dict[tuple[str, ...], CelProgram] = {}
     problems: list[SpecProblem] = []
@@ -499,7 +506,7 @@ def _compile_sites(
 
 
 def compile_spec(spec: AgentSpec, backend: CelBackend, source: str | None = None) -> CompiledSpec:
-    """Compile every CEL expression of ``spec`` with ``backend``; raise :class:`SpecError` listing all failures.
+    """Compile every CEL expression of ``spec``; raise :class:`SpecError` listing every failure.
 
     Restriction assertions and ``exposes`` selections are compiled against the Engagement variables
     (:data:`ENGAGEMENT_DECLARATIONS`), guardrail assertions against ``output``

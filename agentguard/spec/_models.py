@@ -52,13 +52,13 @@ def _none_as_empty(value: object) -> object:
     return {} if value is None else value
 
 
-Name = Annotated[str, AfterValidator(_check_name)]
+_Name = Annotated[str, AfterValidator(_check_name)]
 """A tool or agent name (DNS subdomain rule)."""
 
-ReferenceText = Annotated[str, AfterValidator(_check_reference)]
+_ReferenceText = Annotated[str, AfterValidator(_check_reference)]
 """A reference to a tool or agent in one of the three forms of :func:`~agentguard.spec.parse_reference`."""
 
-Text = Annotated[str, AfterValidator(_check_not_blank)]
+_Text = Annotated[str, AfterValidator(_check_not_blank)]
 """A string the spec requires to carry content: empty or whitespace-only is rejected."""
 
 
@@ -69,10 +69,10 @@ class _SpecModel(BaseModel):
 class Restriction(_SpecModel):
     """Conditions checked before (input) or after (output) a capability is invoked."""
 
-    require_review: Text | None = None
+    require_review: _Text | None = None
     """Who must approve the step: a user identity or an agent reference the server understands."""
 
-    assertion: Text | None = None
+    assertion: _Text | None = None
     """A CEL expression over the Engagement (``started_at``, ``user``, ``recent``, ``history``)."""
 
 
@@ -85,7 +85,7 @@ class Capability(_SpecModel):
     user_identity: bool = True
     """Access the tool as the calling user."""
 
-    static_identity: Text | None = None
+    static_identity: _Text | None = None
     """Credential set to use when ``user_identity`` is false or the engagement has no user."""
 
     input_restriction: Restriction | None = None
@@ -95,17 +95,21 @@ class Capability(_SpecModel):
 class Guardrail(_SpecModel):
     """A tool invoked on every user input (or model output) whose result a CEL assertion must accept."""
 
-    tool_name: Name
-    assertion: Text
+    tool_name: _Name
+    assertion: _Text
     """A CEL expression over the guardrail tool's result, bound to the variable ``output``."""
 
 
 class Guardrails(_SpecModel):
+    """The input guardrail runs on every user input, the output guardrail on every model response."""
+
     input: Guardrail | None = None
     output: Guardrail | None = None
 
 
 class Lifespan(_SpecModel):
+    """How long the agent's memory lives, and how far it may loop."""
+
     retain_memory: bool = True
     """Whether context for the model may be kept across engagements."""
 
@@ -121,13 +125,13 @@ class AgentSpec(_SpecModel):
     """
 
     kind: Literal["openagentspec:v1/agent"]
-    name: Name
-    description: Text
-    intent: Text
-    owner: Text
-    capabilities: dict[ReferenceText, Annotated[Capability, BeforeValidator(_none_as_empty)]]
+    name: _Name
+    description: _Text
+    intent: _Text
+    owner: _Text
+    capabilities: dict[_ReferenceText, Annotated[Capability, BeforeValidator(_none_as_empty)]]
     guardrails: Guardrails | None = None
-    exposes: dict[str, Text] | None = None
+    exposes: dict[str, _Text] | None = None
     """Key -> CEL selection over the Engagement, returned to the calling user alongside the result."""
     lifespan: Lifespan | None = None
 

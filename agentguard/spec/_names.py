@@ -47,7 +47,8 @@ ReferenceKind = Literal["bare", "agent", "remote"]
 
 _NAME_CHARS = re.compile(r"[a-z0-9.-]*")
 # A hostname, optionally with a port: dot-separated labels of letters, digits and inner hyphens.
-_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::\d{1,5})?")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_HOST = re.compile(rf"{_LABEL}(?:\.{_LABEL})*(?::\d{{1,5}})?")
 # Path segments of a remote reference end up in an https URL: keep to characters that need no escaping.
 _PATH_SEGMENT = re.compile(r"[A-Za-z0-9._~!$&'()*+,;=:@%-]+")
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentguard.engagement import EngagementState, User, ViewPlan, find_short_circuit, to_plain
 
@@ -70,8 +72,9 @@ def test_rollback_of_a_call_overtaken_by_a_parallel_call() -> None:
     assert view["history"]["_list"] == ["b"]
     assert view["recent"]["_name"] == "b"
     assert "a" not in view["recent"]
-    # the positions index was rebuilt: the loop detector still sees the right sequence
-    assert find_short_circuit(state.names, state._positions.get("b", []), "b", 2, 100) == 1
+    # the loop detector's sequence was rebuilt: it sees "b", so another "b" repeats it twice
+    assert state.would_short_circuit("b", 2, 100) == 1
+    assert state.would_short_circuit("a", 2, 100) is None
 
 
 def test_withheld_call_stays_in_history_with_null_outputs() -> None:
@@ -165,27 +168,65 @@ def test_to_plain_converts_models_dataclasses_and_containers() -> None:
     ],
 )
 def test_short_circuit_detector(sequence: str, k: int, stops_at: int | None) -> None:
-    names: list[str] = []
-    positions: dict[str, list[int]] = {}
+    state = EngagementState(loop_window=k * 100)
     stopped = None
     for index, name in enumerate(sequence, start=1):
-        if find_short_circuit(names, positions.get(name, []), name, k, 100) is not None:
+        by_state = state.would_short_circuit(name, k, 100)
+        assert by_state == find_short_circuit([*state.names, name], k, 100)
+        if by_state is not None:
             stopped = index
             break
-        positions.setdefault(name, []).append(len(names))
-        names.append(name)
+        state.complete_call(state.begin_call(name, {}), None)
     assert stopped == stops_at
 
 
 def test_short_circuit_ignores_blocks_longer_than_max_block() -> None:
-    seq = list("abcd") * 2
-    positions: dict[str, list[int]] = {}
-    for i, n in enumerate(seq):
-        positions.setdefault(n, []).append(i)
-    assert find_short_circuit(seq, positions["a"], "a", 3, 3) is None
-    seq3 = list("abcd") * 2 + list("abc")
-    pos3: dict[str, list[int]] = {}
-    for i, n in enumerate(seq3):
-        pos3.setdefault(n, []).append(i)
-    assert find_short_circuit(seq3, pos3["d"], "d", 3, 4) == 4
-    assert find_short_circuit(seq3, pos3["d"], "d", 3, 3) is None
+    seq = list("abcd") * 3
+    assert find_short_circuit(seq, 3, 4) == 4
+    assert find_short_circuit(seq, 3, 3) is None
+    assert find_short_circuit(list("xyz") + seq, 3, 4) == 4
+
+
+def test_short_circuit_never_fires_on_a_cube_free_sequence() -> None:
+    # Thue-Morse over two names never repeats a block three times in a row.
+    state = EngagementState(loop_window=300)
+    for i in range(2000):
+        name = "b" if bin(i).count("1") % 2 else "a"
+        assert state.would_short_circuit(name, 3, 100) is None
+        state.complete_call(state.begin_call(name, {}), None)
+    # ...but it does contain squares
+    assert state.would_short_circuit("a" if bin(2000).count("1") % 2 == 0 else "b", 2, 100) is not None
+
+
+def _brute_force(sequence: list[str], k: int, max_block: int) -> int | None:
+    for block in range(1, min(max_block, len(sequence) // k) + 1):
+        tail = sequence[len(sequence) - k * block :]
+        if all(tail[i] == tail[i % block] for i in range(len(tail))):
+            return block
+    return None
+
+
+@given(
+    st.lists(st.sampled_from(["a", "b", "c"]), max_size=40),
+    st.integers(min_value=1, max_value=4),
+    st.integers(min_value=1, max_value=12),
+)
+def test_short_circuit_matches_its_definition(sequence: list[str], k: int, max_block: int) -> None:
+    assert find_short_circuit(sequence, k, max_block) == _brute_force(sequence, k, max_block)
+    state = EngagementState(loop_window=k * max_block)
+    for name in sequence[:-1]:
+        state.complete_call(state.begin_call(name, {}), None)
+    if sequence:
+        assert state.would_short_circuit(sequence[-1], k, max_block) == _brute_force(sequence, k, max_block)
+
+
+def test_view_plan_prunes_recent_by_literal_name() -> None:
+    plan = ViewPlan.for_expression('recent["send-email"].inputs.to != "" && recent._name == "x"', {"recent"})
+    assert plan.recent_keys == frozenset({"send-email", "_name"})
+    assert ViewPlan.for_expression("recent[recent._name].inputs.size() > 0", {"recent"}).recent_keys is None
+    state = EngagementState()
+    state.complete_call(state.begin_call("send-email", {"to": "a"}), None)
+    state.complete_call(state.begin_call("other", {}), None)
+    assert state.bindings(plan) == {
+        "recent": {"send-email": {"inputs": {"to": "a"}, "outputs": None}, "_name": "other"}
+    }

@@ -40,7 +40,9 @@ def test_invalid_file(bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "--cel-backend", "cel-expr-python", str(bad)]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"{bad}:2:1: name: invalid name 'Bad_Agent': ")
-    assert lines[1].startswith(f"{bad}:9:7: capabilities.refund.input_restriction.assertion: invalid CEL expression: ")
+    assert lines[1].startswith(
+        f"{bad}:9:7: capabilities.refund.input_restriction.assertion: invalid CEL expression: "
+    )
     assert lines[1].endswith("(in expression at 1:34)")
     assert lines[2:] == ["1 file checked: 1 invalid, 2 problems"]
 
@@ -67,7 +69,10 @@ def test_json_output(example_path: Path, bad: Path, capsys: pytest.CaptureFixtur
     assert document[0] == {"file": str(example_path), "valid": True, "problems": []}
     assert document[1]["file"] == str(bad)
     assert document[1]["valid"] is False
-    assert [p["field"] for p in document[1]["problems"]] == ["name", "capabilities.refund.input_restriction.assertion"]
+    assert [p["field"] for p in document[1]["problems"]] == [
+        "name",
+        "capabilities.refund.input_restriction.assertion",
+    ]
     assert document[1]["problems"][0] == {
         "source": str(bad),
         "field": "name",
@@ -92,7 +97,9 @@ def test_unknown_cel_backend(example_path: Path, capsys: pytest.CaptureFixture[s
     assert captured.err.startswith("agentguard validate: error: unknown CEL backend 'no-such-engine'")
 
 
-@pytest.mark.parametrize("argv", [[], ["validate"], ["no-such-command"], ["validate", "--format", "xml", "a.yaml"]])
+@pytest.mark.parametrize(
+    "argv", [[], ["validate"], ["no-such-command"], ["validate", "--format", "xml", "a.yaml"]]
+)
 def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as caught:
         main(argv)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentguard.cel import CelBackend
+import pytest
+
+from agentguard.cel import CelBackend, available_backends, get_backend
 from agentguard.spec import Capability, Lifespan, Restriction, load_spec
 
 
@@ -21,7 +23,10 @@ def test_example_loads(example_path: Path, backend: CelBackend) -> None:
     assert spec.guardrails is not None
     assert spec.guardrails.input is not None
     assert spec.guardrails.output is not None
-    assert (spec.guardrails.input.tool_name, spec.guardrails.output.tool_name) == ("pii-check", "toxicity-check")
+    assert (spec.guardrails.input.tool_name, spec.guardrails.output.tool_name) == (
+        "pii-check",
+        "toxicity-check",
+    )
     assert spec.lifespan == Lifespan(retain_memory=False, short_circuit=3)
     assert all(ref.kind == "bare" for ref in compiled.references.values())
     assert sorted(compiled.input_assertions) == ["refund", "send-email"]
@@ -29,14 +34,19 @@ def test_example_loads(example_path: Path, backend: CelBackend) -> None:
     assert sorted(compiled.exposes) == ["last_tool", "tool_calls"]
 
 
-def test_example_policies_evaluate(example_path: Path, backend: CelBackend) -> None:
-    compiled = load_spec(example_path, backend=backend)
+@pytest.mark.parametrize("engine", available_backends())
+def test_example_policies_evaluate(example_path: Path, engine: str) -> None:
+    compiled = load_spec(example_path, backend=get_backend(engine))
 
     def email(to: str) -> object:
-        return compiled.input_assertions["send-email"].evaluate({"recent": {"send-email": {"inputs": {"to": to}}}})
+        return compiled.input_assertions["send-email"].evaluate(
+            {"recent": {"send-email": {"inputs": {"to": to}}}}
+        )
 
     def refund(amount: float) -> object:
-        return compiled.input_assertions["refund"].evaluate({"recent": {"refund": {"inputs": {"amount": amount}}}})
+        return compiled.input_assertions["refund"].evaluate(
+            {"recent": {"refund": {"inputs": {"amount": amount}}}}
+        )
 
     assert email("bob@corp.com") is True
     assert email("bob@corp.com.evil.example") is False

@@ -9,7 +9,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentguard.errors import SpecError
+from agentguard.errors import SpecError, SpecProblem
 from agentguard.spec import AgentSpec, parse_spec
 
 FIELDS = [
@@ -47,7 +47,9 @@ scalars = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),
     st.floats(allow_nan=True),
     st.text(max_size=20),
-    st.sampled_from(["openagentspec:v1/agent", "support-agent", "output.ok", "recent._name", "-x", "a" * 254]),
+    st.sampled_from(
+        ["openagentspec:v1/agent", "support-agent", "output.ok", "recent._name", "-x", "a" * 254]
+    ),
     st.dates(),
     st.datetimes(timezones=st.just(datetime.UTC)),
     st.binary(max_size=8),
@@ -69,18 +71,22 @@ VALID: dict[str, Any] = {
 
 
 def check(text: str) -> None:
+    """Parse ``text``: any exception but SpecError fails the test; every problem must be well-formed."""
+    problems: tuple[SpecProblem, ...] = ()
     try:
         spec = parse_spec(text, source="fuzz.yaml")
     except SpecError as error:
-        assert error.problems
-        line_count = text.count("\n") + 2
-        for problem in error.problems:
-            assert problem.source == "fuzz.yaml"
-            assert problem.reason
-            assert problem.line is None or 1 <= problem.line <= line_count
-            assert problem.column is None or problem.column >= 1
+        problems = error.problems
     else:
         assert isinstance(spec, AgentSpec)
+        return
+    assert problems
+    line_count = text.count("\n") + 2
+    for problem in problems:
+        assert problem.source == "fuzz.yaml"
+        assert problem.reason
+        assert problem.line is None or 1 <= problem.line <= line_count
+        assert problem.column is None or problem.column >= 1
 
 
 @settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])

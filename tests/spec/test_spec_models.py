@@ -10,7 +10,16 @@ import yaml
 from pydantic import ValidationError
 
 from agentguard.errors import SpecError
-from agentguard.spec import KIND, AgentSpec, Capability, Guardrail, Guardrails, Lifespan, Restriction, parse_spec
+from agentguard.spec import (
+    KIND,
+    AgentSpec,
+    Capability,
+    Guardrail,
+    Guardrails,
+    Lifespan,
+    Restriction,
+    parse_spec,
+)
 
 
 def base(**overrides: Any) -> dict[str, Any]:
@@ -183,7 +192,11 @@ def test_capability_keys_are_references(key: str) -> None:
     ("document", "field", "suggestion"),
     [
         (base(nmae="x"), "nmae", "name"),
-        (base(capabilities={"a": {"colect_results": True}}), "capabilities.a.colect_results", "collect_results"),
+        (
+            base(capabilities={"a": {"colect_results": True}}),
+            "capabilities.a.colect_results",
+            "collect_results",
+        ),
         (
             base(capabilities={"a": {"input_restriction": {"asertion": "true"}}}),
             "capabilities.a.input_restriction.asertion",
@@ -198,7 +211,9 @@ def test_capability_keys_are_references(key: str) -> None:
         (base(lifespan={"short_circut": 2}), "lifespan.short_circut", "short_circuit"),
     ],
 )
-def test_unknown_fields_are_named_with_a_suggestion(document: dict[str, Any], field: str, suggestion: str) -> None:
+def test_unknown_fields_are_named_with_a_suggestion(
+    document: dict[str, Any], field: str, suggestion: str
+) -> None:
     name = field.rsplit(".", 1)[-1]
     assert problems_of(document) == {field: f"unknown field {name!r} (did you mean {suggestion!r}?)"}
 
@@ -210,7 +225,11 @@ def test_unknown_field_without_a_close_match() -> None:
 @pytest.mark.parametrize(
     ("document", "field", "reason"),
     [
-        (base(capabilities={"a": {"collect_results": "false"}}), "capabilities.a.collect_results", "true or false"),
+        (
+            base(capabilities={"a": {"collect_results": "false"}}),
+            "capabilities.a.collect_results",
+            "true or false",
+        ),
         (base(capabilities={"a": {"user_identity": 1}}), "capabilities.a.user_identity", "true or false"),
         (base(lifespan={"short_circuit": 2.0}), "lifespan.short_circuit", "an integer"),
         (base(lifespan={"short_circuit": True}), "lifespan.short_circuit", "an integer"),

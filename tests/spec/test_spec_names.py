@@ -70,7 +70,13 @@ def test_agent_reference_name_with_dots_is_not_a_host() -> None:
 @pytest.mark.parametrize(
     ("text", "host", "path", "name", "url"),
     [
-        ("oagent://agents.example.com/billing", "agents.example.com", "", "billing", "https://agents.example.com/billing"),
+        (
+            "oagent://agents.example.com/billing",
+            "agents.example.com",
+            "",
+            "billing",
+            "https://agents.example.com/billing",
+        ),
         (
             "oagent://agents.example.com/team/billing",
             "agents.example.com",
@@ -136,4 +142,7 @@ def test_unknown_reference_resolves_to_nothing() -> None:
 
 
 def test_remote_reference_resolves_as_remote() -> None:
-    assert resolve(parse_reference("oagent://example.com/search"), tools={"search"}, agents={"search"}) == "remote"
+    assert (
+        resolve(parse_reference("oagent://example.com/search"), tools={"search"}, agents={"search"})
+        == "remote"
+    )

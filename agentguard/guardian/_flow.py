@@ -1,0 +1,358 @@
+"""The guardian exchange as sans-I/O code: every decision about the wire is made here, once.
+
+Why this shape: the same exchange runs from synchronous agents, from asyncio agents and from the observe
+worker thread. Writing it twice (as sentry-python's httpx integration does) lets the copies drift, and a drift
+in a guard is a hole. So, as in httpx's ``Auth.auth_flow``, a *flow* is a generator that yields effects —
+:class:`Send` ("send this HTTP request and give me what came back") and :class:`Sleep` ("wait this long") —
+and returns its result. The drivers in :mod:`agentguard.guardian._client` only perform those effects::
+
+    flow = decision_flow(settings, encode_step(request), ping_first=False)
+    effect = next(flow)
+    # Send -> reply = client.send(effect.request), or the httpx.RequestError it raised
+    # Sleep -> time.sleep(effect.seconds); reply = None
+    effect = flow.send(reply)     # ... until StopIteration carries the GuardianVerdict
+
+What a flow checks, in order: HTTP status (2xx, else ``http <status>``), a JSON body, a JSON-RPC 2.0 envelope
+(``jsonrpc == "2.0"``, exactly one of ``result``/``error``, ``id`` equal to the request's), then the AOS
+result (``decision`` in allow/deny/modify; a ``modify`` must carry a ``modifiedRequest`` that is a whole
+JSON-RPC request with the same ``id`` and ``method`` and an object ``params``). Any miss is a failure
+verdict with its cause; whether the step then proceeds is the ``on_failure`` policy's call.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Generator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal, TypeVar
+
+import httpx
+
+from agentguard.guardian._retry import Retry, backoff_delay_ms
+from agentguard.guardian._types import GuardianOutcome, GuardianUnavailable, GuardianVerdict
+
+__all__ = [
+    "Effect",
+    "Flow",
+    "Reply",
+    "Send",
+    "Settings",
+    "Sleep",
+    "Step",
+    "decision_flow",
+    "encode_step",
+    "no_decision",
+    "ping_flow",
+    "request_identity",
+]
+
+T = TypeVar("T")
+
+_DECISIONS = {"allow": GuardianOutcome.ALLOW, "deny": GuardianOutcome.DENY, "modify": GuardianOutcome.MODIFY}
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Effect: send ``request`` and resume the flow with the response (body read) or the error raised."""
+
+    request: httpx.Request
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Effect: wait ``seconds`` (a retry back-off), then resume the flow with ``None``."""
+
+    seconds: float
+
+
+Effect = Send | Sleep
+Reply = httpx.Response | httpx.RequestError | None
+Flow = Generator[Effect, Reply, T]
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What a flow needs to know about the client; resolved once at construction."""
+
+    url: str
+    headers: httpx.Headers
+    timeout: float
+    retry: Retry | None
+    on_failure: Literal["deny", "allow"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """Why an exchange produced no decision. ``kind`` is matched against ``Retry.retry_on``."""
+
+    kind: str
+    cause: str
+
+
+def request_identity(request: object) -> tuple[str | int, str]:
+    """The ``id`` and ``method`` of an AOS request dict; raises if it is not one (a programming error)."""
+    if not isinstance(request, dict):
+        raise TypeError(f"an AOS request must be a dict (wire JSON), got {type(request).__name__}")
+    request_id = request.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        raise ValueError(f"an AOS request needs a string or integer 'id', got {request_id!r}")
+    method = request.get("method")
+    if not isinstance(method, str):
+        raise ValueError(f"an AOS request needs a string 'method', got {method!r}")
+    return request_id, method
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """An AOS request ready to send: its correlation fields and its encoded body."""
+
+    request_id: str | int
+    method: str
+    body: bytes
+
+
+def encode_step(request: object) -> Step:
+    """Check and serialise an AOS request; raises TypeError/ValueError for one that is not valid JSON-RPC."""
+    request_id, method = request_identity(request)
+    body = json.dumps(request, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return Step(request_id, method, body)
+
+
+def decision_flow(settings: Settings, step: Step, *, ping_first: bool) -> Flow[GuardianVerdict]:
+    """Ask the guardian about one step; always returns a verdict, retrying per ``settings.retry``.
+
+    With ``ping_first`` the guardian is pinged before the step; if the ping fails, the step is not sent and
+    the verdict is a ``NO_DECISION`` whose cause starts with ``"ping: "``.
+    """
+    started = time.perf_counter()
+    if ping_first:
+        pinged = yield from _ping_exchange(settings, round(settings.timeout * 1000))
+        if isinstance(pinged, _Failure):
+            return no_decision(settings, f"ping: {pinged.cause}", started, attempts=0)
+    outcome, attempts = yield from _exchange(_post(settings, step.body, settings.timeout), settings.retry)
+    if isinstance(outcome, _Failure):
+        return no_decision(settings, outcome.cause, started, attempts)
+    decided = _interpret_decision(outcome, step.request_id, step.method)
+    if isinstance(decided, _Failure):
+        return no_decision(settings, decided.cause, started, attempts)
+    return GuardianVerdict(
+        outcome=decided.outcome,
+        message=decided.message,
+        reasoning=decided.reasoning,
+        reason_codes=decided.reason_codes,
+        modified_request=decided.modified_request,
+        proceeded=decided.outcome is not GuardianOutcome.DENY,
+        latency_ms=_elapsed_ms(started),
+        attempts=attempts,
+        data=decided.data,
+    )
+
+
+def ping_flow(settings: Settings, timeout_ms: int) -> Flow[dict[str, object]]:
+    """Send an AOS ``ping``; return its ``PingRequestResult`` or raise :class:`GuardianUnavailable`."""
+    pinged = yield from _ping_exchange(settings, timeout_ms)
+    if isinstance(pinged, _Failure):
+        raise GuardianUnavailable(pinged.cause)
+    return pinged
+
+
+def _ping_exchange(settings: Settings, timeout_ms: int) -> Flow[dict[str, object] | _Failure]:
+    ping_id = f"ping-{uuid.uuid4().hex}"
+    timestamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": ping_id, "method": "ping", "params": {"timestamp": timestamp, "timeout": timeout_ms}}
+    ).encode()
+    outcome, _ = yield from _exchange(_post(settings, body, timeout_ms / 1000), settings.retry)
+    if isinstance(outcome, _Failure):
+        return outcome
+    result = _unwrap_envelope(outcome, ping_id)
+    if isinstance(result, _Failure):
+        return result
+    status = result.get("status")
+    if status not in ("connected", "error"):
+        return _malformed(f"ping status must be 'connected' or 'error', got {status!r}")
+    for field in ("version", "timestamp"):
+        if not isinstance(result.get(field), str):
+            return _malformed(f"ping result needs a string {field!r}")
+    if status == "error":
+        return _Failure("status", "guardian reports status 'error'")
+    return result
+
+
+def _post(settings: Settings, body: bytes, timeout: float) -> httpx.Request:
+    # The timeout travels on the request (as httpx's own build_request does) so ping can use its own.
+    return httpx.Request(
+        "POST",
+        settings.url,
+        content=body,
+        headers=settings.headers,
+        extensions={"timeout": httpx.Timeout(timeout).as_dict()},
+    )
+
+
+def _exchange(request: httpx.Request, retry: Retry | None) -> Flow[tuple[httpx.Response | _Failure, int]]:
+    """Send ``request`` until it gets a 2xx response or a failure that may not be retried.
+
+    Returns the last outcome and how many requests were made.
+    """
+    attempt = 0
+    while True:
+        attempt += 1
+        outcome = _classify((yield Send(request)))
+        if (
+            isinstance(outcome, httpx.Response)
+            or retry is None
+            or attempt > retry.attempts
+            or outcome.kind not in retry.retry_on
+        ):
+            return outcome, attempt
+        yield Sleep(backoff_delay_ms(retry, attempt) / 1000)
+
+
+def _classify(reply: Reply) -> httpx.Response | _Failure:
+    if isinstance(reply, httpx.TimeoutException):
+        return _Failure("timeout", "timeout")
+    if isinstance(reply, httpx.TransportError):
+        return _Failure("transport", f"transport: {_describe(reply)}")
+    if isinstance(reply, httpx.RequestError):
+        # e.g. httpx.DecodingError: the guardian answered, but with a body that cannot be decoded.
+        return _malformed(_describe(reply))
+    if reply is None:
+        raise RuntimeError("flow driver resumed a Send effect without a reply")
+    status = reply.status_code
+    if 200 <= status < 300:
+        return reply
+    kind = "http-5xx" if status >= 500 else "http-429" if status == 429 else "http"
+    return _Failure(kind, f"http {status}")
+
+
+def _unwrap_envelope(response: httpx.Response, request_id: str | int) -> dict[str, object] | _Failure:
+    """Check the JSON-RPC response envelope; return its ``result`` object or the failure."""
+    try:
+        envelope = json.loads(response.content)
+    except (ValueError, RecursionError) as exc:
+        return _malformed(f"body is not JSON ({type(exc).__name__})")
+    if not isinstance(envelope, dict):
+        return _malformed("body is not a JSON object")
+    if envelope.get("jsonrpc") != "2.0":
+        return _malformed(f"jsonrpc must be '2.0', got {envelope.get('jsonrpc')!r}")
+    if ("result" in envelope) == ("error" in envelope):
+        return _malformed("a response needs exactly one of 'result' and 'error'")
+    response_id = envelope.get("id")
+    if "error" in envelope:
+        error = envelope["error"]
+        code = error.get("code") if isinstance(error, dict) else None
+        message = error.get("message") if isinstance(error, dict) else None
+        if isinstance(code, bool) or not isinstance(code, int) or not isinstance(message, str):
+            return _malformed("error must be an object with an integer 'code' and a string 'message'")
+        # A JSON-RPC error answers with id null when the guardian could not read the request's id; the
+        # error itself is then the more useful cause, so it is reported even though the ids differ.
+        if response_id is not None and not _same_id(response_id, request_id):
+            return _id_mismatch(request_id, response_id)
+        return _Failure("jsonrpc", f"jsonrpc {code}: {message}")
+    if not _same_id(response_id, request_id):
+        return _id_mismatch(request_id, response_id)
+    result = envelope["result"]
+    if not isinstance(result, dict):
+        return _malformed("result is not an object")
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class _Decided:
+    outcome: GuardianOutcome
+    message: str | None
+    reasoning: str | None
+    reason_codes: tuple[str, ...]
+    modified_request: dict[str, object] | None
+    data: dict[str, object] | None
+
+
+def _interpret_decision(response: httpx.Response, request_id: str | int, method: str) -> _Decided | _Failure:
+    result = _unwrap_envelope(response, request_id)
+    if isinstance(result, _Failure):
+        return result
+    if "decision" not in result:
+        return _malformed("result has no 'decision'")
+    outcome = _DECISIONS.get(result["decision"]) if isinstance(result["decision"], str) else None
+    if outcome is None:
+        return _malformed(f"decision must be 'allow', 'deny' or 'modify', got {result['decision']!r}")
+    # The AOS text makes `message` required, but a decision without one is still unambiguous: it is
+    # accepted, and only a value of the wrong type makes the reply malformed.
+    message, reasoning = result.get("message"), result.get("reasoning")
+    if message is not None and not isinstance(message, str):
+        return _malformed("message is not a string")
+    if reasoning is not None and not isinstance(reasoning, str):
+        return _malformed("reasoning is not a string")
+    reason_codes = result.get("reasonCode")
+    if reason_codes is None:
+        reason_codes = []
+    if not isinstance(reason_codes, list) or not all(isinstance(code, str) for code in reason_codes):
+        return _malformed("reasonCode is not a list of strings")
+    data = result.get("data")
+    if data is not None and not isinstance(data, dict):
+        return _malformed("data is not an object")
+    modified: dict[str, object] | None = None
+    if outcome is GuardianOutcome.MODIFY:
+        checked = _check_modified_request(result.get("modifiedRequest"), request_id, method)
+        if isinstance(checked, _Failure):
+            return checked
+        modified = checked
+    return _Decided(outcome, message, reasoning, tuple(reason_codes), modified, data)
+
+
+def _check_modified_request(
+    candidate: object, request_id: str | int, method: str
+) -> dict[str, object] | _Failure:
+    """A ``modifiedRequest`` replaces the whole request, so it must be one that could have been sent."""
+    if not isinstance(candidate, dict):
+        return _unappliable("modifiedRequest is missing or not an object")
+    if candidate.get("jsonrpc") != "2.0":
+        return _unappliable("modifiedRequest.jsonrpc is not '2.0'")
+    if not _same_id(candidate.get("id"), request_id):
+        return _unappliable(f"modifiedRequest.id {candidate.get('id')!r} is not the request's id {request_id!r}")
+    if candidate.get("method") != method:
+        return _unappliable(f"modifiedRequest.method {candidate.get('method')!r} is not {method!r}")
+    if not isinstance(candidate.get("params"), dict):
+        return _unappliable("modifiedRequest.params is not an object")
+    return candidate
+
+
+def _same_id(candidate: object, request_id: str | int) -> bool:
+    # Strict: "7" is not 7 and true is not 1 — JSON-RPC ids correlate by value *and* type.
+    return type(candidate) is type(request_id) and candidate == request_id
+
+
+def no_decision(settings: Settings, cause: str, started: float, attempts: int) -> GuardianVerdict:
+    """The verdict for an exchange that ended without a decision; ``on_failure`` says if the step proceeds."""
+    return GuardianVerdict(
+        outcome=GuardianOutcome.NO_DECISION,
+        failure=cause,
+        proceeded=settings.on_failure == "allow",
+        latency_ms=_elapsed_ms(started),
+        attempts=attempts,
+    )
+
+
+def _malformed(detail: str) -> _Failure:
+    return _Failure("malformed", f"malformed response: {detail}")
+
+
+def _unappliable(detail: str) -> _Failure:
+    return _Failure("unappliable", f"unappliable modify: {detail}")
+
+
+def _id_mismatch(request_id: str | int, response_id: object) -> _Failure:
+    return _Failure("id", f"id mismatch: sent {request_id!r}, got {response_id!r}")
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _elapsed_ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000

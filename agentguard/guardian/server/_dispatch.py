@@ -1,0 +1,121 @@
+"""JSON-RPC 2.0 for the reference guardian: one request body in, one response body (or none) out.
+
+This is the whole protocol and does no I/O, so that it can be tested and fuzzed without a socket; the HTTP
+layer around it only checks headers and limits. What it guarantees, for any bytes at all:
+
+- bytes that are not UTF-8 JSON (``NaN`` and ``Infinity`` included) -> ``-32700`` with ``id: null``;
+- a value that is not a request object, or an empty batch -> ``-32600``;
+- a method AOS does not have -> ``-32601``; params that do not fit it -> ``-32602`` naming each field;
+- anything that goes wrong while deciding -> ``-32603`` (logged here; no detail leaves the server);
+- a notification (a valid request without ``id``) is decided and logged but never answered, even when
+  it fails; a batch is answered by an array of the non-notification answers, or by nothing at all.
+
+Requests are read in both the specification text's and the published schema's shapes and handed to the
+rules in the text's shape (:func:`agentguard.aos.normalize_request`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, NoReturn
+
+from agentguard.aos import (
+    AOSRequest,
+    AOSRequestError,
+    AOSSuccessResponse,
+    AOSSuccessResult,
+    ErrorCode,
+    InvalidRequestError,
+    JSONRPCError,
+    JSONRPCErrorResponse,
+    PingRequest,
+    PingRequestResult,
+    PingRequestSuccessResponse,
+    RequestId,
+    WireModel,
+    dump,
+    normalize_request,
+    parse_request,
+    utc_timestamp,
+)
+
+from ._rules import GuardianRules
+
+__all__ = ["Dispatcher", "error_body"]
+
+logger = logging.getLogger("agentguard.guardian.server")
+
+
+def _no_constants(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _encode(response: WireModel) -> bytes:
+    # allow_nan=False: a rule's CEL could compute a NaN, which is not JSON; better an internal error than a
+    # body the client cannot parse.
+    return json.dumps(dump(response), ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _error(request_id: RequestId | None, code: int, message: str) -> JSONRPCErrorResponse:
+    return JSONRPCErrorResponse(id=request_id, error=JSONRPCError(code=code, message=message))
+
+
+def error_body(code: int, message: str) -> bytes:
+    """A JSON-RPC error response with ``id: null``, for refusals made before the body is read."""
+    return _encode(_error(None, code, message))
+
+
+class Dispatcher:
+    """Answers JSON-RPC request bodies with ``rules``' decisions and ``ping`` results. Thread-safe."""
+
+    def __init__(self, rules: GuardianRules, version: str) -> None:
+        self.rules = rules
+        self.version = version
+
+    def handle(self, body: bytes) -> bytes | None:
+        """The response body for ``body``, or ``None`` when nothing is to be answered (notifications)."""
+        try:
+            payload = json.loads(body.decode("utf-8"), parse_constant=_no_constants)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            return _encode(_error(None, ErrorCode.PARSE_ERROR, "Parse error: the body is not valid JSON"))
+        if not isinstance(payload, list):
+            return self._handle_one(payload)
+        if not payload:
+            return _encode(_error(None, ErrorCode.INVALID_REQUEST, "Invalid Request: empty batch"))
+        answers = [answer for answer in map(self._handle_one, payload) if answer is not None]
+        return b"[" + b",".join(answers) + b"]" if answers else None
+
+    def _handle_one(self, obj: Any) -> bytes | None:
+        notification = isinstance(obj, dict) and "id" not in obj
+        request_id: RequestId | None = None
+        try:
+            try:
+                request = parse_request(normalize_request(obj))
+            except AOSRequestError as error:
+                logger.info("refused request (%s): %s", int(error.code), error.message)
+                if notification and not isinstance(error, InvalidRequestError):
+                    return None
+                return _encode(error.to_response())
+            request_id = request.id
+            result = self._result(request)
+            if request.id is None:
+                logger.info("notification %s decided: %s", request.method, dump(result))
+                return None
+            if isinstance(result, PingRequestResult):
+                return _encode(PingRequestSuccessResponse(id=request.id, result=result))
+            return _encode(AOSSuccessResponse(id=request.id, result=result))
+        except Exception:
+            logger.exception("internal error while answering a request")
+            return (
+                None
+                if notification
+                else _encode(_error(request_id, ErrorCode.INTERNAL_ERROR, "Internal error"))
+            )
+
+    def _result(self, request: AOSRequest) -> AOSSuccessResult | PingRequestResult:
+        if isinstance(request, PingRequest):
+            return PingRequestResult(status="connected", version=self.version, timestamp=utc_timestamp())
+        decision = self.rules.decide(request)
+        logger.debug("%s %r: %s (%s)", request.method, request.id, decision.decision.value, decision.message)
+        return decision

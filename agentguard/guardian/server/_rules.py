@@ -1,0 +1,477 @@
+"""The reference guardian's rules: which AOS steps to allow, deny or modify, written as CEL over the request.
+
+A rules file (YAML)::
+
+    default_decision: allow              # allow | deny; what happens when no rule matches (default: allow)
+    default_message: No rule matched     # the message sent with the default decision
+    rules:                               # tried in order; the first that matches decides
+      - name: no-external-email
+        methods: [steps/toolCallRequest] # method names or globs (steps/*); absent: every method
+        when: >-
+          params.toolCallRequest.toolId == "send-email" &&
+          params.toolCallRequest.inputs.exists(i, i.name == "to" && !i.value.endsWith("@corp.example"))
+        decision: deny
+        message: E-mail to an external recipient
+        reason_codes: [external-recipient]
+      - name: redact-body
+        methods: [steps/toolCallRequest]
+        when: params.toolCallRequest.toolId == "send-email"
+        decision: modify
+        message: Body redacted
+        set:                             # dotted path under params -> CEL expression giving its new value
+          params.toolCallRequest.inputs: >-
+            params.toolCallRequest.inputs.map(i,
+              i.name == "body" ? {"name": "body", "value": "[redacted]"} : i)
+
+``when`` is a CEL expression over two variables: ``method`` (a string) and ``params`` (the request's
+``params`` as wire JSON, camelCase, in the specification text's shape whichever shape the agent sent);
+absent, the rule matches every request of its methods. A ``modify`` rule says how with ``set:`` (each path
+replaced by its expression's value; a path may index a list, ``params.toolCallRequest.inputs.0.value``) or
+with ``modify: {cel: <expression>}`` whose value, a map, is merged into ``params`` (maps merged key by key,
+anything else replaced), so it may give the whole new ``params`` or only the part that changes. Every
+expression sees the request as it arrived. The answer's ``modifiedRequest`` is the complete request with
+the change applied (same ``id``, full ``params``), validated like any request.
+
+Failures, and why they are handled so:
+
+- A file with any problem (YAML, unknown or missing fields, a method name AOS does not have, a CEL
+  expression that does not compile) is refused at load with every problem listed, by file, line, rule and
+  field: a broken policy must never start serving.
+- A ``when`` that fails at run time (a missing key, a type error) or is not a boolean does not match --
+  CEL's own reading of an error -- and the next rule is tried. The failure is logged and sent back in the
+  answer's ``data.ruleErrors`` so that the rule's author sees it. Write rules that must not be skipped so
+  that the default (``default_decision: deny``) is the safe outcome.
+- A ``modify`` whose change cannot be computed or yields an invalid request is answered with ``deny``
+  (reason code ``modify-failed``): the rule did match, and letting the unmodified step through would do
+  exactly what it was written to prevent (the Agent Control Standard treats an unappliable modify so).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from agentguard.aos import (
+    METHODS,
+    AOSRequest,
+    AOSRequestError,
+    AOSSuccessResult,
+    Decision,
+    JSONObject,
+    dump,
+    parse_request,
+)
+from agentguard.cel import CelBackend, CelCompileError, CelError, CelProgram, VarType, get_backend
+from agentguard.errors import SpecError, SpecProblem
+
+__all__ = ["DECLARATIONS", "GuardianRules", "Rule", "load_rules", "parse_rules"]
+
+logger = logging.getLogger("agentguard.guardian.server")
+
+DECLARATIONS: Mapping[str, VarType] = {"method": VarType.STRING, "params": VarType.DYN}
+"""The variables a rule's CEL expressions see."""
+
+MODIFY_FAILED = "modify-failed"
+"""Reason code of the ``deny`` sent when a matching ``modify`` rule's change cannot be applied."""
+
+# ``ping`` is answered by the guardian itself with its status, never with a decision.
+_DECIDED_METHODS = tuple(name for name in METHODS if name != "ping")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One compiled rule. ``methods`` holds the concrete method names it applies to (``None``: all)."""
+
+    name: str
+    decision: Decision
+    message: str
+    methods: frozenset[str] | None = None
+    when: CelProgram | None = None
+    reason_codes: tuple[str, ...] = ()
+    modify: CelProgram | None = None
+    set: tuple[tuple[str, CelProgram], ...] = ()
+
+    def applies_to(self, method: str) -> bool:
+        """Whether requests for ``method`` are this rule's business at all."""
+        return self.methods is None or method in self.methods
+
+
+class _RuleError(Exception):
+    """A rule failed at run time; ``field`` says which of its expressions."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(reason)
+        self.field = field
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class GuardianRules:
+    """An ordered list of rules and the decision taken when none matches. Immutable and thread-safe.
+
+    :meth:`decide` is the whole policy, free of I/O: the server only parses requests and sends answers.
+    """
+
+    rules: tuple[Rule, ...] = ()
+    default_decision: Decision = Decision.ALLOW
+    default_message: str = "No rule matched"
+    source: str = field(default="<rules>", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.default_decision is Decision.MODIFY:
+            raise ValueError(
+                "the default decision is 'allow' or 'deny': there is nothing to modify by default"
+            )
+
+    def decide(self, request: AOSRequest) -> AOSSuccessResult:
+        """The decision on ``request``: the first matching rule's, or the default."""
+        wire = dump(request)
+        variables = {"method": request.method, "params": wire.get("params", {})}
+        errors: list[JSONObject] = []
+        for rule in self.rules:
+            if not rule.applies_to(request.method):
+                continue
+            try:
+                matched = _matches(rule, variables)
+            except _RuleError as error:
+                errors.append(_record(rule, error))
+                continue
+            if matched:
+                return _apply(rule, wire, variables, errors)
+        data: JSONObject | None = {"ruleErrors": list(errors)} if errors else None
+        return AOSSuccessResult(decision=self.default_decision, message=self.default_message, data=data)
+
+
+def _record(rule: Rule, error: _RuleError) -> JSONObject:
+    logger.warning("guardian rule %r: %s failed: %s", rule.name, error.field, error.reason)
+    return {"rule": rule.name, "field": error.field, "error": error.reason}
+
+
+def _evaluate(program: CelProgram, variables: Mapping[str, Any], field: str) -> Any:
+    try:
+        return program.evaluate(variables)
+    except CelError as error:
+        raise _RuleError(field, str(error)) from None
+
+
+def _matches(rule: Rule, variables: Mapping[str, Any]) -> bool:
+    if rule.when is None:
+        return True
+    value = _evaluate(rule.when, variables, "when")
+    if not isinstance(value, bool):
+        raise _RuleError("when", f"yielded {type(value).__name__}, not a boolean")
+    return value
+
+
+def _apply(
+    rule: Rule, wire: JSONObject, variables: Mapping[str, Any], errors: list[JSONObject]
+) -> AOSSuccessResult:
+    reason_codes = list(rule.reason_codes) or None
+    if rule.decision is not Decision.MODIFY:
+        data: JSONObject = {"rule": rule.name, **({"ruleErrors": list(errors)} if errors else {})}
+        return AOSSuccessResult(
+            decision=rule.decision, message=rule.message, reason_code=reason_codes, data=data
+        )
+    try:
+        modified = _modified_request(rule, wire, variables)
+    except _RuleError as error:
+        errors.append(_record(rule, error))
+        return AOSSuccessResult(
+            decision=Decision.DENY,
+            message=f"{rule.message} (denied: the modification could not be applied)",
+            reason_code=[MODIFY_FAILED],
+            data={"rule": rule.name, "ruleErrors": list(errors)},
+        )
+    data = {"rule": rule.name, **({"ruleErrors": list(errors)} if errors else {})}
+    return AOSSuccessResult(
+        decision=Decision.MODIFY,
+        message=rule.message,
+        reason_code=reason_codes,
+        data=data,
+        modified_request=modified,
+    )
+
+
+def _modified_request(rule: Rule, wire: JSONObject, variables: Mapping[str, Any]) -> AOSRequest:
+    request = copy.deepcopy(wire)
+    params = request.setdefault("params", {})
+    if not isinstance(params, dict):
+        raise _RuleError("modify", "the request has no params object to modify")
+    if rule.modify is not None:
+        patch = _evaluate(rule.modify, variables, "modify.cel")
+        if not isinstance(patch, dict):
+            raise _RuleError("modify.cel", f"yielded {type(patch).__name__}, not a map")
+        _merge(params, patch)
+    for path, program in rule.set:
+        _assign(params, path, _evaluate(program, variables, f"set.{path}"))
+    try:
+        return parse_request(request)
+    except AOSRequestError as error:
+        raise _RuleError("modify", f"the modified request is invalid: {error.message}") from None
+
+
+def _merge(target: dict[str, Any], patch: Mapping[Any, Any]) -> None:
+    for key, value in patch.items():
+        current = target.get(key)
+        if isinstance(current, dict) and isinstance(value, dict):
+            _merge(current, value)
+        else:
+            target[key] = value
+
+
+def _assign(params: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")[1:]
+    container: Any = params
+    for key in parents:
+        if isinstance(container, dict):
+            container = container.setdefault(key, {})
+        elif _is_index(container, key):
+            container = container[int(key)]
+        else:
+            raise _RuleError(f"set.{path}", f"cannot follow {key!r}: no such map key or list index")
+    if isinstance(container, dict):
+        container[last] = value
+    elif _is_index(container, last):
+        container[int(last)] = value
+    else:
+        raise _RuleError(f"set.{path}", f"cannot set {last!r}: no such map key or list index")
+
+
+def _is_index(container: Any, key: str) -> bool:
+    return isinstance(container, list) and key.isdigit() and int(key) < len(container)
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+class _Document(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _ModifyDoc(_Document):
+    cel: str = Field(min_length=1)
+
+
+class _RuleDoc(_Document):
+    name: str = Field(min_length=1)
+    methods: list[str] | None = Field(default=None, min_length=1)
+    when: str | None = Field(default=None, min_length=1)
+    decision: Decision = Field(strict=False)
+    message: str
+    reason_codes: list[str] | None = None
+    modify: _ModifyDoc | None = None
+    set: dict[str, str] | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _how_to_modify(self) -> _RuleDoc:
+        given = [key for key in ("modify", "set") if getattr(self, key) is not None]
+        if self.decision is Decision.MODIFY and len(given) != 1:
+            raise ValueError(
+                "a 'modify' rule needs exactly one of 'modify' (a CEL map) and 'set' (path -> CEL)"
+            )
+        if self.decision is not Decision.MODIFY and given:
+            raise ValueError(f"'{given[0]}' only goes with 'decision: modify'")
+        return self
+
+
+class _RulesDoc(_Document):
+    default_decision: Literal["allow", "deny"] = "allow"
+    default_message: str = "No rule matched"
+    rules: list[_RuleDoc] = Field(default_factory=list)
+
+
+_Path = tuple[str | int, ...]
+
+
+def _positions(node: Node | None, path: _Path, out: dict[_Path, tuple[int, int]]) -> None:
+    """Record the 1-based line and column of every field, for problems to point at."""
+    if node is None:
+        return
+    out.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
+    if isinstance(node, MappingNode):
+        for key, value in node.value:
+            if isinstance(key, ScalarNode):
+                out[(*path, key.value)] = (key.start_mark.line + 1, key.start_mark.column + 1)
+                _positions(value, (*path, key.value), out)
+    elif isinstance(node, SequenceNode):
+        for index, item in enumerate(node.value):
+            _positions(item, (*path, index), out)
+
+
+class _Problems:
+    """Collects every problem of one rules file, each placed at the line of the field it is about."""
+
+    def __init__(self, source: str, data: Any, positions: dict[_Path, tuple[int, int]]) -> None:
+        self.source = source
+        self.positions = positions
+        self.names = _rule_names(data)
+        self.found: list[SpecProblem] = []
+
+    def add(self, path: Sequence[str | int], reason: str, cel: CelCompileError | None = None) -> None:
+        position = next((self.positions[p] for p in _prefixes(tuple(path)) if p in self.positions), None)
+        if len(path) >= 2 and path[0] == "rules" and isinstance(path[1], int) and path[1] in self.names:
+            reason = f"rule {self.names[path[1]]!r}: {reason}"
+        self.found.append(
+            SpecProblem(
+                source=self.source,
+                field=_dotted(path),
+                reason=reason,
+                line=position[0] if position else None,
+                column=position[1] if position else None,
+                expression_line=cel.line if cel else None,
+                expression_column=cel.column if cel else None,
+            )
+        )
+
+
+def _rule_names(data: Any) -> dict[int, str]:
+    rules = data.get("rules") if isinstance(data, dict) else None
+    if not isinstance(rules, list):
+        return {}
+    return {
+        index: rule["name"]
+        for index, rule in enumerate(rules)
+        if isinstance(rule, dict) and isinstance(rule.get("name"), str)
+    }
+
+
+def _prefixes(path: _Path) -> list[_Path]:
+    return [path[:length] for length in range(len(path), -1, -1)]
+
+
+def _dotted(path: Sequence[str | int]) -> str:
+    text = ""
+    for part in path:
+        if isinstance(part, int) or "." in part:
+            text += f"[{part!r}]" if isinstance(part, str) else f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text
+
+
+def _read_yaml(text: str, source: str) -> tuple[Any, dict[_Path, tuple[int, int]]]:
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark
+        raise SpecError(
+            [
+                SpecProblem(
+                    source,
+                    "",
+                    f"invalid YAML: {error.problem}",
+                    mark.line + 1 if mark else None,
+                    mark.column + 1 if mark else None,
+                )
+            ]
+        ) from None
+    except yaml.YAMLError as error:
+        raise SpecError([SpecProblem(source, "", f"invalid YAML: {error}")]) from None
+    finally:
+        loader.dispose()
+    positions: dict[_Path, tuple[int, int]] = {}
+    _positions(node, (), positions)
+    return data, positions
+
+
+def _compile(
+    backend: CelBackend, expression: str | None, path: _Path, problems: _Problems
+) -> CelProgram | None:
+    if expression is None:
+        return None
+    try:
+        return backend.compile(expression, DECLARATIONS)
+    except CelCompileError as error:
+        problems.add(path, f"CEL does not compile: {error.message}", error)
+        return None
+
+
+def _resolve_methods(patterns: list[str] | None, path: _Path, problems: _Problems) -> frozenset[str] | None:
+    if patterns is None:
+        return None
+    resolved: set[str] = set()
+    for index, pattern in enumerate(patterns):
+        matched = {name for name in _DECIDED_METHODS if fnmatchcase(name, pattern)}
+        if pattern == "ping":
+            problems.add((*path, index), "'ping' is answered by the guardian itself, never by a rule")
+        elif not matched:
+            problems.add((*path, index), f"{pattern!r} is no AOS method and matches none")
+        resolved |= matched
+    return frozenset(resolved)
+
+
+def _check_set_path(path: str, at: _Path, problems: _Problems) -> None:
+    head, *rest = path.split(".")
+    if head != "params" or not rest or not all(rest):
+        problems.add(at, f"{path!r} is not a path under params (write e.g. params.toolCallRequest.inputs)")
+
+
+def _compile_rule(doc: _RuleDoc, at: _Path, backend: CelBackend, problems: _Problems) -> Rule:
+    set_programs: list[tuple[str, CelProgram]] = []
+    for path, expression in (doc.set or {}).items():
+        _check_set_path(path, (*at, "set", path), problems)
+        program = _compile(backend, expression, (*at, "set", path), problems)
+        if program is not None:
+            set_programs.append((path, program))
+    return Rule(
+        name=doc.name,
+        decision=doc.decision,
+        message=doc.message,
+        methods=_resolve_methods(doc.methods, (*at, "methods"), problems),
+        when=_compile(backend, doc.when, (*at, "when"), problems),
+        reason_codes=tuple(doc.reason_codes or ()),
+        modify=_compile(backend, doc.modify.cel if doc.modify else None, (*at, "modify", "cel"), problems),
+        set=tuple(set_programs),
+    )
+
+
+def parse_rules(text: str, *, source: str = "<string>", backend: CelBackend | None = None) -> GuardianRules:
+    """Read and compile a rules document (YAML text).
+
+    Raises :class:`~agentguard.errors.SpecError` listing every problem, each with ``source``, line, field
+    (``rules[2].when``), the rule's name and the reason; a CEL compile error also carries its position
+    inside the expression.
+    """
+    data, positions = _read_yaml(text, source)
+    problems = _Problems(source, data, positions)
+    try:
+        doc = _RulesDoc.model_validate({} if data is None else data)
+    except ValidationError as error:
+        for detail in error.errors(include_url=False):
+            problems.add(detail["loc"], detail["msg"].removeprefix("Value error, "))
+        raise SpecError(problems.found) from None
+    backend = backend or get_backend()
+    rules: list[Rule] = []
+    first_index: dict[str, int] = {}
+    for index, rule_doc in enumerate(doc.rules):
+        at: _Path = ("rules", index)
+        if rule_doc.name in first_index:
+            problems.add((*at, "name"), f"the name is already used by rules[{first_index[rule_doc.name]}]")
+        first_index.setdefault(rule_doc.name, index)
+        rules.append(_compile_rule(rule_doc, at, backend, problems))
+    if problems.found:
+        raise SpecError(problems.found)
+    return GuardianRules(
+        rules=tuple(rules),
+        default_decision=Decision(doc.default_decision),
+        default_message=doc.default_message,
+        source=source,
+    )
+
+
+def load_rules(path: str | os.PathLike[str], *, backend: CelBackend | None = None) -> GuardianRules:
+    """Read and compile a rules file; see :func:`parse_rules`. ``OSError`` when it cannot be read."""
+    with open(path, encoding="utf-8") as file:
+        text = file.read()
+    return parse_rules(text, source=os.fspath(path), backend=backend)

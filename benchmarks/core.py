@@ -1,0 +1,162 @@
+"""Cost of a guarded tool call, against the bare function, in the same run.
+
+    .venv/bin/python benchmarks/core.py [--calls 3000] [--backends cel-expr-python,cel-python]
+
+Prints a table and writes ``benchmarks/results/core.json``. Three measurements per CEL backend:
+
+1. ``added``: median time of a guarded sync call (one input and one output CEL assertion,
+   ``short_circuit: 3``) minus the median of the bare function. Target: <= 20 us.
+2. ``recent/user at 10k``: the same call with 10,000 earlier calls in the engagement, divided by the cost at
+   10 earlier calls. Target: <= 1.5x.
+3. ``history._total at 10k``: as 2, with the input assertion on ``history._total``. Target: <= 3x.
+
+The earlier calls follow the Thue-Morse sequence over two tools, which never repeats a block three times in a
+row, so the short-circuit rule (k = 3) is active on every call without ever firing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentguard import Guard, User
+from agentguard.cel import available_backends
+
+RESULTS = Path(__file__).parent / "results" / "core.json"
+
+SPEC = """
+kind: openagentspec:v1/agent
+name: bench-agent
+description: The agent is measured.
+intent: You are measured.
+owner: bench@corp.com
+capabilities:
+  tool-a:
+    input_restriction:
+      assertion: {input_a}
+    output_restriction:
+      assertion: recent["tool-a"].outputs.ok == true
+  tool-b:
+    input_restriction:
+      assertion: {input_b}
+    output_restriction:
+      assertion: recent["tool-b"].outputs.ok == true
+lifespan:
+  short_circuit: 3
+"""
+
+RECENT = 'recent["{name}"].inputs.x < 1000 && user.id == "u1"'
+HISTORY = "history._total < 1000000"
+
+
+def thue_morse(n: int) -> list[str]:
+    """The first n terms of the Thue-Morse sequence over tool-a / tool-b (cube-free)."""
+    return ["tool-b" if bin(i).count("1") % 2 else "tool-a" for i in range(n)]
+
+
+def tool_a(x: int) -> dict[str, bool]:
+    return {"ok": True}
+
+
+def tool_b(x: int) -> dict[str, bool]:
+    return {"ok": True}
+
+
+def build(backend: str, assertion: str) -> tuple[Guard, dict[str, Callable[..., Any]]]:
+    text = SPEC.format(
+        input_a=json.dumps(assertion.format(name="tool-a")), input_b=json.dumps(assertion.format(name="tool-b"))
+    )
+    guard = Guard.from_yaml(text, cel_backend=backend, short_circuit_max_block=100)
+    return guard, {"tool-a": guard.tool(tool_a), "tool-b": guard.tool(tool_b)}
+
+
+def timed(fn: Callable[..., Any], x: int) -> int:
+    start = time.perf_counter_ns()
+    fn(x=x)
+    return time.perf_counter_ns() - start
+
+
+def per_call_us(guard: Guard, tools: dict[str, Callable[..., Any]], earlier: int, calls: int, rounds: int) -> float:
+    """Median microseconds of a guarded call made with ``earlier`` calls already in the engagement."""
+    samples: list[int] = []
+    sequence = thue_morse(earlier + calls)
+    for _ in range(rounds):
+        with guard.engagement(user=User(id="u1")) as eng:
+            state = eng.state
+            for name in sequence[:earlier]:  # fill the history directly: same structures, less waiting
+                state.complete_call(state.begin_call(name, {"x": 1}), {"ok": True})
+            for name in sequence[earlier:]:
+                samples.append(timed(tools[name], 1))
+    return statistics.median(samples) / 1000
+
+
+def bare_us(calls: int) -> float:
+    return statistics.median(timed(tool_a if i % 2 else tool_b, 1) for i in range(calls)) / 1000
+
+
+def measure(backend: str, calls: int) -> dict[str, Any]:
+    guard, tools = build(backend, RECENT)
+    per_call_us(guard, tools, 10, 200, 2)  # warm up
+    bare = bare_us(calls * 4)
+    at10 = per_call_us(guard, tools, 10, 20, max(1, calls // 20))
+    at10k = per_call_us(guard, tools, 10_000, 20, max(1, calls // 400))
+    hguard, htools = build(backend, HISTORY)
+    per_call_us(hguard, htools, 10, 200, 2)
+    h10 = per_call_us(hguard, htools, 10, 20, max(1, calls // 20))
+    h10k = per_call_us(hguard, htools, 10_000, 20, max(1, calls // 400))
+    return {
+        "backend": backend,
+        "bare_us": round(bare, 3),
+        "guarded_us": round(at10, 3),
+        "added_us": round(at10 - bare, 3),
+        "recent_user_10_us": round(at10, 3),
+        "recent_user_10k_us": round(at10k, 3),
+        "recent_user_ratio": round(at10k / at10, 3),
+        "history_total_10_us": round(h10, 3),
+        "history_total_10k_us": round(h10k, 3),
+        "history_total_ratio": round(h10k / h10, 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=4000, help="guarded calls measured per configuration")
+    parser.add_argument("--backends", default=",".join(available_backends()))
+    args = parser.parse_args(argv)
+    rows = [measure(b, args.calls) for b in args.backends.split(",") if b]
+    targets = {"added_us": 20.0, "recent_user_ratio": 1.5, "history_total_ratio": 3.0}
+    print(f"{'backend':<18}{'bare µs':>9}{'guarded µs':>12}{'added µs':>10}{'recent 10k/10':>15}{'_total 10k/10':>15}")
+    for r in rows:
+        print(
+            f"{r['backend']:<18}{r['bare_us']:>9.2f}{r['guarded_us']:>12.2f}{r['added_us']:>10.2f}"
+            f"{r['recent_user_ratio']:>14.2f}x{r['history_total_ratio']:>14.2f}x"
+        )
+    print(f"targets: added <= {targets['added_us']} µs, recent <= 1.5x, history._total <= 3x")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "benchmark": "core",
+                "python": sys.version.split()[0],
+                "machine": platform.machine(),
+                "calls": args.calls,
+                "targets": targets,
+                "results": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"wrote {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

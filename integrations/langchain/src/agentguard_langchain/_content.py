@@ -1,0 +1,61 @@
+"""Translation between LangChain message content and the plain values agentguard checks.
+
+A LangChain tool's result reaches the agent as a ``ToolMessage`` whose content is a string (a ``dict`` result
+is JSON-encoded by langchain-core) or a list of content blocks. Output restrictions are CEL over the tool's
+*output*, so a JSON object or array is decoded back into the value the tool returned; anything else is
+checked as the text the model would see.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from agentguard_langchain._host import BaseMessage
+
+__all__ = ["decode_output", "encode_output", "message_text", "with_text"]
+
+M = TypeVar("M", bound=BaseMessage)
+
+
+def message_text(message: BaseMessage) -> str:
+    """The text of a message (its text blocks joined), as guardrails and step records see it."""
+    return message.text
+
+
+def with_text(message: M, text: str) -> M:
+    """A copy of ``message`` whose text is ``text``; non-text blocks (images, files) are kept after it."""
+    content = message.content
+    if isinstance(content, str) or not content:
+        return message.model_copy(update={"content": text})
+    others = [b for b in content if not (isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text"))]
+    blocks: list[str | dict[Any, Any]] = [{"type": "text", "text": text}, *others]
+    return message.model_copy(update={"content": blocks})
+
+
+def decode_output(content: object) -> Any:
+    """The tool output an output restriction should see, from a ``ToolMessage``'s content."""
+    if isinstance(content, str):
+        stripped = content.lstrip()
+        if stripped[:1] in ("{", "["):
+            try:
+                value = json.loads(content)
+            except ValueError:
+                return content
+            if isinstance(value, dict | list):
+                return value
+        return content
+    return content
+
+
+def encode_output(value: Any, original: object = "") -> str | list[str | dict[Any, Any]]:
+    """``ToolMessage`` content for an output the pipeline replaced (a guardian ``modify``).
+
+    Content blocks stay content blocks when the tool produced blocks; everything else becomes text, JSON for
+    anything that is not already a string (the same encoding langchain-core gives a ``dict`` result).
+    """
+    if isinstance(value, str):
+        return value
+    if not isinstance(original, str) and isinstance(value, list) and all(isinstance(b, str | dict) for b in value):
+        return value
+    return json.dumps(value, default=str, ensure_ascii=False)

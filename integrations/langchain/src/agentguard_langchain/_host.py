@@ -1,0 +1,58 @@
+"""The one place that imports the host framework, so a missing or too-old LangChain fails with one clear error.
+
+Every other module of this package imports LangChain, LangGraph and langchain-core names from here.
+"""
+
+from __future__ import annotations
+
+try:
+    from langchain.agents.middleware import (
+        AgentMiddleware,
+        AgentState,
+        ExtendedModelResponse,
+        ModelRequest,
+        ModelResponse,
+        ToolCallRequest,
+    )
+    from langchain.agents.middleware.types import PrivateStateAttr
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.documents import Document
+    from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+    from langchain_core.outputs import ChatGeneration, LLMResult
+    from langchain_core.runnables import RunnableConfig
+    from langchain_core.tools import BaseTool
+    from langgraph.config import get_config
+    from langgraph.errors import GraphBubbleUp
+    from langgraph.runtime import Runtime
+    from langgraph.types import Command, interrupt
+except ImportError as exc:  # pragma: no cover - exercised only without the host installed
+    raise ImportError(
+        f"agentguard-langchain needs langchain>=1, langchain-core>=1 and langgraph>=1 ({exc}): "
+        "pip install agentguard-langchain"
+    ) from exc
+
+__all__ = [
+    "AIMessage",
+    "AgentMiddleware",
+    "AgentState",
+    "AnyMessage",
+    "BaseCallbackHandler",
+    "BaseMessage",
+    "BaseTool",
+    "ChatGeneration",
+    "Command",
+    "Document",
+    "ExtendedModelResponse",
+    "GraphBubbleUp",
+    "HumanMessage",
+    "LLMResult",
+    "ModelRequest",
+    "ModelResponse",
+    "PrivateStateAttr",
+    "Runtime",
+    "RunnableConfig",
+    "ToolCallRequest",
+    "ToolMessage",
+    "get_config",
+    "interrupt",
+]

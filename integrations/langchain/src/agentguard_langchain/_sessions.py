@@ -1,0 +1,196 @@
+"""Engagements kept per conversation thread, bounded, and the adapter-side bookkeeping that goes with each.
+
+One LangGraph thread (``configurable.thread_id``) is one conversation, hence one agentguard Engagement: its
+id is the thread id, so the AOS session id and the LangSmith/LangGraph thread line up. The engagement
+outlives a single ``invoke`` (a thread's turns accumulate in one Engagement record) unless the spec says
+``retain_memory: false``; then each invocation opens a fresh one. Engagements live in process memory: the
+oldest are closed once more than ``limit`` are open.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from agentguard import Engagement, User
+
+from agentguard_langchain._host import Command, RunnableConfig, ToolMessage
+
+__all__ = [
+    "EngagementKey",
+    "HeldResult",
+    "Session",
+    "Sessions",
+    "UserResolver",
+    "bound",
+    "thread_of",
+    "user_from_context",
+]
+
+log = logging.getLogger("agentguard_langchain")
+
+EngagementKey: TypeAlias = Callable[[RunnableConfig], "str | None"]
+"""Which conversation a run belongs to, from its runnable config (default: ``configurable.thread_id``)."""
+
+UserResolver: TypeAlias = Callable[[object], "User | None"]
+"""Who the engagement acts for, from the run's ``context`` (default: :func:`user_from_context`)."""
+
+
+@dataclass(eq=False, slots=True)
+class HeldResult:
+    """A tool result held by the adapter while the pipeline decides about it (output review may pause)."""
+
+    result: ToolMessage | Command[Any]
+    output: Any
+    content: object
+
+
+@dataclass(eq=False)
+class Session:
+    """One engagement and what the adapter remembers about it between hooks."""
+
+    engagement: Engagement
+    thread: str | None
+    checked: set[str] = field(default_factory=set)
+    """Ids of user messages that went through the input guardrail."""
+    replaced: dict[str, str] = field(default_factory=dict)
+    """Message id -> the text a guardrail or guardian put in its place."""
+    seen: set[str] = field(default_factory=set)
+    """Ids of the messages this engagement's model calls were given (retain_memory: false)."""
+    held: dict[str, HeldResult] = field(default_factory=dict)
+    """Tool call id -> the result of a tool that ran and whose output review is paused (LangGraph interrupt)."""
+    replays: dict[str, int] = field(default_factory=dict)
+    """Tool call id -> how many interrupts were answered before that tool ran (see ``_review``)."""
+
+
+def thread_of(config: Mapping[str, Any] | None) -> str | None:
+    """The default engagement key: ``configurable.thread_id``, if the run has one."""
+    configurable = (config or {}).get("configurable") or {}
+    thread = configurable.get("thread_id")
+    return None if thread is None else str(thread)
+
+
+def user_from_context(context: object) -> User | None:
+    """The default user resolver: a ``User``, or ``user_id`` / ``user_email`` on the context object or dict."""
+    if context is None:
+        return None
+    if isinstance(context, User):
+        return context
+    getter: Callable[[str], object]
+    if isinstance(context, Mapping):
+        getter = context.get
+    else:
+
+        def getter(key: str) -> object:
+            return getattr(context, key, None)
+
+    user = getter("user")
+    if isinstance(user, User):
+        return user
+    user_id = getter("user_id")
+    if user_id is None or user_id == "":
+        return None
+    email = getter("user_email")
+    return User(id=str(user_id), email=None if email is None else str(email))
+
+
+@contextmanager
+def bound(engagement: Engagement) -> Iterator[None]:
+    """Make ``engagement`` the current one for this thread or task, for the length of one step.
+
+    ``with engagement:`` would do the same but also owns the engagement's lifecycle (its exit closes the
+    engagement) and shares one token stack between threads; an adapter whose parallel tool calls run in
+    several threads needs a binding that is local to the calling context and leaves the engagement open.
+    """
+    var = engagement.guard._current  # no public binding without lifecycle yet (reported to the core)
+    token = var.set(engagement)
+    try:
+        yield
+    finally:
+        var.reset(token)
+
+
+class Sessions:
+    """Open engagements by id and by thread: a bounded LRU; evicting one closes its engagement."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("max_engagements must be at least 1")
+        self._limit = limit
+        self._lock = threading.Lock()
+        self._by_id: OrderedDict[str, Session] = OrderedDict()
+        self._by_thread: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def get(self, engagement_id: str | None) -> Session | None:
+        if engagement_id is None:
+            return None
+        with self._lock:
+            session = self._by_id.get(engagement_id)
+            if session is not None:
+                self._by_id.move_to_end(engagement_id)
+            return session
+
+    def for_thread(self, thread: str | None) -> Session | None:
+        if thread is None:
+            return None
+        with self._lock:
+            engagement_id = self._by_thread.get(thread)
+        return self.get(engagement_id)
+
+    def add(self, session: Session) -> None:
+        """Make ``session`` the thread's current one; the thread's previous one and the oldest over the limit close."""
+        evicted: list[Session] = []
+        with self._lock:
+            if session.thread is not None:
+                previous = self._by_thread.get(session.thread)
+                if previous is not None and previous != session.engagement.id:
+                    old = self._by_id.pop(previous, None)
+                    if old is not None:
+                        evicted.append(old)
+                self._by_thread[session.thread] = session.engagement.id
+            self._by_id[session.engagement.id] = session
+            while len(self._by_id) > self._limit:
+                _, old = self._by_id.popitem(last=False)
+                if old.thread is not None and self._by_thread.get(old.thread) == old.engagement.id:
+                    del self._by_thread[old.thread]
+                evicted.append(old)
+        for old in evicted:
+            _close(old)
+
+    def discard(self, session: Session) -> None:
+        """Forget ``session`` and close its engagement."""
+        with self._lock:
+            self._by_id.pop(session.engagement.id, None)
+            if session.thread is not None and self._by_thread.get(session.thread) == session.engagement.id:
+                del self._by_thread[session.thread]
+        _close(session)
+
+    def close_thread(self, thread: str) -> bool:
+        session = self.for_thread(thread)
+        if session is None:
+            return False
+        self.discard(session)
+        return True
+
+    def close_all(self) -> None:
+        with self._lock:
+            sessions = list(self._by_id.values())
+            self._by_id.clear()
+            self._by_thread.clear()
+        for session in sessions:
+            _close(session)
+
+
+def _close(session: Session) -> None:
+    try:
+        session.engagement.close()
+    except Exception:  # closing flushes an observe-mode guardian: never break the host for it
+        log.exception("agentguard: closing engagement %s failed", session.engagement.id)
