@@ -10,10 +10,11 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, get_type_hints
+from typing import Any, Union, get_type_hints
 
 from agentguard.engagement import EngagementState, StepRecord, new_id, to_plain
 
@@ -56,6 +57,10 @@ _JSON_TYPES: dict[Any, str] = {
 
 
 def _json_type(annotation: Any) -> str | None:
+    """The AOS argument type of a Python annotation (``X | None`` counts as ``X``); ``None`` if unclear."""
+    if isinstance(annotation, types.UnionType) or getattr(annotation, "__origin__", None) is Union:
+        options = [a for a in annotation.__args__ if a is not type(None)]
+        return _json_type(options[0]) if len(options) == 1 else None
     origin = getattr(annotation, "__origin__", None)
     return _JSON_TYPES.get(annotation) or _JSON_TYPES.get(origin)
 

@@ -8,7 +8,8 @@ validate, survive a round trip and reach the guardian, but agentguard never inte
 data the agent sent.
 
 Values are validated strictly (``"5"`` is not an integer, ``"true"`` is not a boolean): a guardian decides
-on these values, and coercing them would make it decide on something the agent did not send.
+on these values, and coercing them would make it decide on something the agent did not send. ``NaN`` and
+the infinities are refused anywhere: JSON has no such numbers, so a model holding one could not be sent.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class WireModel(BaseModel):
         populate_by_name=True,
         extra="allow",
         strict=True,
+        allow_inf_nan=False,
     )
 
 

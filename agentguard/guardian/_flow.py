@@ -163,7 +163,12 @@ def _ping_exchange(settings: Settings, timeout_ms: int) -> Flow[dict[str, object
     ping_id = f"ping-{uuid.uuid4().hex}"
     timestamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     body = json.dumps(
-        {"jsonrpc": "2.0", "id": ping_id, "method": "ping", "params": {"timestamp": timestamp, "timeout": timeout_ms}}
+        {
+            "jsonrpc": "2.0",
+            "id": ping_id,
+            "method": "ping",
+            "params": {"timestamp": timestamp, "timeout": timeout_ms},
+        }
     ).encode()
     outcome, _ = yield from _exchange(_post(settings, body, timeout_ms / 1000), settings.retry)
     if isinstance(outcome, _Failure):
@@ -313,7 +318,9 @@ def _check_modified_request(
     if candidate.get("jsonrpc") != "2.0":
         return _unappliable("modifiedRequest.jsonrpc is not '2.0'")
     if not _same_id(candidate.get("id"), request_id):
-        return _unappliable(f"modifiedRequest.id {candidate.get('id')!r} is not the request's id {request_id!r}")
+        return _unappliable(
+            f"modifiedRequest.id {candidate.get('id')!r} is not the request's id {request_id!r}"
+        )
     if candidate.get("method") != method:
         return _unappliable(f"modifiedRequest.method {candidate.get('method')!r} is not {method!r}")
     if not isinstance(candidate.get("params"), dict):

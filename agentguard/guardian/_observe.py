@@ -72,7 +72,9 @@ class Backlog:
     when it exits. Handlers are expected not to raise; if one does, it is logged and the queue goes on.
     """
 
-    def __init__(self, capacity: int, *, deliver: Handler, discard: Handler, on_stop: Callable[[], None], name: str):
+    def __init__(
+        self, capacity: int, *, deliver: Handler, discard: Handler, on_stop: Callable[[], None], name: str
+    ):
         self._capacity = capacity
         self._deliver = deliver
         self._discard = discard
@@ -163,7 +165,9 @@ class Backlog:
                 try:
                     context.run(handler, request)
                 except Exception:
-                    self._handler_log.warning("guardian observe queue %s: handler raised", self._name, exc_info=True)
+                    self._handler_log.warning(
+                        "guardian observe queue %s: handler raised", self._name, exc_info=True
+                    )
                 with self._lock:
                     self._finished += 1
                     self._progress.notify_all()

@@ -16,7 +16,7 @@ from agentguard.errors import AgentGuardError
 __all__ = ["GuardianOutcome", "GuardianStats", "GuardianUnavailable", "GuardianVerdict"]
 
 
-class GuardianOutcome(str, enum.Enum):
+class GuardianOutcome(enum.StrEnum):
     """How a guardian exchange ended."""
 
     ALLOW = "allow"

@@ -23,7 +23,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("sample_request", requests, ids=[r["method"] for r in requests])
     if "sample_response" in metafunc.fixturenames:
         responses = SAMPLES["responses"]
-        metafunc.parametrize("sample_response", responses, ids=[f"response{i}" for i in range(len(responses))])
+        metafunc.parametrize(
+            "sample_response", responses, ids=[f"response{i}" for i in range(len(responses))]
+        )
 
 
 @pytest.fixture

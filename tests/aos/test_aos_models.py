@@ -18,8 +18,14 @@ OBJECT_SITES: dict[type[aos.WireModel], tuple[str, tuple[str | int, ...]]] = {
     aos.Model: ("steps/toolCallRequest", ("params", "context", "agent", "model")),
     aos.LlmProvider: ("steps/toolCallRequest", ("params", "context", "agent", "model", "provider")),
     aos.ToolDefinition: ("steps/toolCallRequest", ("params", "context", "agent", "tools", 0)),
-    aos.ToolArgumentDefinition: ("steps/toolCallRequest", ("params", "context", "agent", "tools", 0, "arguments", 0)),
-    aos.ToolOutputDefinition: ("steps/toolCallRequest", ("params", "context", "agent", "tools", 0, "outputs", 0)),
+    aos.ToolArgumentDefinition: (
+        "steps/toolCallRequest",
+        ("params", "context", "agent", "tools", 0, "arguments", 0),
+    ),
+    aos.ToolOutputDefinition: (
+        "steps/toolCallRequest",
+        ("params", "context", "agent", "tools", 0, "outputs", 0),
+    ),
     aos.MCPServer: ("steps/toolCallRequest", ("params", "context", "agent", "mcpServers", 0)),
     aos.Resource: ("steps/toolCallRequest", ("params", "context", "agent", "resources", 0)),
     aos.Organization: ("steps/toolCallRequest", ("params", "context", "agent", "organization")),
@@ -105,7 +111,7 @@ def test_methods_map_every_method_of_section_4_to_its_params() -> None:
         "tasks/cancel",
         "tasks/get",
     }
-    assert aos.METHODS == steps | dict.fromkeys(a2a, aos.A2AParams)
+    assert steps | dict.fromkeys(a2a, aos.A2AParams) == aos.METHODS
     assert a2a == aos.A2A_METHODS
     for name, model in aos.REQUEST_MODELS.items():
         assert model.model_fields["method"].default == name
@@ -119,7 +125,11 @@ def test_python_names_build_the_same_object_as_wire_names() -> None:
         {"executionId": "call-1", "toolId": "t", "inputs": [{"name": "x", "value": [1, "a"]}]}
     )
     assert by_python == by_wire
-    assert aos.dump(by_python) == {"executionId": "call-1", "toolId": "t", "inputs": [{"name": "x", "value": [1, "a"]}]}
+    assert aos.dump(by_python) == {
+        "executionId": "call-1",
+        "toolId": "t",
+        "inputs": [{"name": "x", "value": [1, "a"]}],
+    }
 
 
 def test_unknown_members_are_kept_at_every_level(by_method: dict[str, Any]) -> None:
@@ -134,7 +144,13 @@ def test_unknown_members_are_kept_at_every_level(by_method: dict[str, Any]) -> N
 
 def test_given_nulls_are_kept_and_absent_members_stay_absent() -> None:
     tool = aos.ToolDefinition(name="now", id="now", type="function_call", arguments=None, outputs=None)
-    assert aos.dump(tool) == {"name": "now", "id": "now", "type": "function_call", "arguments": None, "outputs": None}
+    assert aos.dump(tool) == {
+        "name": "now",
+        "id": "now",
+        "type": "function_call",
+        "arguments": None,
+        "outputs": None,
+    }
     argument = aos.ToolArgumentDefinition(name="a", required=True)
     assert aos.dump(argument) == {"name": "a", "required": True}
     assert aos.dump(aos.ToolArgumentDefinition(name="a", required=True, mime_type=None))["mimeType"] is None
@@ -151,13 +167,19 @@ def test_given_nulls_are_kept_and_absent_members_stay_absent() -> None:
         (aos.ToolArgumentValue, {"name": "a"}),
         (aos.Message, {"id": "m", "role": "user", "content": []}),
         (aos.Message, {"id": "m", "role": "assistant", "content": [{"kind": "text", "text": "hi"}]}),
-        (aos.AgentTrigger, {"type": "scheduled", "event": {"type": "cron", "id": "1"}, "content": [{"text": "x"}]}),
+        (
+            aos.AgentTrigger,
+            {"type": "scheduled", "event": {"type": "cron", "id": "1"}, "content": [{"text": "x"}]},
+        ),
         (aos.DataPart, {"kind": "data", "data": [1, 2]}),
         (aos.FilePart, {"kind": "file", "file": {"bytes": "AA==", "uri": "https://x"}}),
         (aos.Model, {"name": "m", "id": "m", "provider": {"name": "p"}, "maxTokens": "5"}),
         (aos.ToolCallResult, {"outputs": [], "isError": "false"}),
         (aos.ToolCallResult, {"outputs": [{"kind": "data", "data": {}}], "isError": False}),
-        (aos.StepContext, {"agent": {}, "session": {"id": "s"}, "turnId": "t", "stepId": "s", "timestamp": "now"}),
+        (
+            aos.StepContext,
+            {"agent": {}, "session": {"id": "s"}, "turnId": "t", "stepId": "s", "timestamp": "now"},
+        ),
         (aos.User, {"id": 7}),
         (aos.A2AParty, {"agent": {"name": "x"}, "role": "peer"}),
         (aos.AOSSuccessResult, {"decision": "maybe", "message": "m"}),
@@ -177,7 +199,10 @@ def test_user_organization_is_optional() -> None:
 def test_decision_is_a_string_enum_on_the_wire() -> None:
     result = aos.AOSSuccessResult(decision=aos.Decision.MODIFY, message="m", reason_code=["a"])
     assert aos.dump(result) == {"decision": "modify", "message": "m", "reasonCode": ["a"]}
-    assert aos.AOSSuccessResult.model_validate({"decision": "deny", "message": "m"}).decision is aos.Decision.DENY
+    assert (
+        aos.AOSSuccessResult.model_validate({"decision": "deny", "message": "m"}).decision
+        is aos.Decision.DENY
+    )
 
 
 def test_utc_timestamp_is_iso_8601_utc() -> None:

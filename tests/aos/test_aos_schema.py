@@ -18,7 +18,9 @@ from jsonschema import Draft7Validator
 
 from agentguard import aos
 
-SCHEMA_FILE = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "aos" / "aos_schema.json"
+SCHEMA_FILE = (
+    Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "aos" / "aos_schema.json"
+)
 
 # Method -> the schema's definition of its request (the schema still uses the earlier prefix ASOP).
 REQUEST_DEFINITIONS = {
@@ -64,7 +66,9 @@ def _patched(schema: dict[str, Any]) -> dict[str, Any]:
             definition.clear()
             definition.update(
                 {
-                    "properties": {k: v for k, v in misplaced.items() if k not in ("required", "title", "type")},
+                    "properties": {
+                        k: v for k, v in misplaced.items() if k not in ("required", "title", "type")
+                    },
                     "required": misplaced["required"],
                     "title": misplaced["title"],
                     "type": misplaced["type"],
@@ -114,7 +118,9 @@ def _patched(schema: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def published_schema() -> dict[str, Any]:
     if not SCHEMA_FILE.is_file():
-        pytest.fail(f"the published AOS schema is not at {SCHEMA_FILE} (shared/ must sit beside the repository)")
+        pytest.fail(
+            f"the published AOS schema is not at {SCHEMA_FILE} (shared/ must sit beside the repository)"
+        )
     schema: dict[str, Any] = json.loads(SCHEMA_FILE.read_text())
     return schema
 
@@ -131,7 +137,9 @@ def _validator(schema: dict[str, Any], definition: str) -> Draft7Validator:
 
 
 def _errors(schema: dict[str, Any], definition: str, document: Any) -> list[str]:
-    return [f"{list(e.absolute_path)}: {e.message}" for e in _validator(schema, definition).iter_errors(document)]
+    return [
+        f"{list(e.absolute_path)}: {e.message}" for e in _validator(schema, definition).iter_errors(document)
+    ]
 
 
 def test_every_request_validates(schema: dict[str, Any], sample_request: dict[str, Any]) -> None:
@@ -172,7 +180,9 @@ def test_requests_built_in_python_validate(schema: dict[str, Any]) -> None:
             ),
         ),
         aos.PingRequest(id=3, params=aos.PingParams(timestamp=aos.utc_timestamp())),
-        aos.A2ATasksGet(id=4, params=aos.A2AParams(payload={"jsonrpc": "2.0", "id": 1, "method": "tasks/get"})),
+        aos.A2ATasksGet(
+            id=4, params=aos.A2AParams(payload={"jsonrpc": "2.0", "id": 1, "method": "tasks/get"})
+        ),
         aos.MCPMessage(id=5, params=aos.MCPParams(message={"jsonrpc": "2.0", "method": "ping"})),
     ]
     for request in requests:
@@ -181,7 +191,11 @@ def test_requests_built_in_python_validate(schema: dict[str, Any]) -> None:
 
 
 def test_error_responses_built_by_parse_request_validate(schema: dict[str, Any]) -> None:
-    refusals = [{"jsonrpc": "2.0", "id": 1, "method": "steps/nope"}, [], {"jsonrpc": "2.0", "id": 2, "method": "ping"}]
+    refusals = [
+        {"jsonrpc": "2.0", "id": 1, "method": "steps/nope"},
+        [],
+        {"jsonrpc": "2.0", "id": 2, "method": "ping"},
+    ]
     for refusal in refusals:
         with pytest.raises(aos.AOSRequestError) as caught:
             aos.parse_request(refusal)

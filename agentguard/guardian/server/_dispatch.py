@@ -52,9 +52,10 @@ def _no_constants(name: str) -> NoReturn:
 
 
 def _encode(response: WireModel) -> bytes:
-    # allow_nan=False: a rule's CEL could compute a NaN, which is not JSON; better an internal error than a
-    # body the client cannot parse.
-    return json.dumps(dump(response), ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    # ASCII output: a string may hold a lone surrogate (a valid JSON escape, not valid UTF-8), which only an
+    # escape can carry. The models refuse NaN and the infinities; allow_nan=False makes sure no body that a
+    # client cannot parse ever leaves (it would surface as an internal error instead).
+    return json.dumps(dump(response), separators=(",", ":"), allow_nan=False).encode("ascii")
 
 
 def _error(request_id: RequestId | None, code: int, message: str) -> JSONRPCErrorResponse:

@@ -1,0 +1,234 @@
+"""One LangChain tool call translated into one ``guard.call``, and the verdict translated back.
+
+The pipeline decides; this module only maps names, hands the pipeline a function that runs LangChain's own
+tool handler (so inputs a guardian rewrote reach the tool and inner middleware still runs), converts the
+``ToolMessage`` into the tool's output and back, and turns a denial into what the model or the caller sees.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal
+
+from agentguard import (
+    CapabilityDenied,
+    GuardianDenied,
+    IdentityError,
+    Phase,
+    PolicyViolation,
+    RestrictionViolation,
+    ReviewDenied,
+)
+
+from agentguard_langchain._content import decode_output, encode_output
+from agentguard_langchain._host import AIMessage, BaseTool, Command, ToolCallRequest, ToolMessage
+from agentguard_langchain._sessions import HeldResult, Session
+
+__all__ = ["OnDenied", "RECOVERABLE", "ToolCallTranslation", "ToolFailed", "ToolResolver"]
+
+OnDenied = Literal["message", "raise"]
+
+RECOVERABLE: tuple[type[PolicyViolation], ...] = (
+    CapabilityDenied,
+    RestrictionViolation,
+    ReviewDenied,
+    GuardianDenied,
+    IdentityError,
+)
+"""Denials of one call that the model can recover from: it gets an error ``ToolMessage`` and carries on.
+Everything else (short-circuit, failed guardrail, a stopped engagement) ends the run."""
+
+_NO_PARAMETERS = inspect.Signature()
+
+ToolResult = ToolMessage | Command[Any]
+
+
+class ToolFailed(Exception):
+    """The tool itself failed and LangChain turned that into an error ``ToolMessage``: pass it on unchanged."""
+
+    def __init__(self, message: ToolMessage) -> None:
+        self.message = message
+        super().__init__(str(message.content))
+
+
+class ToolResolver:
+    """Maps LangChain tool names to spec names, and unwraps tools whose function is a ``@guard.tool``.
+
+    A ``@guard.tool`` function wrapped by LangChain's ``@tool`` would be checked twice (once here, once by its
+    own wrapper). The middleware runs a copy of the LangChain tool that calls the undecorated function, under
+    the spec name the decorator registered.
+    """
+
+    def __init__(self, tool_names: Mapping[str, str] | None) -> None:
+        self._names = dict(tool_names or {})
+        self._unwrapped: dict[int, tuple[BaseTool, BaseTool | None, str | None]] = {}
+
+    def resolve(self, lc_name: str, tool: BaseTool | None) -> tuple[str, BaseTool | None]:
+        """(spec name, replacement tool or ``None`` to run the tool as is)."""
+        replacement: BaseTool | None = None
+        marked: str | None = None
+        if tool is not None:
+            cached = self._unwrapped.get(id(tool))
+            if cached is None or cached[0] is not tool:
+                cached = (tool, *_unwrap(tool))
+                self._unwrapped[id(tool)] = cached
+            replacement, marked = cached[1], cached[2]
+        name = self._names.get(lc_name) or marked or lc_name.replace("_", "-")
+        return name, replacement
+
+
+def _unwrap(tool: BaseTool) -> tuple[BaseTool | None, str | None]:
+    update: dict[str, Any] = {}
+    name: str | None = None
+    for attr in ("func", "coroutine"):
+        fn = getattr(tool, attr, None)
+        marker = getattr(fn, "__agentguard__", None)
+        inner = getattr(fn, "__wrapped__", None)
+        if marker is not None and inner is not None:
+            update[attr] = inner
+            name = getattr(marker, "name", None)
+    if not update:
+        return None, None
+    return tool.model_copy(update=update), name
+
+
+class ToolCallTranslation:
+    """Everything about one tool call the middleware needs before and after ``guard.call``."""
+
+    __slots__ = ("_anonymous", "call_id", "inputs", "lc_name", "name", "reasoning", "request", "session", "tool")
+
+    def __init__(self, request: ToolCallRequest, session: Session, resolver: ToolResolver) -> None:
+        tool_call = request.tool_call
+        self.request = request
+        self.session = session
+        self.lc_name: str = tool_call["name"]
+        self.call_id: str | None = tool_call.get("id") or None
+        self.inputs: dict[str, Any] = dict(tool_call.get("args") or {})
+        self.name, self.tool = resolver.resolve(self.lc_name, request.tool)
+        self.reasoning = _reasoning(request.state, self.call_id)
+        self._anonymous: HeldResult | None = None
+
+    # -- the function the pipeline invokes -------------------------------------------------------------
+
+    def _request(self, inputs: Mapping[str, Any]) -> ToolCallRequest:
+        tool_call = {**self.request.tool_call, "args": dict(inputs)}
+        if self.tool is not None:
+            return self.request.override(tool_call=tool_call, tool=self.tool)  # type: ignore[arg-type]
+        return self.request.override(tool_call=tool_call)  # type: ignore[arg-type]
+
+    def runner(self, handler: Callable[[ToolCallRequest], ToolResult], answered: Callable[[], int]) -> Callable[..., Any]:
+        def run(**inputs: Any) -> Any:
+            return self.accept(handler(self._request(inputs)), answered())
+
+        run.__signature__ = _NO_PARAMETERS  # type: ignore[attr-defined]  # pipeline: pass every input by name
+        return run
+
+    def arunner(
+        self, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]], answered: Callable[[], int]
+    ) -> Callable[..., Awaitable[Any]]:
+        async def run(**inputs: Any) -> Any:
+            return self.accept(await handler(self._request(inputs)), answered())
+
+        run.__signature__ = _NO_PARAMETERS  # type: ignore[attr-defined]
+        return run
+
+    def accept(self, result: ToolResult, interrupts_before: int) -> Any:
+        """The tool's output for the pipeline; the LangChain result is held until the pipeline lets it out."""
+        message = _tool_message(result, self.call_id)
+        if isinstance(message, ToolMessage) and message.status == "error":
+            raise ToolFailed(message)
+        content = message.content if message is not None else None
+        output = decode_output(content)
+        if self.call_id is not None:
+            self.session.held[self.call_id] = HeldResult(result, output, content)
+            self.session.replays[self.call_id] = interrupts_before
+        else:
+            self._anonymous = HeldResult(result, output, content)
+        return output
+
+    # -- after the pipeline ----------------------------------------------------------------------------
+
+    def interrupts_to_replay(self) -> int:
+        """Interrupts answered before this call's tool ran in an earlier run of the node (0 if it has not run)."""
+        if self.call_id is None or self.call_id not in self.session.held:
+            return 0
+        return self.session.replays.get(self.call_id, 0)
+
+    def finish(self, output: Any) -> ToolResult:
+        """The result the pipeline let out: the tool's own message, or one carrying the replaced output."""
+        held = self._pop()
+        if held is not None and output is held.output:
+            return held.result
+        content = encode_output(output, held.content if held is not None else "")
+        if held is None:
+            return ToolMessage(content=content, name=self.lc_name, tool_call_id=self.call_id or "")
+        if isinstance(held.result, ToolMessage):
+            return held.result.model_copy(update={"content": content})
+        return _replace_in_command(held.result, self.call_id, content)
+
+    def fail(self, exc: BaseException, on_denied: OnDenied) -> ToolResult:
+        """Translate an exception out of the pipeline: an error message for the model, or re-raise.
+
+        Not for LangGraph's control flow (an interrupt): a paused call keeps its held result for the re-run.
+        """
+        self._pop()
+        if isinstance(exc, ToolFailed):
+            return exc.message
+        if on_denied == "message" and isinstance(exc, RECOVERABLE):
+            return self.denial(exc)
+        raise exc
+
+    def denial(self, exc: PolicyViolation) -> ToolMessage:
+        after = (
+            "The tool ran, but its result was withheld."
+            if exc.phase is Phase.OUTPUT
+            else "The tool was not run."
+        )
+        return ToolMessage(
+            content=f"agentguard denied this tool call: {exc}. {after}",
+            name=self.lc_name,
+            tool_call_id=self.call_id or "",
+            status="error",
+        )
+
+    def _pop(self) -> HeldResult | None:
+        if self.call_id is None:
+            return self._anonymous
+        self.session.replays.pop(self.call_id, None)
+        return self.session.held.pop(self.call_id, None)
+
+
+def _tool_message(result: ToolResult, call_id: str | None) -> ToolMessage | None:
+    if isinstance(result, ToolMessage):
+        return result
+    update = result.update
+    messages = update.get("messages") if isinstance(update, Mapping) else None
+    for message in messages or ():
+        if isinstance(message, ToolMessage) and (call_id is None or message.tool_call_id == call_id):
+            return message
+    return None
+
+
+def _replace_in_command(command: Command[Any], call_id: str | None, content: object) -> Command[Any]:
+    update = command.update
+    if not isinstance(update, Mapping):
+        return command
+    messages = [
+        m.model_copy(update={"content": content})
+        if isinstance(m, ToolMessage) and (call_id is None or m.tool_call_id == call_id)
+        else m
+        for m in update.get("messages") or ()
+    ]
+    return Command(graph=command.graph, update={**update, "messages": messages}, resume=command.resume, goto=command.goto)
+
+
+def _reasoning(state: Mapping[str, Any] | Any, call_id: str | None) -> str | None:
+    """The text of the model message that asked for this call: the AOS ``reasoning`` of the request."""
+    messages = state.get("messages") if isinstance(state, Mapping) else None
+    for message in reversed(messages or ()):
+        if isinstance(message, AIMessage):
+            if call_id is None or any(tc.get("id") == call_id for tc in message.tool_calls):
+                return message.text or None
+            return None
+    return None
