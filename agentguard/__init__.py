@@ -44,8 +44,8 @@ from agentguard.policy import (
     CredentialRequest,
     CredentialResolver,
     Credentials,
-    ReviewRequest,
     Reviewer,
+    ReviewRequest,
     TerminalReviewer,
     current_credentials,
 )

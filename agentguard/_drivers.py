@@ -24,7 +24,9 @@ _review_pool: concurrent.futures.ThreadPoolExecutor | None = None
 def _pool() -> concurrent.futures.ThreadPoolExecutor:
     global _review_pool
     if _review_pool is None:
-        _review_pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="agentguard-review")
+        _review_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=8, thread_name_prefix="agentguard-review"
+        )
     return _review_pool
 
 
@@ -62,7 +64,9 @@ def _perform_sync(effect: Effect) -> Any:
         # reviewer that overruns keeps its thread until it returns: Python cannot kill a thread; its late
         # answer is ignored and the timeout decision stands.
         ctx = contextvars.copy_context()
-        future = _pool().submit(ctx.run, lambda: _resolve_sync(effect.reviewer(effect.request), "the reviewer"))
+        future = _pool().submit(
+            ctx.run, lambda: _resolve_sync(effect.reviewer(effect.request), "the reviewer")
+        )
         try:
             return future.result(timeout=effect.timeout_ms / 1000)
         except concurrent.futures.TimeoutError:

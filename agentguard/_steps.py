@@ -168,7 +168,12 @@ class StepBuilder:
         return {"jsonrpc": "2.0", "id": f"ag-{next(_ids)}", "method": method, "params": params}
 
     def tool_call_request(
-        self, state: EngagementState, step: StepRecord, tool: str, inputs: Mapping[str, Any], reasoning: str | None
+        self,
+        state: EngagementState,
+        step: StepRecord,
+        tool: str,
+        inputs: Mapping[str, Any],
+        reasoning: str | None,
     ) -> dict[str, Any]:
         params: dict[str, Any] = {
             "context": self.context(state, step),
@@ -211,7 +216,9 @@ class StepBuilder:
             params["reasoning"] = reasoning
         return self.request("steps/message", params)
 
-    def generic(self, state: EngagementState, step: StepRecord, method: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    def generic(
+        self, state: EngagementState, step: StepRecord, method: str, params: Mapping[str, Any]
+    ) -> dict[str, Any]:
         """Any other step kind: ``params`` as given, with the step context added."""
         body = {"context": self.context(state, step), **to_plain(params)}
         return self.request(method, body)
@@ -221,7 +228,9 @@ class StepBuilder:
         return self.request(method, dict(params))
 
 
-def new_step(state: EngagementState, kind: str, *, name: str | None = None, call_id: str | None = None) -> StepRecord:
+def new_step(
+    state: EngagementState, kind: str, *, name: str | None = None, call_id: str | None = None
+) -> StepRecord:
     """A fresh step record appended to the engagement."""
     step = StepRecord(
         kind=kind,

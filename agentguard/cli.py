@@ -23,6 +23,7 @@ from typing import TypeAlias
 
 from agentguard.cel import BACKEND_ENV_VAR, DEFAULT_BACKEND, get_backend
 from agentguard.errors import SpecError, SpecProblem
+from agentguard.guardian.server._cli import add_parser as _add_guardian
 from agentguard.spec import load_spec
 
 __all__ = ["main"]
@@ -111,4 +112,4 @@ def _summary(results: Sequence[tuple[str, Sequence[SpecProblem]]]) -> str:
     return f"{files} checked: {invalid} invalid, {count} problem{'s' if count != 1 else ''}"
 
 
-_SUBCOMMANDS: tuple[Callable[[_Subparsers], None], ...] = (_add_validate,)
+_SUBCOMMANDS: tuple[Callable[[_Subparsers], None], ...] = (_add_validate, _add_guardian)

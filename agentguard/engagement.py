@@ -73,7 +73,7 @@ class User:
         return {"id": self.id, "email": self.email}
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     """What a check or a guardian decided about a step."""
 
     ALLOW = "allow"
@@ -106,7 +106,7 @@ class Decision:
         return self.outcome in (Outcome.DENY, Outcome.REVIEW_REJECTED)
 
 
-class EngagementStatus(str, enum.Enum):
+class EngagementStatus(enum.StrEnum):
     ACTIVE = "active"
     STOPPED = "stopped"  # short-circuit fired: every later step is refused
     FAILED = "failed"  # a guardrail failed: no more tools may run
@@ -221,7 +221,9 @@ def to_plain(value: Any) -> Any:
     return str(value)
 
 
-_MAP_REF = re.compile(r"""(?<![\w.])(recent|history)\s*(?:\.\s*([A-Za-z_]\w*)|\[\s*(["'])([^"'\\]*)\3\s*\])?""")
+_MAP_REF = re.compile(
+    r"""(?<![\w.])(recent|history)\s*(?:\.\s*([A-Za-z_]\w*)|\[\s*(["'])([^"'\\]*)\3\s*\])?"""
+)
 _STRING = re.compile(r"""("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')""")
 
 
@@ -244,7 +246,9 @@ class ViewPlan:
         keys: dict[str, set[str] | None] = {"recent": set(), "history": set()}
         # Blank out string literals so that "history" inside a string is not taken as a reference, but read
         # the literal right after `history[` from the original text (that is the key we want).
-        masked = _STRING.sub(lambda m: m.group(0)[0] + "_" * (len(m.group(0)) - 2) + m.group(0)[0], expression)
+        masked = _STRING.sub(
+            lambda m: m.group(0)[0] + "_" * (len(m.group(0)) - 2) + m.group(0)[0], expression
+        )
         for match in _MAP_REF.finditer(masked):
             found = keys[match.group(1)]
             if found is None:
@@ -366,7 +370,9 @@ class EngagementState:
 
     # -- calls ----------------------------------------------------------------------------------------
 
-    def begin_call(self, name: str, inputs: dict[str, Any], *, kind: str = "tool", call_id: str | None = None) -> CallRecord:
+    def begin_call(
+        self, name: str, inputs: dict[str, Any], *, kind: str = "tool", call_id: str | None = None
+    ) -> CallRecord:
         """Record an attempted call as the most recent one (decision 2: the pending call is visible)."""
         entry: dict[str, Any] = {"inputs": inputs, "outputs": None}
         record = CallRecord(name, kind, call_id or new_id(), entry, time.time())

@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 
-class Rule(str, enum.Enum):
+class Rule(enum.StrEnum):
     """Which kind of rule made a decision."""
 
     CAPABILITY = "capability"
@@ -58,7 +58,7 @@ class Rule(str, enum.Enum):
     ENGAGEMENT = "engagement"
 
 
-class Phase(str, enum.Enum):
+class Phase(enum.StrEnum):
     """When a rule runs: before a step (``input``) or after it, on its result (``output``)."""
 
     INPUT = "input"

@@ -43,7 +43,7 @@ from agentguard.engagement import (
     to_plain,
 )
 from agentguard.errors import ConfigurationError, Phase
-from agentguard.steps import MCP, KnowledgeRetrieval, Message, Step
+from agentguard.guardian import GuardianClient
 from agentguard.policy._flow import (
     Flow,
     FlowContext,
@@ -57,6 +57,7 @@ from agentguard.policy._identity import CredentialResolver
 from agentguard.policy._policy import Policy, UnknownCapability
 from agentguard.policy._review import ApprovalConfig, Reviewer
 from agentguard.spec import AgentSpec, CompiledSpec, compile_spec, is_valid_name, load_spec, load_spec_text
+from agentguard.steps import MCP, KnowledgeRetrieval, Message, Step
 
 __all__ = ["Engagement", "Guard"]
 
@@ -207,7 +208,12 @@ class Engagement:
             def build(record: StepRecord) -> dict[str, Any]:
                 record.payload["role"] = message.role
                 return builder.message(
-                    state, record, message.role, message.text, citation=message.citation, reasoning=message.reasoning
+                    state,
+                    record,
+                    message.role,
+                    message.text,
+                    citation=message.citation,
+                    reasoning=message.reasoning,
                 )
 
         elif isinstance(step, MCP):
@@ -348,14 +354,20 @@ class Guard:
         credential_resolver: CredentialResolver | None = None,
         unknown_capability: UnknownCapability = "deny",
         auto_engagement: bool = False,
-        guardian: Any = None,
+        guardian: GuardianClient | None = None,
         agent: AgentInfo | None = None,
         short_circuit_max_block: int = 100,
         source: str | None = None,
     ) -> None:
         if unknown_capability not in ("deny", "allow", "observe"):
-            raise ConfigurationError(f"unknown_capability must be deny, allow or observe, not {unknown_capability!r}")
-        backend = cel_backend if cel_backend is None or not isinstance(cel_backend, str) else get_backend(cel_backend)
+            raise ConfigurationError(
+                f"unknown_capability must be deny, allow or observe, not {unknown_capability!r}"
+            )
+        backend = (
+            cel_backend
+            if cel_backend is None or not isinstance(cel_backend, str)
+            else get_backend(cel_backend)
+        )
         if isinstance(spec, CompiledSpec):
             compiled = spec
         else:
@@ -401,7 +413,9 @@ class Guard:
         """Like :meth:`from_file`, from YAML text."""
         backend = options.pop("cel_backend", None)
         backend_obj = get_backend(backend) if isinstance(backend, str) or backend is None else backend
-        return cls(load_spec_text(text, backend=backend_obj, source=source), cel_backend=backend_obj, **options)
+        return cls(
+            load_spec_text(text, backend=backend_obj, source=source), cel_backend=backend_obj, **options
+        )
 
     @property
     def spec(self) -> AgentSpec:
@@ -498,7 +512,9 @@ class Guard:
         wrapper.__agentguard__ = reg  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
 
-    def add_reviewer(self, reviewer_id: str, reviewer: Reviewer, *, config: ApprovalConfig | None = None) -> None:
+    def add_reviewer(
+        self, reviewer_id: str, reviewer: Reviewer, *, config: ApprovalConfig | None = None
+    ) -> None:
         """Register who answers ``require_review: <reviewer_id>`` (and how, with ``config``)."""
         self._reviewers[reviewer_id] = reviewer
         if config is not None:
@@ -567,7 +583,9 @@ class Guard:
     ) -> Any:
         eng, own = self._engagement_for_call(reg.name)
         try:
-            return run_sync(tool_call_flow(self._flow, eng.state, self._tool_call(reg, inputs, call_id, reasoning)))
+            return run_sync(
+                tool_call_flow(self._flow, eng.state, self._tool_call(reg, inputs, call_id, reasoning))
+            )
         finally:
             if own:
                 eng.close()
@@ -583,9 +601,7 @@ class Guard:
             if own:
                 eng.close()
 
-    def _adhoc(
-        self, name: str, fn: Callable[..., Any] | None, kind: Literal["tool", "agent"]
-    ) -> _Registered:
+    def _adhoc(self, name: str, fn: Callable[..., Any] | None, kind: Literal["tool", "agent"]) -> _Registered:
         table = self._registry if kind == "tool" else self._agents
         reg = table.get(name)
         if reg is not None and (fn is None or reg.fn is fn or getattr(fn, "__agentguard__", None) is reg):
@@ -665,4 +681,3 @@ class Guard:
 
     def __repr__(self) -> str:
         return f"<Guard {self.name!r} tools={sorted(self._registry)} agents={sorted(self._agents)}>"
-

@@ -71,7 +71,8 @@ def tool_b(x: int) -> dict[str, bool]:
 
 def build(backend: str, assertion: str) -> tuple[Guard, dict[str, Callable[..., Any]]]:
     text = SPEC.format(
-        input_a=json.dumps(assertion.format(name="tool-a")), input_b=json.dumps(assertion.format(name="tool-b"))
+        input_a=json.dumps(assertion.format(name="tool-a")),
+        input_b=json.dumps(assertion.format(name="tool-b")),
     )
     guard = Guard.from_yaml(text, cel_backend=backend, short_circuit_max_block=100)
     return guard, {"tool-a": guard.tool(tool_a), "tool-b": guard.tool(tool_b)}
@@ -83,7 +84,9 @@ def timed(fn: Callable[..., Any], x: int) -> int:
     return time.perf_counter_ns() - start
 
 
-def per_call_us(guard: Guard, tools: dict[str, Callable[..., Any]], earlier: int, calls: int, rounds: int) -> float:
+def per_call_us(
+    guard: Guard, tools: dict[str, Callable[..., Any]], earlier: int, calls: int, rounds: int
+) -> float:
     """Median microseconds of a guarded call made with ``earlier`` calls already in the engagement."""
     samples: list[int] = []
     sequence = thue_morse(earlier + calls)
@@ -126,13 +129,17 @@ def measure(backend: str, calls: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--calls", type=int, default=4000, help="guarded calls measured per configuration")
     parser.add_argument("--backends", default=",".join(available_backends()))
     args = parser.parse_args(argv)
     rows = [measure(b, args.calls) for b in args.backends.split(",") if b]
     targets = {"added_us": 20.0, "recent_user_ratio": 1.5, "history_total_ratio": 3.0}
-    print(f"{'backend':<18}{'bare µs':>9}{'guarded µs':>12}{'added µs':>10}{'recent 10k/10':>15}{'_total 10k/10':>15}")
+    print(
+        f"{'backend':<18}{'bare µs':>9}{'guarded µs':>12}{'added µs':>10}{'recent 10k/10':>15}{'_total 10k/10':>15}"
+    )
     for r in rows:
         print(
             f"{r['backend']:<18}{r['bare_us']:>9.2f}{r['guarded_us']:>12.2f}{r['added_us']:>10.2f}"

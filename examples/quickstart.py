@@ -71,7 +71,9 @@ def main() -> None:
         attempt("refund 30 (supervisor approves)", lambda: refund("A-1", 30))
         attempt("refund 80 (supervisor rejects)", lambda: refund("A-1", 80))
         attempt("refund 500 (over the limit: never asked)", lambda: refund("A-1", 500))
-        attempt("delete_everything (not a capability)", lambda: guard.call("delete-everything", {}, lambda: None))
+        attempt(
+            "delete_everything (not a capability)", lambda: guard.call("delete-everything", {}, lambda: None)
+        )
         attempt("lookup_order('A-2')", lambda: lookup_order("A-2"))
         attempt("lookup_order('A-2') again", lambda: lookup_order("A-2"))
         attempt("lookup_order('A-2') a third time in a row", lambda: lookup_order("A-2"))

@@ -6,8 +6,10 @@ on top of ``celpy.CompiledRunner``, and why:
 
 * **Undeclared names fail at compile time.** The parse tree is scanned for the top-level variables the
   expression reads (ignoring string literals, field and method names after ``.``, and macro-bound
-  variables such as ``x`` in ``list.exists(x, ...)``). A name that is neither declared nor a CEL type name
-  is a :class:`~agentguard.cel.CelCompileError`, as it is on the default backend.
+  variables such as ``x`` in ``list.exists(x, ...)``). A variable that is neither declared nor a CEL type
+  name, a function celpy does not know, or a macro it cannot evaluate is a
+  :class:`~agentguard.cel.CelCompileError`, as on the default backend, instead of an evaluation error on
+  every call.
 * **Thread safety.** ``CompiledRunner.evaluate`` stores the activation in a module global before running
   the transpiled code, so two threads evaluating at once can read each other's variables. Here the
   transpiled statements are executed once, in a namespace private to the program, and each evaluation calls
@@ -18,14 +20,15 @@ on top of ``celpy.CompiledRunner``, and why:
   ``json_to_cel``).
 * **Numbers compare as JSON users expect.** ``celpy`` implements the old CEL rule that ``1.0 == 1`` is a
   type error, so a JSON ``1.0`` (or a ``float`` coming from a tool) could never equal ``1``. This backend
-  registers its own ``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=`` and ``in`` (``celpy``'s supported way of
-  overriding operators, scoped to programs compiled here; ``celpy`` itself is not patched) implementing
-  the current CEL semantics, as ``cel-expr-python`` does: ``int``, ``uint`` and ``double`` compare by
-  numeric value, and ``==`` between values of different kinds is ``false`` rather than an error, also
-  inside lists and maps. Trade-off: numbers keep their type instead of integral doubles being turned into
-  ints, so ``type(x) == double`` and ``x / 2`` still behave as doubles, but arithmetic still follows
-  ``celpy`` (``1.5 + 1`` is an error in strict CEL and is not repaired here), and a map lookup with a key
-  of another numeric type (``{1: "a"}[1.0]``) still fails.
+  registers its own comparison and arithmetic operators (``celpy``'s supported way of overriding
+  operators, scoped to programs compiled here; ``celpy`` itself is not patched) implementing the current
+  CEL semantics, as ``cel-expr-python`` does: ``int``, ``uint`` and ``double`` compare by numeric value,
+  and ``==`` between values of different kinds is ``false`` rather than an error, also inside lists and
+  maps. Arithmetic between different number types is refused, as in CEL and on the default backend
+  (celpy would compute ``100 / 3.0`` as ``33``). Trade-off: numbers keep their type rather than integral
+  doubles being turned into ints, so ``type(x) == double`` stays true and ``x * 2`` is an error for a
+  JSON ``1.0`` on both backends (write ``x * 2.0``); and a map lookup with a key of another number type
+  (``{1: "a"}[1.0]``) still fails.
 """
 
 from __future__ import annotations
@@ -241,12 +244,27 @@ def _equal(left: Any, right: Any) -> bool:
         return len(left) == len(right) and all(map(_equal, left, right))
     if kind is _MAP:
         return len(left) == len(right) and all(
-            any(_equal(key, other) and _equal(item, right[other]) for other in right)
-            if _kind(key) is _NUMBER
-            else key in right and _equal(item, right[key])
+            (found := _entry(right, key)) is not _MISSING and _equal(item, found)
             for key, item in left.items()
         )
     return bool(left == right)
+
+
+_MISSING = object()
+
+
+def _entry(mapping: dict[Any, Any], key: Any) -> Any:
+    """The value under ``key`` by CEL equality (``1``, ``1u`` and ``1.0`` are one key; ``true`` is not ``1``,
+    although Python hashes and compares them as equal), or ``_MISSING``."""
+    if isinstance(key, str):
+        try:
+            return dict.get(mapping, key, _MISSING)
+        except TypeError:  # a hash collision made celpy compare the key with one of another type
+            pass
+    for other, value in dict.items(mapping):
+        if _equal(key, other):
+            return value
+    return _MISSING
 
 
 def _numbers(left: Any, right: Any) -> tuple[int, int] | tuple[float, float]:
@@ -304,17 +322,66 @@ def cel_in(item: Any, container: Any) -> Any:
     """CEL ``in``: list membership by CEL equality; map membership by key, numbers by value."""
     if isinstance(item, ev.CELEvalError):
         return item
-    if isinstance(container, list) or (isinstance(container, dict) and _kind(item) is _NUMBER):
+    if isinstance(container, list):
         return _TRUE if any(_equal(item, element) for element in container) else _FALSE
     if isinstance(container, dict):
-        try:
-            return _TRUE if item in container else _FALSE
-        except TypeError:  # a hash collision made celpy compare keys of different types
-            return _TRUE if any(_equal(item, key) for key in container) else _FALSE
+        return _FALSE if _entry(container, item) is _MISSING else _TRUE
     return ev.operator_in(item, container)
 
 
+# Arithmetic: celpy accepts mixed number types and gets some wrong (``100 / 3.0`` is ``33``); CEL has no
+# mixed arithmetic, and the default backend refuses it, so both refuse it.
+_ARITHMETIC_TYPES = {
+    ct.IntType: "int",
+    ct.UintType: "uint",
+    ct.DoubleType: "double",
+    int: "int",
+    float: "double",
+}
+
+
+def _same_number_types(symbol: str, left: Any, right: Any) -> None:
+    left_type, right_type = _ARITHMETIC_TYPES.get(type(left)), _ARITHMETIC_TYPES.get(type(right))
+    if left_type and right_type and left_type != right_type:
+        raise TypeError(f"no matching overload for {symbol} applied to ({left_type}, {right_type})")
+
+
+def cel_add(left: Any, right: Any) -> Any:
+    """CEL ``+``: celpy's, without mixing number types."""
+    _same_number_types("+", left, right)
+    return operator.add(left, right)
+
+
+def cel_sub(left: Any, right: Any) -> Any:
+    """CEL ``-``: celpy's, without mixing number types."""
+    _same_number_types("-", left, right)
+    return operator.sub(left, right)
+
+
+def cel_mul(left: Any, right: Any) -> Any:
+    """CEL ``*``: celpy's, without mixing number types."""
+    _same_number_types("*", left, right)
+    return operator.mul(left, right)
+
+
+def cel_div(left: Any, right: Any) -> Any:
+    """CEL ``/``: celpy's, without mixing number types."""
+    _same_number_types("/", left, right)
+    return operator.truediv(left, right)
+
+
+def cel_mod(left: Any, right: Any) -> Any:
+    """CEL ``%``: celpy's, without mixing number types."""
+    _same_number_types("%", left, right)
+    return operator.mod(left, right)
+
+
 _OPERATORS: dict[str, Callable[..., Any]] = {
+    "_+_": cel_add,
+    "_-_": cel_sub,
+    "_*_": cel_mul,
+    "_/_": cel_div,
+    "_%_": cel_mod,
     "_==_": cel_eq,
     "_!=_": cel_ne,
     "_<_": cel_lt,
@@ -365,6 +432,8 @@ _TYPE_IDENTIFIERS = frozenset(
 )
 _KNOWN_QUALIFIED = frozenset(celpy.googleapis)
 
+# Functions and methods celpy knows; calling another one would be an evaluation error on every call.
+_FUNCTIONS = frozenset(ev.base_functions) | {"dyn", "has"}
 # The macros celpy implements, all of the form ``receiver.macro(variable, expression)``.
 _MACROS = frozenset({"all", "exists", "exists_one", "filter", "map"})
 # CEL macros it does not: celpy would treat them as calls to unknown functions, or (for the
@@ -514,7 +583,8 @@ class _Scanner:
     Works on the tree rather than the text, so string literals, field and method names after ``.`` and
     field names in message literals are never mistaken for variables. A qualified name ``a.b.c`` counts
     as every declared prefix (``a``, ``a.b``, ``a.b.c``), because celpy resolves the longest one at run
-    time. Variables bound by macros are in scope only in the macro's arguments, never in its receiver.
+    time. Variables bound by macros are in scope only in the macro's body, never in its receiver. Macros
+    celpy cannot evaluate are compile errors here, rather than evaluation errors on every call.
     """
 
     def __init__(self, expression: str, declarations: Mapping[str, VarType]) -> None:
@@ -529,6 +599,7 @@ class _Scanner:
     def _visit(self, node: Any, scope: frozenset[str]) -> None:
         if not isinstance(node, lark.Tree):
             return  # a token: literal, operator, or a name handled by the rule that holds it
+        children: list[Any] = node.children
         rule = node.data
         if rule in ("member_dot", "ident", "dot_ident"):
             name = _qualified_name(node)
@@ -536,21 +607,22 @@ class _Scanner:
                 self._reference(*name, scope)
                 return
         elif rule == "member_dot_arg":
-            self._method(node, scope)
+            self._method(children, scope)
             return
-        elif rule in ("ident_arg", "dot_ident_arg", "member_object"):
-            # Skip the function name or the message type name; visit the arguments or field values.
-            node = node.children[1] if len(node.children) > 1 else None
-        if node is not None:
-            for child in node.children:
-                self._visit(child, scope)
+        elif rule in ("ident_arg", "dot_ident_arg"):
+            self._function(children[0])
+            children = children[1:]  # the arguments
+        elif rule == "member_object":
+            children = children[1:]  # the field values, not the message type name
+        for child in children:
+            self._visit(child, scope)
 
-    def _method(self, node: lark.Tree[Any], scope: frozenset[str]) -> None:
-        children: list[Any] = node.children
+    def _method(self, children: list[Any], scope: frozenset[str]) -> None:
         receiver, method, *rest = children
         self._visit(receiver, scope)
         args = rest[0].children if rest else []
         if method not in _MACROS and method not in _UNSUPPORTED_MACROS:
+            self._function(method)
             for arg in args:
                 self._visit(arg, scope)
             return
@@ -570,6 +642,12 @@ class _Scanner:
                 method.column,
             )
         self._visit(args[1], scope | {str(name[0][0])})
+
+    def _function(self, name: lark.Token) -> None:
+        if name not in _FUNCTIONS:
+            raise CelCompileError(
+                self._expression, f"undeclared reference to function {str(name)!r}", name.line, name.column
+            )
 
     def _reference(self, chain: list[lark.Token], rooted: bool, scope: frozenset[str]) -> None:
         head = str(chain[0])

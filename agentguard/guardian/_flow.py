@@ -117,7 +117,9 @@ class Step:
 def encode_step(request: object) -> Step:
     """Check and serialise an AOS request; raises TypeError/ValueError for one that is not valid JSON-RPC."""
     request_id, method = request_identity(request)
-    body = json.dumps(request, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    # ASCII output: a string may hold a lone surrogate (e.g. a tool output decoded with surrogateescape),
+    # which only a JSON escape can carry; UTF-8 encoding would refuse it.
+    body = json.dumps(request, separators=(",", ":"), allow_nan=False).encode("ascii")
     return Step(request_id, method, body)
 
 

@@ -54,11 +54,12 @@ class GuardianVerdict:
 class GuardianStats:
     """A snapshot of what a client has done so far.
 
-    ``sent`` counts steps handed to the guardian (by ``decide``/``adecide`` or taken off the observe queue);
-    each of them ends ``delivered`` (the guardian answered allow/deny/modify) or ``failed`` (no decision;
-    ``last_failure`` holds the most recent cause). ``dropped`` counts observed steps that were never sent:
-    the queue was full, or the client closed before it got to them. ``queue_depth`` is the number of
-    observed steps still waiting.
+    ``sent`` counts the steps the client took on (``decide``/``adecide`` calls and steps taken off the
+    observe queue); each of them ends ``delivered`` (the guardian answered allow/deny/modify) or ``failed``
+    (no decision — including a failed start-up ping or a closed client; ``last_failure`` holds the most
+    recent cause). ``dropped`` counts observed steps that were never sent: the queue was full, the client
+    was closed, or the request could not be serialised. ``queue_depth`` is the number of observed steps
+    still waiting.
     """
 
     sent: int

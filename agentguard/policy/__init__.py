@@ -4,9 +4,14 @@ The pipeline itself lives in :mod:`agentguard.policy._flow` (sans-I/O); :class:`
 This package's public names are re-exported from :mod:`agentguard`.
 """
 
-from agentguard.policy._identity import CredentialRequest, CredentialResolver, Credentials, current_credentials
+from agentguard.policy._identity import (
+    CredentialRequest,
+    CredentialResolver,
+    Credentials,
+    current_credentials,
+)
 from agentguard.policy._policy import Assertion, CapabilityRule, GuardrailRule, Policy, UnknownCapability
-from agentguard.policy._review import Approval, ApprovalConfig, ReviewRequest, Reviewer, TerminalReviewer
+from agentguard.policy._review import Approval, ApprovalConfig, Reviewer, ReviewRequest, TerminalReviewer
 
 __all__ = [
     "Approval",

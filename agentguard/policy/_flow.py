@@ -57,8 +57,8 @@ from agentguard.policy._policy import Assertion, CapabilityRule, Policy, Unknown
 from agentguard.policy._review import (
     Approval,
     ApprovalConfig,
-    ReviewRequest,
     Reviewer,
+    ReviewRequest,
     approval_tally,
     coerce_approval,
 )
@@ -161,7 +161,9 @@ def _deny(
 ) -> PolicyViolation:
     """Record the denial on the step and hand back the error to raise."""
     error.engagement_id = state.id
-    decision = Decision(error.rule, outcome, error.phase, error.reason, error.capability, error.expression, data=data)
+    decision = Decision(
+        error.rule, outcome, error.phase, error.reason, error.capability, error.expression, data=data
+    )
     ctx.decide(state, step, decision)
     return error
 
@@ -176,7 +178,12 @@ def _closed_error(state: EngagementState, capability: str | None, phase: Phase) 
 
 
 def _check(
-    ctx: FlowContext, state: EngagementState, step: StepRecord, assertion: Assertion, capability: str, phase: Phase
+    ctx: FlowContext,
+    state: EngagementState,
+    step: StepRecord,
+    assertion: Assertion,
+    capability: str,
+    phase: Phase,
 ) -> None:
     passed, reason = assertion.check(state.bindings(assertion.plan))
     if not passed:
@@ -216,14 +223,20 @@ def _guardian(
     outcome = verdict.outcome.value
     data = {"latency_ms": verdict.latency_ms, "attempts": verdict.attempts}
     if outcome == "allow":
-        ctx.decide(state, step, Decision(Rule.GUARDIAN, Outcome.ALLOW, phase, verdict.message or "", capability, data=data))
+        ctx.decide(
+            state,
+            step,
+            Decision(Rule.GUARDIAN, Outcome.ALLOW, phase, verdict.message or "", capability, data=data),
+        )
         return None
     if outcome == "modify":
         modified = verdict.modified_request or {}
         params = modified.get("params")
         if isinstance(params, dict):
             ctx.decide(
-                state, step, Decision(Rule.GUARDIAN, Outcome.MODIFY, phase, verdict.message or "", capability, data=data)
+                state,
+                step,
+                Decision(Rule.GUARDIAN, Outcome.MODIFY, phase, verdict.message or "", capability, data=data),
             )
             return params
         _undecided(ctx, state, step, "guardian answered modify without a modifiedRequest", capability, phase)
@@ -234,26 +247,45 @@ def _guardian(
             ctx,
             state,
             step,
-            GuardianDenied(verdict.message or "denied by guardian", reason_code=code, capability=capability, phase=phase),
+            GuardianDenied(
+                verdict.message or "denied by guardian", reason_code=code, capability=capability, phase=phase
+            ),
         )
     cause = verdict.failure or "no decision"
     if verdict.proceeded:
         ctx.decide(
             state,
             step,
-            Decision(Rule.GUARDIAN, Outcome.NO_DECISION, phase, f"proceeded without guardian decision: {cause}", capability, data=data),
+            Decision(
+                Rule.GUARDIAN,
+                Outcome.NO_DECISION,
+                phase,
+                f"proceeded without guardian decision: {cause}",
+                capability,
+                data=data,
+            ),
         )
         return None
     raise _deny(
         ctx,
         state,
         step,
-        GuardianDenied(f"denied without guardian decision: {cause}", reason_code="guardian-unavailable", capability=capability, phase=phase),
+        GuardianDenied(
+            f"denied without guardian decision: {cause}",
+            reason_code="guardian-unavailable",
+            capability=capability,
+            phase=phase,
+        ),
     )
 
 
 def _undecided(
-    ctx: FlowContext, state: EngagementState, step: StepRecord, cause: str, capability: str | None, phase: Phase
+    ctx: FlowContext,
+    state: EngagementState,
+    step: StepRecord,
+    cause: str,
+    capability: str | None,
+    phase: Phase,
 ) -> None:
     """A guardian answer that cannot be applied follows the failure policy, like silence does."""
     client = ctx.guardian
@@ -321,11 +353,17 @@ def _review(
         responses.append(approval)
     approved = approval_tally(responses, 0, config.required_approvals) is True
     data = {"approvals": [r.as_dict() for r in responses], "reviewer": reviewer_id}
-    reason = "; ".join(f"{r.approved_by}: {r.reason or ('approved' if r.approved else 'rejected')}" for r in responses)
+    reason = "; ".join(
+        f"{r.approved_by}: {r.reason or ('approved' if r.approved else 'rejected')}" for r in responses
+    )
     if not approved:
-        error = ReviewDenied(f"review by {reviewer_id!r} did not approve ({reason})", capability=capability, phase=phase)
+        error = ReviewDenied(
+            f"review by {reviewer_id!r} did not approve ({reason})", capability=capability, phase=phase
+        )
         raise _deny(ctx, state, step, error, outcome=Outcome.REVIEW_REJECTED, data=data)
-    ctx.decide(state, step, Decision(Rule.REVIEW, Outcome.REVIEW_APPROVED, phase, reason, capability, data=data))
+    ctx.decide(
+        state, step, Decision(Rule.REVIEW, Outcome.REVIEW_APPROVED, phase, reason, capability, data=data)
+    )
 
 
 def _inputs_from(params: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -349,7 +387,9 @@ def _outputs_from(params: Mapping[str, Any], original: Any) -> tuple[bool, Any]:
         result = nested.get("result") if isinstance(nested, Mapping) else None
     if not isinstance(result, Mapping) or not isinstance(result.get("outputs"), list):
         return False, None
-    texts = [p.get("text") for p in result["outputs"] if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
+    texts = [
+        p.get("text") for p in result["outputs"] if isinstance(p, Mapping) and isinstance(p.get("text"), str)
+    ]
     text = "".join(t for t in texts if t is not None)
     if isinstance(original, str):
         return True, text
@@ -375,7 +415,11 @@ def _capability(
     policy = ctx.policy
     rule = policy.capability_for(name, kind, ctx.tool_names)
     if rule is not None:
-        ctx.decide(state, step, Decision(Rule.CAPABILITY, Outcome.ALLOW, Phase.INPUT, f"capability {rule.key!r}", name))
+        ctx.decide(
+            state,
+            step,
+            Decision(Rule.CAPABILITY, Outcome.ALLOW, Phase.INPUT, f"capability {rule.key!r}", name),
+        )
         return rule
     if name in policy.guardrail_tools:
         ctx.decide(state, step, Decision(Rule.CAPABILITY, Outcome.ALLOW, Phase.INPUT, "guardrail tool", name))
@@ -385,7 +429,11 @@ def _capability(
     if mode == "deny":
         raise _deny(ctx, state, step, CapabilityDenied(reason, capability=name, phase=Phase.INPUT))
     outcome = Outcome.WARN if mode == "observe" else Outcome.ALLOW
-    ctx.decide(state, step, Decision(Rule.CAPABILITY, outcome, Phase.INPUT, reason + f" (unknown_capability={mode})", name))
+    ctx.decide(
+        state,
+        step,
+        Decision(Rule.CAPABILITY, outcome, Phase.INPUT, reason + f" (unknown_capability={mode})", name),
+    )
     return None
 
 
@@ -403,7 +451,9 @@ def _credentials(
     if ctx.credential_resolver is None:  # the identity itself: the same object for every call
         cached: Credentials | None = state.credentials.get(ident)
         if cached is None:
-            cached = state.credentials[ident] = Credentials(kind, subject, user=state.user if kind == "user" else None)
+            cached = state.credentials[ident] = Credentials(
+                kind, subject, user=state.user if kind == "user" else None
+            )
         return cached
     request = CredentialRequest(call.name, kind, subject, state.user, state.id)
     return ctx.credential_resolver(request)
@@ -432,7 +482,11 @@ def tool_call_flow(ctx: FlowContext, state: EngagementState, call: ToolCall) -> 
             )
             state.stop(EngagementStatus.STOPPED, reason)
             raise _deny(ctx, state, step, ShortCircuitViolation(reason, capability=name, phase=Phase.INPUT))
-        ctx.decide(state, step, Decision(Rule.SHORT_CIRCUIT, Outcome.ALLOW, Phase.INPUT, f"no block repeated {k} times", name))
+        ctx.decide(
+            state,
+            step,
+            Decision(Rule.SHORT_CIRCUIT, Outcome.ALLOW, Phase.INPUT, f"no block repeated {k} times", name),
+        )
 
     # The record holds JSON-like inputs for CEL and AOS; the tool gets the caller's own objects unless a
     # guardian rewrote them.
@@ -505,7 +559,9 @@ def _after_invoke(
                 if params is not None:
                     found, new_output = _outputs_from(params, output)
                     if not found:
-                        _undecided(ctx, state, step, "modifiedRequest carries no tool result", name, Phase.OUTPUT)
+                        _undecided(
+                            ctx, state, step, "modifiedRequest carries no tool result", name, Phase.OUTPUT
+                        )
                     else:
                         output = new_output
                         state.complete_call(record, to_plain(output), collect=collect)
@@ -513,7 +569,9 @@ def _after_invoke(
                             _check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
         if rule is not None and rule.output_review:
             try:
-                yield from _review(ctx, state, step, rule.output_review, name, Phase.OUTPUT, record, to_plain(output))
+                yield from _review(
+                    ctx, state, step, rule.output_review, name, Phase.OUTPUT, record, to_plain(output)
+                )
             except ctx.passthrough:
                 if record.call_id:
                     state.awaiting_review[record.call_id] = (step, record, rule, output)
@@ -564,7 +622,9 @@ def guardrail_flow(ctx: FlowContext, state: EngagementState, phase: Phase, text:
     except Exception as exc:
         reason = f"guardrail tool {rule.tool_name!r} failed: {type(exc).__name__}: {exc}"
         state.stop(EngagementStatus.FAILED, reason)
-        raise _deny(ctx, state, step, GuardrailViolation(reason, capability=rule.tool_name, phase=phase)) from exc
+        raise _deny(
+            ctx, state, step, GuardrailViolation(reason, capability=rule.tool_name, phase=phase)
+        ) from exc
     passed, reason = rule.assertion.check({"output": to_plain(output)})
     if not passed:
         state.stop(EngagementStatus.FAILED, f"{phase.value} guardrail failed: {reason}")
@@ -572,9 +632,15 @@ def guardrail_flow(ctx: FlowContext, state: EngagementState, phase: Phase, text:
             ctx,
             state,
             step,
-            GuardrailViolation(reason, capability=rule.tool_name, phase=phase, expression=rule.assertion.source),
+            GuardrailViolation(
+                reason, capability=rule.tool_name, phase=phase, expression=rule.assertion.source
+            ),
         )
-    ctx.decide(state, step, Decision(Rule.GUARDRAIL, Outcome.ALLOW, phase, reason, rule.tool_name, rule.assertion.source))
+    ctx.decide(
+        state,
+        step,
+        Decision(Rule.GUARDRAIL, Outcome.ALLOW, phase, reason, rule.tool_name, rule.assertion.source),
+    )
     return text
 
 

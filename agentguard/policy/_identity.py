@@ -62,7 +62,9 @@ class CredentialRequest:
 
 CredentialResolver = Callable[[CredentialRequest], "Credentials | None"]
 
-_current: contextvars.ContextVar[Credentials | None] = contextvars.ContextVar("agentguard_credentials", default=None)
+_current: contextvars.ContextVar[Credentials | None] = contextvars.ContextVar(
+    "agentguard_credentials", default=None
+)
 
 
 def current_credentials() -> Credentials | None:

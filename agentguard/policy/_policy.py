@@ -115,13 +115,17 @@ class Policy:
                 (self._agents if ref.kind == "agent" else self._bare)[ref.name] = rule
         guardrails = spec.guardrails
         self.input_guardrail = (
-            GuardrailRule(guardrails.input.tool_name, Assertion.of(compiled.guardrail_input, "guardrails.input.assertion"))
+            GuardrailRule(
+                guardrails.input.tool_name,
+                Assertion.of(compiled.guardrail_input, "guardrails.input.assertion"),
+            )
             if guardrails and guardrails.input and compiled.guardrail_input
             else None
         )
         self.output_guardrail = (
             GuardrailRule(
-                guardrails.output.tool_name, Assertion.of(compiled.guardrail_output, "guardrails.output.assertion")
+                guardrails.output.tool_name,
+                Assertion.of(compiled.guardrail_output, "guardrails.output.assertion"),
             )
             if guardrails and guardrails.output and compiled.guardrail_output
             else None

@@ -134,7 +134,11 @@ Reviewer = Callable[[ReviewRequest], "Approval | bool | Awaitable[Approval | boo
 def coerce_approval(answer: object, reviewer: str) -> Approval:
     """Accept ``Approval`` or ``bool`` from a reviewer; anything else is a reviewer error (a denial)."""
     if isinstance(answer, Approval):
-        return answer if answer.approved_by else Approval(answer.approved, answer.reason, reviewer, answer.timestamp)
+        return (
+            answer
+            if answer.approved_by
+            else Approval(answer.approved, answer.reason, reviewer, answer.timestamp)
+        )
     if isinstance(answer, bool):
         return Approval(approved=answer, approved_by=reviewer)
     raise TypeError(f"reviewer {reviewer!r} returned {type(answer).__name__}, expected Approval or bool")

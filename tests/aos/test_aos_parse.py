@@ -269,6 +269,7 @@ def _outcome(obj: Any) -> aos.AOSRequest | aos.AOSRequestError:
         return error
 
 
+@settings(deadline=None)
 @given(JSON)
 def test_normalize_and_parse_accept_or_refuse_any_json(obj: Any) -> None:
     outcome = _outcome(obj)
@@ -278,7 +279,7 @@ def test_normalize_and_parse_accept_or_refuse_any_json(obj: Any) -> None:
         assert outcome.method in aos.METHODS
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(method=st.sampled_from(sorted(aos.METHODS)), params=JSON, request_id=st.integers() | st.text())
 def test_random_params_for_a_known_method_are_a_typed_refusal(
     method: str, params: Any, request_id: Any

@@ -84,6 +84,12 @@ def test_undeclared_variable_is_a_compile_error_naming_it(backend: CelBackend) -
         backend.compile('recnt["send-email"] != null', ENGAGEMENT)
 
 
+@pytest.mark.parametrize("expression", ["max(inputs.a, 1) > 0", "inputs.a.trim() == ''"])
+def test_unknown_function_is_a_compile_error(backend: CelBackend, expression: str) -> None:
+    with pytest.raises(CelCompileError, match=r"undeclared reference to .*'(max|trim)'"):
+        backend.compile(expression, ENGAGEMENT)
+
+
 def test_default_backend_type_checks_against_declarations() -> None:
     backend = get_backend("cel-expr-python")
     with pytest.raises(CelCompileError, match="no matching overload") as caught:
@@ -135,6 +141,8 @@ def test_json_numbers_compare_by_value(
         ("tool == 'x'", {"tool": 3}, ""),  # declared STRING, given an int
         ("inputs == null", {"inputs": object()}, ""),  # not a JSON-like value
         ("inputs > 0", {"inputs": 2**64}, ""),  # beyond 64 bits
+        ("outputs.score * 2 > 1", {"outputs": {"score": 1.0}}, ""),  # no mixed int/double arithmetic
+        ("inputs.n / 3.0 > 1.0", {"inputs": {"n": 100}}, ""),
     ],
 )
 def test_evaluation_errors(
@@ -264,10 +272,15 @@ def test_programs_are_thread_safe(backend: CelBackend) -> None:
                 wrong.append((thread, round_))
 
     threads = [threading.Thread(target=work, args=(number,)) for number in range(threads_count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible, to give races a chance to show
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
     assert wrong == []
 
 

@@ -24,7 +24,10 @@ def test_view_has_every_field_of_the_engagement_section() -> None:
     assert view["started_at"].tzinfo is not None
     assert view["user"] == {"id": "u1", "email": "ann@corp.com"}
     assert view["recent"]["_name"] == "send-email"
-    assert view["recent"]["send-email"] == {"inputs": {"to": "carl@corp.com"}, "outputs": {"status": "queued"}}
+    assert view["recent"]["send-email"] == {
+        "inputs": {"to": "carl@corp.com"},
+        "outputs": {"status": "queued"},
+    }
     assert view["recent"]["web-search"]["outputs"] == ["r1"]
     assert view["history"]["_list"] == ["send-email", "web-search", "send-email"]
     assert view["history"]["_total"] == 3
@@ -117,7 +120,10 @@ def test_view_plan_binds_only_the_history_keys_used(expression: str, keys: set[s
 
 
 def test_view_plan_falls_back_to_whole_history_for_computed_keys() -> None:
-    assert ViewPlan.for_expression("history[recent._name].size() > 0", {"history", "recent"}).history_keys is None
+    assert (
+        ViewPlan.for_expression("history[recent._name].size() > 0", {"history", "recent"}).history_keys
+        is None
+    )
     assert ViewPlan.for_expression("size(history) > 0", {"history"}).history_keys is None
 
 

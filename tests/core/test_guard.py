@@ -102,7 +102,7 @@ def test_default_name_maps_underscores_and_invalid_names_are_refused() -> None:
     with pytest.raises(ConfigurationError, match="not a valid OpenAgentSpec name"):
 
         @guard.tool
-        def SendThing() -> None:  # noqa: N802
+        def SendThing() -> None:
             return None
 
 
@@ -592,7 +592,9 @@ def test_review_approves_and_rejects() -> None:
         assert "limit 50" in info.value.reason
         assert eng.view()["history"]["_total"] == 1
     assert refunds == [20]
-    assert requests[0].engagement["recent"]["refund"]["inputs"] == {"amount": 20}  # the reviewer sees the call
+    assert requests[0].engagement["recent"]["refund"]["inputs"] == {
+        "amount": 20
+    }  # the reviewer sees the call
     assert requests[0].as_dict()["executionId"] == eng.id
     approved = [d for d in eng.decisions if d.rule is Rule.REVIEW]
     assert [d.outcome for d in approved] == [Outcome.REVIEW_APPROVED, Outcome.REVIEW_REJECTED]
@@ -680,6 +682,7 @@ def test_multi_approval_needs_required_count() -> None:
     guard, refunds = _review_guard(reviewers=reviewers, approvals={"supervisor": config})
     with guard.engagement():
         assert refund_call(guard, 5) == "refunded"
+    assert refunds == [5]
     assert asked == ["supervisor", "alice", "bob"]
 
     votes["bob"] = False
@@ -708,11 +711,13 @@ def test_output_review_sees_the_output_and_rejection_withholds_it() -> None:
 
 def test_terminal_reviewer() -> None:
     out = io.StringIO()
-    guard, refunds = _review_guard(reviewers={"supervisor": TerminalReviewer(stdin=io.StringIO("y\n"), stdout=out)})
+    guard, _ = _review_guard(reviewers={"supervisor": TerminalReviewer(stdin=io.StringIO("y\n"), stdout=out)})
     with guard.engagement():
         assert refund_call(guard, 3) == "refunded"
     assert "approve call refund?" in out.getvalue()
-    guard2, _ = _review_guard(reviewers={"supervisor": TerminalReviewer(stdin=io.StringIO("n\n"), stdout=out)})
+    guard2, _ = _review_guard(
+        reviewers={"supervisor": TerminalReviewer(stdin=io.StringIO("n\n"), stdout=out)}
+    )
     with guard2.engagement(), pytest.raises(ReviewDenied, match="rejected at terminal"):
         refund_call(guard2, 3)
 
@@ -769,7 +774,11 @@ def test_user_identity_and_static_identity() -> None:
         with pytest.raises(IdentityError):
             mailbox()  # no user, no static identity
         crm()
-    assert [(c.kind, c.subject) for c in seen if c] == [("user", "ann"), ("static", "crm-service"), ("static", "crm-service")]
+    assert [(c.kind, c.subject) for c in seen if c] == [
+        ("user", "ann"),
+        ("static", "crm-service"),
+        ("static", "crm-service"),
+    ]
     assert current_credentials() is None
 
 

@@ -88,31 +88,31 @@ class Dispatcher:
         return b"[" + b",".join(answers) + b"]" if answers else None
 
     def _handle_one(self, obj: Any) -> bytes | None:
-        notification = isinstance(obj, dict) and "id" not in obj
-        request_id: RequestId | None = None
         try:
-            try:
-                request = parse_request(normalize_request(obj))
-            except AOSRequestError as error:
-                logger.info("refused request (%s): %s", int(error.code), error.message)
-                if notification and not isinstance(error, InvalidRequestError):
-                    return None
-                return _encode(error.to_response())
-            request_id = request.id
-            result = self._result(request)
-            if request.id is None:
-                logger.info("notification %s decided: %s", request.method, dump(result))
+            request = parse_request(normalize_request(obj))
+        except AOSRequestError as error:
+            logger.info("refused request (%s): %s", int(error.code), error.message)
+            # A valid request without an id is a notification: never answered. An invalid one is answered.
+            notification = isinstance(obj, dict) and "id" not in obj
+            if notification and not isinstance(error, InvalidRequestError):
                 return None
-            if isinstance(result, PingRequestResult):
-                return _encode(PingRequestSuccessResponse(id=request.id, result=result))
-            return _encode(AOSSuccessResponse(id=request.id, result=result))
+            return _encode(error.to_response())
+        try:
+            return self._answer(request)
         except Exception:
-            logger.exception("internal error while answering a request")
-            return (
-                None
-                if notification
-                else _encode(_error(request_id, ErrorCode.INTERNAL_ERROR, "Internal error"))
-            )
+            logger.exception("internal error while answering %s %r", request.method, request.id)
+            if request.id is None:
+                return None
+            return _encode(_error(request.id, ErrorCode.INTERNAL_ERROR, "Internal error"))
+
+    def _answer(self, request: AOSRequest) -> bytes | None:
+        result = self._result(request)
+        if request.id is None:
+            logger.info("notification %s decided: %s", request.method, dump(result))
+            return None
+        if isinstance(result, PingRequestResult):
+            return _encode(PingRequestSuccessResponse(id=request.id, result=result))
+        return _encode(AOSSuccessResponse(id=request.id, result=result))
 
     def _result(self, request: AOSRequest) -> AOSSuccessResult | PingRequestResult:
         if isinstance(request, PingRequest):

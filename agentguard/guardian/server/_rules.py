@@ -27,10 +27,10 @@ A rules file (YAML)::
 ``params`` as wire JSON, camelCase, in the specification text's shape whichever shape the agent sent);
 absent, the rule matches every request of its methods. A ``modify`` rule says how with ``set:`` (each path
 replaced by its expression's value; a path may index a list, ``params.toolCallRequest.inputs.0.value``) or
-with ``modify: {cel: <expression>}`` whose value, a map, is merged into ``params`` (maps merged key by key,
-anything else replaced), so it may give the whole new ``params`` or only the part that changes. Every
-expression sees the request as it arrived. The answer's ``modifiedRequest`` is the complete request with
-the change applied (same ``id``, full ``params``), validated like any request.
+with ``modify: {cel: <expression>}`` whose value, a map, replaces the members of ``params`` it names and
+keeps the others: it may give the whole new ``params`` or only the members that change (``context`` need
+not be repeated). Every expression sees the request as it arrived. The answer's ``modifiedRequest`` is
+the complete request with the change applied (same ``id``, full ``params``), validated like any request.
 
 Failures, and why they are handled so:
 
@@ -54,7 +54,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -135,7 +135,7 @@ class GuardianRules:
     def decide(self, request: AOSRequest) -> AOSSuccessResult:
         """The decision on ``request``: the first matching rule's, or the default."""
         wire = dump(request)
-        variables = {"method": request.method, "params": wire.get("params", {})}
+        variables = {"method": request.method, "params": wire["params"]}
         errors: list[JSONObject] = []
         for rule in self.rules:
             if not rule.applies_to(request.method):
@@ -175,57 +175,37 @@ def _matches(rule: Rule, variables: Mapping[str, Any]) -> bool:
 def _apply(
     rule: Rule, wire: JSONObject, variables: Mapping[str, Any], errors: list[JSONObject]
 ) -> AOSSuccessResult:
-    reason_codes = list(rule.reason_codes) or None
-    if rule.decision is not Decision.MODIFY:
-        data: JSONObject = {"rule": rule.name, **({"ruleErrors": list(errors)} if errors else {})}
-        return AOSSuccessResult(
-            decision=rule.decision, message=rule.message, reason_code=reason_codes, data=data
-        )
-    try:
-        modified = _modified_request(rule, wire, variables)
-    except _RuleError as error:
-        errors.append(_record(rule, error))
-        return AOSSuccessResult(
-            decision=Decision.DENY,
-            message=f"{rule.message} (denied: the modification could not be applied)",
-            reason_code=[MODIFY_FAILED],
-            data={"rule": rule.name, "ruleErrors": list(errors)},
-        )
-    data = {"rule": rule.name, **({"ruleErrors": list(errors)} if errors else {})}
+    decision, message, reason_codes = rule.decision, rule.message, list(rule.reason_codes) or None
+    modified: AOSRequest | None = None
+    if rule.decision is Decision.MODIFY:
+        try:
+            modified = _modified_request(rule, wire, variables)
+        except _RuleError as error:
+            errors.append(_record(rule, error))
+            decision, reason_codes = Decision.DENY, [MODIFY_FAILED]
+            message = f"{rule.message} (denied: the modification could not be applied)"
+    data: JSONObject = {"rule": rule.name}
+    if errors:
+        data["ruleErrors"] = list(errors)
     return AOSSuccessResult(
-        decision=Decision.MODIFY,
-        message=rule.message,
-        reason_code=reason_codes,
-        data=data,
-        modified_request=modified,
+        decision=decision, message=message, reason_code=reason_codes, data=data, modified_request=modified
     )
 
 
 def _modified_request(rule: Rule, wire: JSONObject, variables: Mapping[str, Any]) -> AOSRequest:
     request = copy.deepcopy(wire)
-    params = request.setdefault("params", {})
-    if not isinstance(params, dict):
-        raise _RuleError("modify", "the request has no params object to modify")
+    params = cast(dict[str, Any], request["params"])  # every AOS method's params is an object
     if rule.modify is not None:
         patch = _evaluate(rule.modify, variables, "modify.cel")
         if not isinstance(patch, dict):
             raise _RuleError("modify.cel", f"yielded {type(patch).__name__}, not a map")
-        _merge(params, patch)
+        params.update(patch)
     for path, program in rule.set:
         _assign(params, path, _evaluate(program, variables, f"set.{path}"))
     try:
         return parse_request(request)
     except AOSRequestError as error:
         raise _RuleError("modify", f"the modified request is invalid: {error.message}") from None
-
-
-def _merge(target: dict[str, Any], patch: Mapping[Any, Any]) -> None:
-    for key, value in patch.items():
-        current = target.get(key)
-        if isinstance(current, dict) and isinstance(value, dict):
-            _merge(current, value)
-        else:
-            target[key] = value
 
 
 def _assign(params: dict[str, Any], path: str, value: Any) -> None:

@@ -13,10 +13,11 @@ from types import TracebackType
 
 try:
     import uvicorn
+    from starlette.types import ASGIApp
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError("serve_in_thread needs uvicorn: pip install 'agentguard[server]'") from exc
-
-from starlette.types import ASGIApp
+    raise ImportError(
+        "serve_in_thread needs uvicorn and Starlette: pip install 'agentguard[server]'"
+    ) from exc
 
 __all__ = ["RunningServer", "serve_in_thread"]
 

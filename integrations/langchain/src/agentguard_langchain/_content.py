@@ -28,7 +28,9 @@ def with_text(message: M, text: str) -> M:
     content = message.content
     if isinstance(content, str) or not content:
         return message.model_copy(update={"content": text})
-    others = [b for b in content if not (isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text"))]
+    others = [
+        b for b in content if not (isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text"))
+    ]
     blocks: list[str | dict[Any, Any]] = [{"type": "text", "text": text}, *others]
     return message.model_copy(update={"content": blocks})
 
@@ -56,6 +58,10 @@ def encode_output(value: Any, original: object = "") -> str | list[str | dict[An
     """
     if isinstance(value, str):
         return value
-    if not isinstance(original, str) and isinstance(value, list) and all(isinstance(b, str | dict) for b in value):
+    if (
+        not isinstance(original, str)
+        and isinstance(value, list)
+        and all(isinstance(b, str | dict) for b in value)
+    ):
         return value
     return json.dumps(value, default=str, ensure_ascii=False)

@@ -1,4 +1,4 @@
-"""The one place that imports the host framework, so a missing or too-old LangChain fails with one clear error.
+"""The one place that imports the host framework: a missing or too-old LangChain fails with one clear error.
 
 Every other module of this package imports LangChain, LangGraph and langchain-core names from here.
 """
@@ -49,8 +49,8 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "PrivateStateAttr",
-    "Runtime",
     "RunnableConfig",
+    "Runtime",
     "ToolCallRequest",
     "ToolMessage",
     "get_config",

@@ -1,8 +1,8 @@
 """Human review through LangGraph ``interrupt()``: ``require_review`` as a pause of the graph.
 
 When the spec says ``require_review: supervisor`` and no ``supervisor`` reviewer is registered on the Guard,
-:class:`~agentguard_langchain.AgentGuardMiddleware` registers one that pauses the graph with an interrupt whose
-value has the shape of LangChain's ``HumanInTheLoopMiddleware`` request, so the same UI can answer it::
+:class:`~agentguard_langchain.AgentGuardMiddleware` registers one that pauses the graph with an interrupt
+whose value has the shape of LangChain's ``HumanInTheLoopMiddleware`` request, so the same UI can answer it::
 
     result = agent.invoke({"messages": [...]}, config)            # pauses: result["__interrupt__"]
     payload = result["__interrupt__"][0].value
@@ -30,8 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from agentguard import Approval, Guard, Phase, ReviewRequest, Reviewer
-
+from agentguard import Approval, Guard, Phase, Reviewer, ReviewRequest
 from agentguard_langchain._host import interrupt
 
 __all__ = [
@@ -136,7 +135,7 @@ def approval_from_resume(value: object, reviewer: str) -> Approval:
 
 
 def interrupt_reviewer(reviewer_id: str) -> Reviewer:
-    """A reviewer that pauses the graph with :func:`langgraph.types.interrupt` and waits for the resume value."""
+    """A reviewer that pauses the graph with :func:`langgraph.types.interrupt`; the resume answers it."""
 
     def review(request: ReviewRequest) -> Approval:
         scope = _scope.get()
@@ -154,7 +153,7 @@ _install_lock = threading.Lock()
 
 
 def install_interrupt_reviewers(guard: Guard) -> tuple[str, ...]:
-    """Register an interrupt reviewer for every ``require_review`` id that has no reviewer yet (idempotent)."""
+    """Register an interrupt reviewer for each ``require_review`` id that has no reviewer yet (idempotent)."""
     wanted: list[str] = []
     for capability in guard.spec.capabilities.values():
         for restriction in (capability.input_restriction, capability.output_restriction):

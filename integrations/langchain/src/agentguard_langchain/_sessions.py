@@ -9,6 +9,7 @@ oldest are closed once more than ``limit`` are open.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from collections import OrderedDict
@@ -18,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from agentguard import Engagement, User
-
 from agentguard_langchain._host import Command, RunnableConfig, ToolMessage
 
 __all__ = [
@@ -28,6 +28,8 @@ __all__ = [
     "Sessions",
     "UserResolver",
     "bound",
+    "guarding",
+    "is_guarded",
     "thread_of",
     "user_from_context",
 ]
@@ -63,7 +65,7 @@ class Session:
     seen: set[str] = field(default_factory=set)
     """Ids of the messages this engagement's model calls were given (retain_memory: false)."""
     held: dict[str, HeldResult] = field(default_factory=dict)
-    """Tool call id -> the result of a tool that ran and whose output review is paused (LangGraph interrupt)."""
+    """Tool call id -> the result of a tool that ran and whose output review is paused (an interrupt)."""
     replays: dict[str, int] = field(default_factory=dict)
     """Tool call id -> how many interrupts were answered before that tool ran (see ``_review``)."""
 
@@ -76,7 +78,7 @@ def thread_of(config: Mapping[str, Any] | None) -> str | None:
 
 
 def user_from_context(context: object) -> User | None:
-    """The default user resolver: a ``User``, or ``user_id`` / ``user_email`` on the context object or dict."""
+    """The default user resolver: a ``User``, or ``user_id`` / ``user_email`` of a context object or dict."""
     if context is None:
         return None
     if isinstance(context, User):
@@ -115,6 +117,26 @@ def bound(engagement: Engagement) -> Iterator[None]:
         var.reset(token)
 
 
+_guarding: contextvars.ContextVar[bool] = contextvars.ContextVar("agentguard_lc_guarding", default=False)
+
+
+@contextmanager
+def guarding() -> Iterator[None]:
+    """Mark the model or tool call running in this context as already guarded by the middleware.
+
+    The callback handler, if also installed, then records nothing for it: one step, one record.
+    """
+    token = _guarding.set(True)
+    try:
+        yield
+    finally:
+        _guarding.reset(token)
+
+
+def is_guarded() -> bool:
+    return _guarding.get()
+
+
 class Sessions:
     """Open engagements by id and by thread: a bounded LRU; evicting one closes its engagement."""
 
@@ -146,7 +168,8 @@ class Sessions:
         return self.get(engagement_id)
 
     def add(self, session: Session) -> None:
-        """Make ``session`` the thread's current one; the thread's previous one and the oldest over the limit close."""
+        """Make ``session`` its thread's current one; close the thread's previous one and the oldest ones
+        over the limit."""
         evicted: list[Session] = []
         with self._lock:
             if session.thread is not None:

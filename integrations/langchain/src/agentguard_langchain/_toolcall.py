@@ -20,12 +20,11 @@ from agentguard import (
     RestrictionViolation,
     ReviewDenied,
 )
-
 from agentguard_langchain._content import decode_output, encode_output
 from agentguard_langchain._host import AIMessage, BaseTool, Command, ToolCallRequest, ToolMessage
 from agentguard_langchain._sessions import HeldResult, Session
 
-__all__ = ["OnDenied", "RECOVERABLE", "ToolCallTranslation", "ToolFailed", "ToolResolver"]
+__all__ = ["RECOVERABLE", "OnDenied", "ToolCallTranslation", "ToolFailed", "ToolResolver"]
 
 OnDenied = Literal["message", "raise"]
 
@@ -45,7 +44,7 @@ ToolResult = ToolMessage | Command[Any]
 
 
 class ToolFailed(Exception):
-    """The tool itself failed and LangChain turned that into an error ``ToolMessage``: pass it on unchanged."""
+    """The tool itself failed and LangChain made that an error ``ToolMessage``: pass it on unchanged."""
 
     def __init__(self, message: ToolMessage) -> None:
         self.message = message
@@ -96,7 +95,17 @@ def _unwrap(tool: BaseTool) -> tuple[BaseTool | None, str | None]:
 class ToolCallTranslation:
     """Everything about one tool call the middleware needs before and after ``guard.call``."""
 
-    __slots__ = ("_anonymous", "call_id", "inputs", "lc_name", "name", "reasoning", "request", "session", "tool")
+    __slots__ = (
+        "_anonymous",
+        "call_id",
+        "inputs",
+        "lc_name",
+        "name",
+        "reasoning",
+        "request",
+        "session",
+        "tool",
+    )
 
     def __init__(self, request: ToolCallRequest, session: Session, resolver: ToolResolver) -> None:
         tool_call = request.tool_call
@@ -112,12 +121,15 @@ class ToolCallTranslation:
     # -- the function the pipeline invokes -------------------------------------------------------------
 
     def _request(self, inputs: Mapping[str, Any]) -> ToolCallRequest:
-        tool_call = {**self.request.tool_call, "args": dict(inputs)}
+        tool_call = self.request.tool_call.copy()
+        tool_call["args"] = dict(inputs)
         if self.tool is not None:
-            return self.request.override(tool_call=tool_call, tool=self.tool)  # type: ignore[arg-type]
-        return self.request.override(tool_call=tool_call)  # type: ignore[arg-type]
+            return self.request.override(tool_call=tool_call, tool=self.tool)
+        return self.request.override(tool_call=tool_call)
 
-    def runner(self, handler: Callable[[ToolCallRequest], ToolResult], answered: Callable[[], int]) -> Callable[..., Any]:
+    def runner(
+        self, handler: Callable[[ToolCallRequest], ToolResult], answered: Callable[[], int]
+    ) -> Callable[..., Any]:
         def run(**inputs: Any) -> Any:
             return self.accept(handler(self._request(inputs)), answered())
 
@@ -150,7 +162,7 @@ class ToolCallTranslation:
     # -- after the pipeline ----------------------------------------------------------------------------
 
     def interrupts_to_replay(self) -> int:
-        """Interrupts answered before this call's tool ran in an earlier run of the node (0 if it has not run)."""
+        """How many interrupts were answered before this call's tool ran in an earlier run of the node."""
         if self.call_id is None or self.call_id not in self.session.held:
             return 0
         return self.session.replays.get(self.call_id, 0)
@@ -220,7 +232,9 @@ def _replace_in_command(command: Command[Any], call_id: str | None, content: obj
         else m
         for m in update.get("messages") or ()
     ]
-    return Command(graph=command.graph, update={**update, "messages": messages}, resume=command.resume, goto=command.goto)
+    return Command(
+        graph=command.graph, update={**update, "messages": messages}, resume=command.resume, goto=command.goto
+    )
 
 
 def _reasoning(state: Mapping[str, Any] | Any, call_id: str | None) -> str | None:

@@ -1,0 +1,239 @@
+"""What agentguard's LangChain middleware costs: one scripted ``create_agent`` run of 20 tool calls, with and
+without ``AgentGuardMiddleware``, in the same process.
+
+    python benchmarks/langchain_overhead.py [--runs 80] [--calls 20]
+
+Three agents share the same scripted chat model (no network, no latency) and the same LangChain tools:
+
+``bare``     no middleware;
+``noop``     a middleware whose hooks only call the handler: what LangChain itself charges for *any*
+             middleware with ``wrap_tool_call`` / ``wrap_model_call`` / ``before_agent`` / ``after_agent``
+             (it wraps each hook call in a tracing span);
+``guarded``  ``AgentGuardMiddleware`` under the support agent's spec (``examples/support-agent/agent.yaml``):
+             every call goes through the capability, short-circuit and CEL restriction checks, and the input
+             and output guardrails run once per run.
+
+The tool sequence follows the Thue-Morse word over two tools, so it never repeats a block three times and the
+spec's ``short_circuit: 3`` never stops it. Runs are interleaved to spread machine noise evenly; the table
+gives medians and minimums, sync (``invoke``) and async (``ainvoke``), and the result goes to
+``benchmarks/results/langchain.json``. Target: guarded <= 1.05x bare. With a zero-latency model this is the
+worst case: a real model call takes 100-1000x longer than a scripted one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import platform
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from agentguard_langchain import AgentGuardMiddleware
+from agentguard_langchain.testing import ScriptedChatModel, answer, calls
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.tools import tool
+
+from agentguard import Guard
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = ROOT / "examples" / "support-agent" / "agent.yaml"
+RESULT = ROOT / "benchmarks" / "results" / "langchain.json"
+TARGET_RATIO = 1.05
+PAYLOAD = {"messages": [{"role": "user", "content": "Check every open order and tell the team."}]}
+
+
+@tool
+def lookup_order(order_id: str) -> dict[str, str]:
+    """Look an order up by its id."""
+    return {"order_id": order_id, "status": "shipped"}
+
+
+@tool
+def send_email(to: str, body: str) -> dict[str, str]:
+    """Email the support team."""
+    return {"status": "sent"}
+
+
+class NoopMiddleware(AgentMiddleware):  # type: ignore[type-arg]
+    """The same hooks as AgentGuardMiddleware, doing nothing: LangChain's own cost of a middleware."""
+
+    def before_agent(self, state: Any, runtime: Any) -> None:
+        return None
+
+    async def abefore_agent(self, state: Any, runtime: Any) -> None:
+        return None
+
+    def after_agent(self, state: Any, runtime: Any) -> None:
+        return None
+
+    async def aafter_agent(self, state: Any, runtime: Any) -> None:
+        return None
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return handler(request)
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        return await handler(request)
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return handler(request)
+
+    async def awrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return await handler(request)
+
+
+def script(n: int) -> list[Any]:
+    steps: list[Any] = []
+    for i in range(n):
+        if bin(i).count("1") % 2:  # Thue-Morse: cube-free, so no short-circuit
+            steps.append(calls(("send_email", {"to": "team@corp.com", "body": f"update {i}"})))
+        else:
+            steps.append(calls(("lookup_order", {"order_id": f"A-{i}"})))
+    steps.append(answer("All orders checked and the team informed."))
+    return steps
+
+
+def guard() -> Guard:
+    g = Guard.from_file(SPEC)
+    g.register("pii-check", lambda text: {"ok": True})
+    g.register("toxicity-check", lambda text: {"ok": True, "score": 0.0})
+    return g
+
+
+class Subject:
+    def __init__(self, n: int, middleware: AgentMiddleware | None) -> None:  # type: ignore[type-arg]
+        self.n = n
+        self.model = ScriptedChatModel(script=script(n))
+        self.middleware = middleware
+        self.agent = create_agent(
+            self.model, tools=[lookup_order, send_email], middleware=[middleware] if middleware else []
+        )
+
+    def check(self, result: dict[str, Any]) -> None:
+        tool_messages = [m for m in result["messages"] if m.type == "tool"]
+        if len(tool_messages) != self.n or any(m.status != "success" for m in tool_messages):
+            raise RuntimeError("the benchmark run did not make every tool call successfully")
+
+    def run(self) -> float:
+        self.model.reset()
+        start = time.perf_counter()
+        result = self.agent.invoke(PAYLOAD, context={"user_id": "bench"})
+        elapsed = time.perf_counter() - start
+        self.check(result)
+        return elapsed
+
+    async def arun(self) -> float:
+        self.model.reset()
+        start = time.perf_counter()
+        result = await self.agent.ainvoke(PAYLOAD, context={"user_id": "bench"})
+        elapsed = time.perf_counter() - start
+        self.check(result)
+        return elapsed
+
+
+def interleave(
+    subjects: dict[str, Subject], runs: int, warmup: int, one: Callable[[Subject], float]
+) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {name: [] for name in subjects}
+    order = list(subjects.items())
+    for _ in range(warmup):
+        for _, subject in order:
+            one(subject)
+    gc.collect()
+    for i in range(runs):
+        for name, subject in order if i % 2 == 0 else reversed(order):
+            samples[name].append(one(subject))
+    return samples
+
+
+async def ainterleave(subjects: dict[str, Subject], runs: int, warmup: int) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {name: [] for name in subjects}
+    order = list(subjects.items())
+    run: Callable[[Subject], Awaitable[float]] = Subject.arun
+    for _ in range(warmup):
+        for _, subject in order:
+            await run(subject)
+    gc.collect()
+    for i in range(runs):
+        for name, subject in order if i % 2 == 0 else reversed(order):
+            samples[name].append(await run(subject))
+    return samples
+
+
+def summarise(samples: dict[str, list[float]], n: int) -> dict[str, float]:
+    med = {k: statistics.median(v) * 1000 for k, v in samples.items()}
+    low = {k: min(v) * 1000 for k, v in samples.items()}
+    return {
+        "bare_median_ms": round(med["bare"], 3),
+        "noop_median_ms": round(med["noop"], 3),
+        "guarded_median_ms": round(med["guarded"], 3),
+        "bare_min_ms": round(low["bare"], 3),
+        "noop_min_ms": round(low["noop"], 3),
+        "guarded_min_ms": round(low["guarded"], 3),
+        "ratio_guarded_vs_bare": round(med["guarded"] / med["bare"], 4),
+        "ratio_noop_vs_bare": round(med["noop"] / med["bare"], 4),
+        "ratio_guarded_vs_noop": round(med["guarded"] / med["noop"], 4),
+        "ratio_guarded_vs_bare_min": round(low["guarded"] / low["bare"], 4),
+        "agentguard_us_per_tool_call": round((med["guarded"] - med["noop"]) * 1000 / n, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=80)
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    args = parser.parse_args()
+    n = args.calls
+
+    guarded = AgentGuardMiddleware(guard())
+    subjects = {
+        "bare": Subject(n, None),
+        "noop": Subject(n, NoopMiddleware()),
+        "guarded": Subject(n, guarded),
+    }
+    results = {
+        "sync": summarise(interleave(subjects, args.runs, args.warmup, Subject.run), n),
+        "async": summarise(asyncio.run(ainterleave(subjects, args.runs, args.warmup)), n),
+    }
+    last = guarded.last_engagement
+    if last is None or last.view()["history"]["_total"] != n:
+        raise RuntimeError("the guarded runs did not record every call")
+
+    print(f"{args.runs} interleaved runs of {n} tool calls each, zero-latency scripted model\n")
+    print(f"{'mode':<6} {'agent':<8} {'median ms':>10} {'min ms':>8} {'vs bare':>8}")
+    for mode, r in results.items():
+        for agent in ("bare", "noop", "guarded"):
+            ratio = r[f"{agent}_median_ms"] / r["bare_median_ms"]
+            print(
+                f"{mode:<6} {agent:<8} {r[f'{agent}_median_ms']:>10.2f} {r[f'{agent}_min_ms']:>8.2f} {ratio:>7.3f}x"
+            )
+        verdict = "meets" if r["ratio_guarded_vs_bare"] <= TARGET_RATIO else "misses"
+        print(
+            f"{mode:<6} guarded/bare {r['ratio_guarded_vs_bare']:.3f}x ({verdict} {TARGET_RATIO}x); "
+            f"guarded/noop {r['ratio_guarded_vs_noop']:.3f}x; "
+            f"agentguard adds {r['agentguard_us_per_tool_call']:.0f} us per tool call\n"
+        )
+
+    RESULT.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "benchmark": "langchain",
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "tool_calls_per_run": n,
+        "runs": args.runs,
+        "targets": {"ratio_guarded_vs_bare": TARGET_RATIO},
+        "results": results,
+    }
+    RESULT.write_text(json.dumps(document, indent=2) + "\n")
+    print(f"wrote {RESULT.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,452 @@
+"""``AgentGuardMiddleware``: a LangChain v1 agent middleware that puts every step through an agentguard Guard.
+
+::
+
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.memory import InMemorySaver
+    from agentguard import Guard
+    from agentguard_langchain import AgentGuardMiddleware
+
+    guard = Guard.from_file("agent.yaml")
+    agent = create_agent(model, tools=[send_email, search], middleware=[AgentGuardMiddleware(guard)],
+                         checkpointer=InMemorySaver())
+    agent.invoke({"messages": [{"role": "user", "content": "..."}]},
+                 config={"configurable": {"thread_id": "t1"}}, context={"user_id": "u1"})
+
+What each hook does (the Guard decides; this module only translates):
+
+``before_agent``   opens or continues the thread's engagement (a fresh one per run under ``retain_memory:
+                   false``, hiding earlier runs' messages from the model).
+``wrap_model_call`` input guardrail on each new user message; output guardrail on each final answer; AI
+                   messages that call tools are reported as ``steps/message``. Guarded text replaces the
+                   message content.
+``wrap_tool_call`` ``guard.call`` around LangChain's tool handler. A denial the model can recover from
+                   becomes an error ``ToolMessage``; a loop or failed guardrail ends the run with its error.
+
+Reviews: ``require_review`` ids with no reviewer on the Guard are answered through LangGraph ``interrupt()``
+(see :mod:`agentguard_langchain._review`); they need a checkpointer.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Annotated, Any, NotRequired
+
+from agentguard import Engagement, Guard, GuardianDenied, User
+from agentguard_langchain._content import message_text, with_text
+from agentguard_langchain._host import (
+    AgentMiddleware,
+    AgentState,
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    Command,
+    ExtendedModelResponse,
+    GraphBubbleUp,
+    HumanMessage,
+    ModelRequest,
+    ModelResponse,
+    PrivateStateAttr,
+    RunnableConfig,
+    Runtime,
+    ToolCallRequest,
+    ToolMessage,
+    get_config,
+)
+from agentguard_langchain._review import call_scope, install_interrupt_reviewers, replay_interrupts
+from agentguard_langchain._sessions import (
+    EngagementKey,
+    Session,
+    Sessions,
+    UserResolver,
+    bound,
+    guarding,
+    thread_of,
+    user_from_context,
+)
+from agentguard_langchain._toolcall import OnDenied, ToolCallTranslation, ToolResolver
+
+__all__ = ["AgentGuardMiddleware", "AgentGuardState"]
+
+log = logging.getLogger("agentguard_langchain")
+
+ENGAGEMENT_KEY = "agentguard_engagement"
+HIDDEN_KEY = "agentguard_hidden"
+
+
+def _engagement_id(state: Mapping[str, Any]) -> str | None:
+    value = state.get(ENGAGEMENT_KEY)
+    return value if isinstance(value, str) else None
+
+
+def _hidden(state: Mapping[str, Any]) -> list[str]:
+    value = state.get(HIDDEN_KEY)
+    return value if isinstance(value, list) else []
+
+
+ModelResult = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
+ToolResult = ToolMessage | Command[Any]
+
+
+class AgentGuardState(AgentState[Any]):
+    """Agent state plus two private keys (not part of the graph's input or output schema)."""
+
+    agentguard_engagement: NotRequired[Annotated[str, PrivateStateAttr]]
+    """Id of the engagement the run belongs to (for runs without a thread id)."""
+    agentguard_hidden: NotRequired[Annotated[list[str], PrivateStateAttr]]
+    """Ids of messages from earlier engagements the model must not see (``retain_memory: false``); kept in
+    the checkpoint so a resumed run hides them too."""
+
+
+class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
+    """Guard a ``create_agent`` agent with an agentguard :class:`~agentguard.Guard`.
+
+    Options:
+
+    ``tool_names``
+        LangChain tool name -> spec capability name, where the default (``_`` turned into ``-``, or the name a
+        ``@guard.tool`` registered) is not the one the spec uses.
+    ``on_denied``
+        ``"message"`` (default): a denied call or restriction becomes an error ``ToolMessage`` naming the rule
+        and the reason, and the model carries on; ``"raise"``: the run ends with the typed error.
+    ``engagement_key``
+        which conversation a run belongs to, from its ``RunnableConfig`` (default:
+        ``configurable.thread_id``).
+    ``user``
+        who the engagement acts for, from the run's ``context`` (default: a ``User`` in it, or its
+        ``user_id`` / ``user_email`` attribute or key).
+    ``interrupt_reviews``
+        answer ``require_review`` ids that have no reviewer on the Guard through LangGraph ``interrupt()``.
+    ``max_engagements``
+        how many engagements stay open in memory; the least recently used beyond it are closed.
+    """
+
+    state_schema = AgentGuardState
+
+    def __init__(
+        self,
+        guard: Guard,
+        *,
+        tool_names: Mapping[str, str] | None = None,
+        on_denied: OnDenied = "message",
+        engagement_key: EngagementKey | None = None,
+        user: UserResolver | None = None,
+        interrupt_reviews: bool = True,
+        max_engagements: int = 1024,
+    ) -> None:
+        super().__init__()
+        if on_denied not in ("message", "raise"):
+            raise ValueError(f"on_denied must be 'message' or 'raise', not {on_denied!r}")
+        self.guard = guard
+        self.on_denied: OnDenied = on_denied
+        self._key: EngagementKey = engagement_key or thread_of
+        self._user: UserResolver = user or user_from_context
+        self._resolver = ToolResolver(tool_names)
+        self._sessions = Sessions(max_engagements)
+        self._retain = guard.retain_memory
+        self._last: Engagement | None = None
+        guard.add_passthrough_exceptions(GraphBubbleUp)
+        self.interrupt_reviewers: tuple[str, ...] = (
+            install_interrupt_reviewers(guard) if interrupt_reviews else ()
+        )
+
+    @property
+    def name(self) -> str:
+        return "AgentGuardMiddleware"
+
+    # -- engagements ----------------------------------------------------------------------------------
+
+    def engagement_for(self, thread_id: str) -> Engagement | None:
+        """The open engagement of a conversation thread, if any (its ``steps`` are the audit trail)."""
+        session = self._sessions.for_thread(thread_id)
+        return session.engagement if session is not None else None
+
+    @property
+    def last_engagement(self) -> Engagement | None:
+        """The engagement most recently opened by this middleware (convenient in scripts and tests)."""
+        return self._last
+
+    def close_thread(self, thread_id: str) -> bool:
+        """Close a thread's engagement; the thread's next run starts a new one. False if none was open."""
+        return self._sessions.close_thread(thread_id)
+
+    def close(self) -> None:
+        """Close every open engagement."""
+        self._sessions.close_all()
+
+    def _thread(self) -> str | None:
+        try:
+            config: RunnableConfig = get_config()
+        except RuntimeError:  # outside a runnable context: no thread
+            return None
+        return self._key(config)
+
+    def _open(self, thread: str | None, context: object, previous: Session | None) -> Session:
+        if thread is None:
+            engagement_id = uuid.uuid4().hex
+        elif self._retain and previous is None:
+            engagement_id = thread
+        else:
+            engagement_id = f"{thread}:{uuid.uuid4().hex[:12]}"
+        user: User | None = self._user(context)
+        engagement = self.guard.engagement(
+            user=user, engagement_id=engagement_id, metadata={"thread_id": thread} if thread else None
+        )
+        session = Session(engagement, thread)
+        self._sessions.add(session)
+        self._last = engagement
+        return session
+
+    def _session(self, state: Mapping[str, Any], context: object) -> Session:
+        session = self._sessions.get(_engagement_id(state))
+        if session is None:
+            thread = self._thread()
+            session = self._sessions.for_thread(thread)
+            if session is None:
+                log.warning(
+                    "agentguard: no open engagement for this run (evicted, or the process restarted): "
+                    "starting a new one; calls made before are not in its record"
+                )
+                session = self._open(thread, context, None)
+        return session
+
+    def before_agent(self, state: AgentGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Open the run's engagement: the thread's ongoing one, or a fresh one (``retain_memory: false``)."""
+        thread = self._thread()
+        previous = self._sessions.for_thread(thread)
+        if previous is not None and self._retain:
+            previous.engagement.new_turn()
+            session = previous
+            hidden: list[str] | None = None
+        else:
+            session = self._open(thread, runtime.context, previous)
+            hidden = (
+                None if self._retain or thread is None else _earlier_messages(state["messages"], previous)
+            )
+        update: dict[str, Any] = {}
+        if _engagement_id(state) != session.engagement.id:
+            update[ENGAGEMENT_KEY] = session.engagement.id
+        if hidden is not None and hidden != _hidden(state):
+            update[HIDDEN_KEY] = hidden
+        return update or None
+
+    async def abefore_agent(self, state: AgentGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self.before_agent(state, runtime)
+
+    def after_agent(self, state: AgentGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """A run without a thread cannot be continued: close its engagement."""
+        session = self._sessions.get(_engagement_id(state))
+        if session is not None and session.thread is None:
+            self._sessions.discard(session)
+        return None
+
+    async def aafter_agent(self, state: AgentGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self.after_agent(state, runtime)
+
+    # -- model calls ----------------------------------------------------------------------------------
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResult:
+        """Input guardrail on new user messages, then the model, then the output guardrail on its answers."""
+        session = self._session(request.state, request.runtime.context)
+        eng = session.engagement
+        messages, pending = self._visible(request, session)
+        checked = [eng.check_input(text) for _, text in pending]
+        request = self._with_inputs(request, session, messages, pending, checked)
+        with guarding():
+            result: ModelResult = handler(request)
+        answers = _answers(result)
+        guarded: list[str | GuardianDenied] = []
+        for _, text, calls in answers:
+            try:
+                guarded.append(eng.report_message("agent", text) if calls else eng.check_output(text))
+            except GuardianDenied as exc:
+                guarded.append(self._blocked(exc))
+        return _with_answers(result, answers, guarded)
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResult:
+        session = self._session(request.state, request.runtime.context)
+        eng = session.engagement
+        messages, pending = self._visible(request, session)
+        checked = [await eng.acheck_input(text) for _, text in pending]
+        request = self._with_inputs(request, session, messages, pending, checked)
+        with guarding():
+            result: ModelResult = await handler(request)
+        answers = _answers(result)
+        guarded: list[str | GuardianDenied] = []
+        for _, text, calls in answers:
+            try:
+                guarded.append(
+                    await (eng.areport_message("agent", text) if calls else eng.acheck_output(text))
+                )
+            except GuardianDenied as exc:
+                guarded.append(self._blocked(exc))
+        return _with_answers(result, answers, guarded)
+
+    def _blocked(self, exc: GuardianDenied) -> GuardianDenied:
+        """A guardian denied a model answer: the user is told it was blocked (AOS), or the run ends."""
+        if self.on_denied == "raise":
+            raise exc
+        return exc
+
+    def _visible(
+        self, request: ModelRequest[Any], session: Session
+    ) -> tuple[list[AnyMessage], list[tuple[int, str]]]:
+        """The messages the model may see, and the user messages among them not yet through the guardrail."""
+        hidden = _hidden(request.state)
+        messages = list(request.messages)
+        if hidden:
+            hidden_ids = set(hidden)
+            messages = [m for m in messages if m.id not in hidden_ids]
+        if not self._retain:
+            session.seen.update(m.id for m in messages if m.id)
+        pending = [
+            (i, message_text(m))
+            for i, m in enumerate(messages)
+            if isinstance(m, HumanMessage) and (m.id is None or m.id not in session.checked)
+        ]
+        return messages, pending
+
+    def _with_inputs(
+        self,
+        request: ModelRequest[Any],
+        session: Session,
+        messages: list[AnyMessage],
+        pending: Sequence[tuple[int, str]],
+        checked: Sequence[str],
+    ) -> ModelRequest[Any]:
+        for (index, text), new_text in zip(pending, checked, strict=True):
+            message_id = messages[index].id
+            if message_id is not None:
+                session.checked.add(message_id)
+                if new_text != text:
+                    session.replaced[message_id] = new_text
+            if new_text != text:
+                messages[index] = with_text(messages[index], new_text)
+        if session.replaced:
+            messages = [
+                with_text(m, session.replaced[m.id])
+                if m.id in session.replaced and message_text(m) != session.replaced[m.id]
+                else m
+                for m in messages
+            ]
+        if len(messages) == len(request.messages) and all(
+            a is b for a, b in zip(messages, request.messages, strict=True)
+        ):
+            return request
+        return request.override(messages=messages)
+
+    # -- tool calls -----------------------------------------------------------------------------------
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolResult],
+    ) -> ToolResult:
+        """Run the call through ``guard.call``; LangChain's handler is what runs the tool."""
+        session = self._session(request.state, request.runtime.context)
+        call = ToolCallTranslation(request, session, self._resolver)
+        with bound(session.engagement), guarding(), call_scope(call.lc_name, call.call_id) as scope:
+            replay_interrupts(call.interrupts_to_replay())
+            try:
+                output = self.guard.call(
+                    call.name,
+                    call.inputs,
+                    call.runner(handler, lambda: scope.interrupts),
+                    call_id=call.call_id,
+                    reasoning=call.reasoning,
+                )
+            except GraphBubbleUp:
+                raise  # paused for review: the held result waits for the re-run
+            except Exception as exc:
+                return call.fail(exc, self.on_denied)
+        return call.finish(output)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
+    ) -> ToolResult:
+        session = self._session(request.state, request.runtime.context)
+        call = ToolCallTranslation(request, session, self._resolver)
+        with bound(session.engagement), guarding(), call_scope(call.lc_name, call.call_id) as scope:
+            replay_interrupts(call.interrupts_to_replay())
+            try:
+                output = await self.guard.acall(
+                    call.name,
+                    call.inputs,
+                    call.arunner(handler, lambda: scope.interrupts),
+                    call_id=call.call_id,
+                    reasoning=call.reasoning,
+                )
+            except GraphBubbleUp:
+                raise
+            except Exception as exc:
+                return call.fail(exc, self.on_denied)
+        return call.finish(output)
+
+
+def _earlier_messages(messages: Sequence[BaseMessage], previous: Session | None) -> list[str]:
+    """Ids of the messages that precede this run's input: the new input is the trailing user messages that
+    no earlier engagement of the thread has seen."""
+    seen = previous.seen if previous is not None else set()
+    start = len(messages)
+    while start > 0 and isinstance(messages[start - 1], HumanMessage) and messages[start - 1].id not in seen:
+        start -= 1
+    return [m.id for m in messages[:start] if m.id]
+
+
+def _ai_messages(result: ModelResult) -> list[BaseMessage]:
+    if isinstance(result, AIMessage):
+        return [result]
+    response = result.model_response if isinstance(result, ExtendedModelResponse) else result
+    return response.result
+
+
+def _answers(result: ModelResult) -> list[tuple[int, str, bool]]:
+    """(index, text, calls tools?) of each AI message in a model result that carries text or tool calls."""
+    out: list[tuple[int, str, bool]] = []
+    for index, message in enumerate(_ai_messages(result)):
+        if isinstance(message, AIMessage):
+            text = message_text(message)
+            if message.tool_calls:
+                if text:
+                    out.append((index, text, True))
+            else:
+                out.append((index, text, False))
+    return out
+
+
+def _guarded_answer(message: AIMessage, new: str | GuardianDenied) -> AIMessage:
+    """The message with its guarded text; a denied one is replaced by a notice without tool calls."""
+    if isinstance(new, GuardianDenied):
+        return AIMessage(content=f"The response was blocked by agentguard: {new}", id=message.id)
+    return with_text(message, new)
+
+
+def _with_answers(
+    result: ModelResult, answers: Sequence[tuple[int, str, bool]], guarded: Sequence[str | GuardianDenied]
+) -> ModelResult:
+    changes = {index: new for (index, text, _), new in zip(answers, guarded, strict=True) if new != text}
+    if not changes:
+        return result
+    if isinstance(result, AIMessage):
+        return _guarded_answer(result, changes[0])
+    response = result.model_response if isinstance(result, ExtendedModelResponse) else result
+    messages = [
+        _guarded_answer(m, changes[i]) if i in changes and isinstance(m, AIMessage) else m
+        for i, m in enumerate(response.result)
+    ]
+    new_response = ModelResponse(result=messages, structured_response=response.structured_response)
+    if isinstance(result, ExtendedModelResponse):
+        return ExtendedModelResponse(model_response=new_response, command=result.command)
+    return new_response

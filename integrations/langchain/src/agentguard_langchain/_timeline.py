@@ -1,0 +1,127 @@
+"""A readable timeline of an engagement: each step and what was decided about it.
+
+::
+
+    from agentguard_langchain import print_timeline
+
+    print_timeline(middleware.engagement_for("t1"))
+    #  1  user message            allowed   guardrail pii-check passed
+    #  2  tool lookup-order       allowed   {"order_id": "A-1"}
+    #  3  tool send-email         DENIED    restriction (input): assertion is false [recent["send-email"]...]
+    #  4  tool refund             allowed   reviewed (input) by supervisor: approved
+
+It reads only the public step records (kind, name, decisions, outcome), so it works for any adapter.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import TextIO
+
+from agentguard import Decision, Engagement, Outcome, Rule, StepRecord
+from agentguard.engagement import CallRecord
+
+__all__ = ["describe_step", "format_timeline", "print_timeline"]
+
+_KINDS = {
+    "steps/toolCallRequest": "tool",
+    "steps/knowledgeRetrieval": "knowledge retrieval",
+    "steps/memoryStore": "memory store",
+    "steps/memoryContextRetrieval": "memory retrieval",
+    "steps/agentTrigger": "trigger",
+    "protocols/MCP": "MCP",
+}
+
+_VERDICTS = {
+    Outcome.ALLOW: "allowed",
+    Outcome.DENY: "DENIED",
+    Outcome.REVIEW_REJECTED: "REJECTED",
+    Outcome.MODIFY: "modified",
+    Outcome.NO_DECISION: "no-decision",
+    Outcome.WARN: "warned",
+    Outcome.REVIEW_APPROVED: "allowed",
+}
+
+
+def _what(step: StepRecord) -> str:
+    if step.kind == "steps/message":
+        return f"{step.name or 'agent'} message"
+    kind = _KINDS.get(step.kind, step.kind)
+    return f"{kind} {step.name}" if step.name and kind == "tool" else kind
+
+
+def _rule(decision: Decision) -> str:
+    phase = f" ({decision.phase.value})" if decision.phase is not None else ""
+    return f"{decision.rule.value}{phase}"
+
+
+def _review(decision: Decision) -> str:
+    reviewer = (decision.data or {}).get("reviewer") or "reviewer"
+    verdict = "approved" if decision.outcome is Outcome.REVIEW_APPROVED else "rejected"
+    return f"reviewed{' (' + decision.phase.value + ')' if decision.phase else ''} by {reviewer}: {verdict}"
+
+
+def describe_step(step: StepRecord) -> tuple[str, str, str]:
+    """(what happened, verdict, why) for one step."""
+    outcome = step.outcome
+    notes: list[str] = []
+    blocking = next((d for d in step.decisions if d.blocked), None)
+    if blocking is not None:
+        if blocking.rule is Rule.REVIEW:
+            notes.append(_review(blocking) + (f" ({blocking.reason})" if blocking.reason else ""))
+        else:
+            notes.append(f"{_rule(blocking)}: {blocking.reason}")
+            if blocking.expression:
+                notes.append(f"[{blocking.expression}]")
+        if (
+            blocking.phase is not None
+            and blocking.phase.value == "output"
+            and step.kind == "steps/toolCallRequest"
+        ):
+            notes.append("-- output withheld")
+    else:
+        for d in step.decisions:
+            if d.rule is Rule.REVIEW:
+                notes.append(_review(d))
+            elif d.rule is Rule.GUARDRAIL:
+                notes.append(f"guardrail {d.capability} passed")
+            elif d.outcome is Outcome.MODIFY:
+                notes.append(f"modified by {_rule(d)}")
+            elif d.outcome in (Outcome.NO_DECISION, Outcome.WARN):
+                notes.append(f"{_rule(d)}: {d.reason}")
+    return _what(step), _VERDICTS.get(outcome, outcome.value), " ".join(notes)
+
+
+def format_timeline(source: Engagement | Iterable[StepRecord], *, inputs: bool = True) -> str:
+    """The timeline as text, one line per step; ``inputs``: show a tool call's inputs if nothing else is said.
+
+    Given an engagement, a tool step is matched with its call record: a call taken back without any blocking
+    decision was interrupted (a LangGraph pause for review) and is shown as ``paused``.
+    """
+    steps: Sequence[StepRecord]
+    records: dict[str, list[CallRecord]] = {}
+    if isinstance(source, Engagement):
+        steps = list(source.steps)
+        for call in source.state.calls:
+            records.setdefault(call.call_id, []).append(call)
+    else:
+        steps = list(source)
+    width = max((len(_what(s)) for s in steps), default=10)
+    lines = []
+    for number, step in enumerate(steps, 1):
+        what, verdict, why = describe_step(step)
+        queue = records.get(step.call_id or "") if step.kind == "steps/toolCallRequest" else None
+        record = queue.pop(0) if queue else None
+        if record is not None and record.status == "denied" and not any(d.blocked for d in step.decisions):
+            verdict, why = "paused", "interrupted before a decision"
+        elif inputs and not why and record is not None:
+            why = json.dumps(record.inputs, default=str, ensure_ascii=False)
+        lines.append(f"{number:>3}  {what:<{width}}  {verdict:<10}  {why}".rstrip())
+    return "\n".join(lines)
+
+
+def print_timeline(source: Engagement | Iterable[StepRecord], *, file: TextIO | None = None) -> None:
+    """Print :func:`format_timeline` (to stdout by default)."""
+    print(format_timeline(source), file=file or sys.stdout)

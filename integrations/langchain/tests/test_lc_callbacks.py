@@ -1,0 +1,121 @@
+"""``AgentGuardCallbackHandler``: records for any runnable; guardrails when ``raise_error=True``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from agentguard_langchain import AgentGuardCallbackHandler
+from agentguard_langchain.testing import ScriptedChatModel, answer, calls
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.messages import HumanMessage
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.tools import tool
+
+from agentguard import GuardrailViolation, Outcome, User
+from integrations.langchain.tests.conftest import BuildAgent, config, make_guard, user_says
+
+
+class Docs(BaseRetriever):
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        return [
+            Document(page_content=f"about {query}", id="kb-1", metadata={"source": "kb"}),
+            Document("second"),
+        ]
+
+
+@tool
+def lookup_order(order_id: str) -> dict[str, str]:
+    """Look an order up."""
+    return {"order_id": order_id, "status": "shipped"}
+
+
+@tool
+def send_email(to: str, body: str) -> str:
+    """Send an email."""
+    return "sent"
+
+
+def test_observe_records_messages_tools_and_retrievals() -> None:
+    guard = make_guard()
+    model = ScriptedChatModel(script=[answer("It shipped.")])
+    with guard.engagement(user=User("u-1")) as eng:
+        handler = AgentGuardCallbackHandler(guard)
+        cfg: Any = {"callbacks": [handler]}
+        model.invoke([HumanMessage("where is A-1?", id="h1")], cfg)
+        lookup_order.invoke({"order_id": "A-1"}, cfg)
+        Docs().invoke("refunds", cfg)
+        assert handler.engagement is eng
+
+    kinds = [(s.kind, s.name) for s in eng.steps]
+    assert kinds == [
+        ("steps/message", "user"),
+        ("steps/message", "agent"),
+        ("steps/toolCallRequest", "lookup-order"),
+        ("steps/knowledgeRetrieval", None),
+    ]
+    assert eng.view()["history"]["lookup-order"][0]["outputs"] == {"order_id": "A-1", "status": "shipped"}
+    retrieval = eng.steps[-1].aos[0]["params"]["knowledgeStep"]
+    assert retrieval["query"] == "refunds"
+    assert retrieval["results"][0] == {"id": "kb-1", "content": "about refunds", "metadata": {"source": "kb"}}
+    assert retrieval["results"][1]["id"] == "1"
+
+
+def test_observe_never_breaks_the_host(caplog: pytest.LogCaptureFixture) -> None:
+    guard = make_guard()
+    model = ScriptedChatModel(script=[answer("a stupid answer")])
+    with guard.engagement() as eng:
+        cfg: Any = {"callbacks": [AgentGuardCallbackHandler(guard)]}
+        with caplog.at_level(logging.WARNING, logger="agentguard_langchain"):
+            send_email.invoke({"to": "eve@evil.test", "body": "x"}, cfg)  # would be refused: logged
+            assert model.invoke("card 4111", cfg).content == "a stupid answer"  # no guardrail in observe mode
+    assert any("would be refused" in r.getMessage() for r in caplog.records)
+    denied = [s for s in eng.steps if s.name == "send-email"]
+    assert denied
+    assert denied[0].outcome is Outcome.DENY
+
+
+def test_raise_mode_enforces_the_input_guardrail() -> None:
+    guard = make_guard()
+    model = ScriptedChatModel(script=[answer("never")])
+    with guard.engagement():
+        cfg: Any = {"callbacks": [AgentGuardCallbackHandler(guard, raise_error=True)]}
+        with pytest.raises(GuardrailViolation):
+            model.invoke("my card 4111 1111", cfg)
+    assert model.received == []
+
+
+def test_raise_mode_enforces_the_output_guardrail() -> None:
+    guard = make_guard()
+    model = ScriptedChatModel(script=[answer("stupid")])
+    with guard.engagement(), pytest.raises(GuardrailViolation):
+        model.invoke("hi", {"callbacks": [AgentGuardCallbackHandler(guard, raise_error=True)]})
+
+
+def test_handler_opens_its_own_engagement_when_none_is_open() -> None:
+    guard = make_guard()
+    handler = AgentGuardCallbackHandler(guard, user=User("u-9"))
+    ScriptedChatModel(script=[answer("ok")]).invoke("hello", {"callbacks": [handler]})
+    eng = handler.engagement
+    assert eng.user == User("u-9")
+    assert [s.name for s in eng.steps] == ["user", "agent"]
+    handler.close()
+    assert eng.status.value == "closed"
+
+
+def test_handler_does_not_double_record_steps_the_middleware_guards(build_agent: BuildAgent) -> None:
+    h = build_agent([calls(("lookup_order", {"order_id": "A-1"})), answer("shipped")])
+    handler = AgentGuardCallbackHandler(h.guard)
+    h.agent.invoke(user_says("where?"), {**config(), "callbacks": [handler]})
+    eng = h.middleware.engagement_for("t1")
+    assert eng is not None
+    assert [(s.kind, s.name) for s in eng.steps] == [
+        ("steps/message", "user"),
+        ("steps/toolCallRequest", "lookup-order"),
+        ("steps/message", "agent"),
+    ]
+    assert handler._own is None  # it recorded nothing of its own

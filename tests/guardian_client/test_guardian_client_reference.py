@@ -1,0 +1,166 @@
+"""The guardian client against agentguard's own reference guardian (``agentguard.guardian.server``).
+
+Real sockets, real JSON-RPC, real rules: the client and the server were written apart, from the same
+specification, so agreeing here is evidence that both read it the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agentguard.guardian import GuardianClient, GuardianOutcome, GuardianVerdict
+
+server = pytest.importorskip("agentguard.guardian.server", reason="the reference guardian is not available")
+
+WAIT = 30.0
+TOKEN = "reference-token"
+
+RULES = """
+rules:
+  - name: no-shell
+    methods: [steps/toolCallRequest]
+    when: params.toolCallRequest.toolId == "shell"
+    decision: deny
+    message: No shell access
+    reason_codes: [shell]
+  - name: redact-body
+    methods: [steps/toolCallRequest]
+    when: params.toolCallRequest.toolId == "send-email"
+    decision: modify
+    message: Body redacted
+    set:
+      params.toolCallRequest.inputs: >-
+        params.toolCallRequest.inputs.map(i,
+          i.name == "body" ? {"name": "body", "value": "[redacted]"} : i)
+"""
+
+
+def tool_call(request_id: str | int, tool: str, **inputs: Any) -> dict[str, Any]:
+    """A complete ``steps/toolCallRequest`` in wire JSON, as the Guard would send it."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "steps/toolCallRequest",
+        "params": {
+            "context": {
+                "agent": {
+                    "name": "support-agent",
+                    "id": "support-agent",
+                    "instructions": "You help customers.",
+                    "version": "1.0.0",
+                    "provider": {"name": "Corp", "url": "https://corp.example"},
+                },
+                "session": {"id": "engagement-1"},
+                "turnId": "turn-1",
+                "stepId": f"step-{request_id}",
+                "timestamp": "2025-07-01T12:00:00Z",
+            },
+            "toolCallRequest": {
+                "executionId": f"call-{request_id}",
+                "toolId": tool,
+                "inputs": [{"name": name, "value": value} for name, value in inputs.items()],
+            },
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def guardian_url() -> Iterator[str]:
+    app = server.create_app(server.parse_rules(RULES), token=TOKEN)
+    with server.serve_in_thread(app) as running:
+        yield running.url + "aos"
+
+
+@pytest.fixture(params=["sync", "async"])
+def decide(request: pytest.FixtureRequest, guardian_url: str) -> Any:
+    flavour = request.param
+
+    def run(aos_request: dict[str, Any], **options: Any) -> GuardianVerdict:
+        options.setdefault("token", TOKEN)
+        if flavour == "sync":
+            with GuardianClient(guardian_url, **options) as client:
+                return client.decide(aos_request)
+
+        async def main() -> GuardianVerdict:
+            async with GuardianClient(guardian_url, **options) as client:
+                return await client.adecide(aos_request)
+
+        return asyncio.run(main())
+
+    return run
+
+
+def test_allow(decide: Any) -> None:
+    verdict = decide(tool_call("a-1", "lookup-order", order=17))
+    assert verdict.outcome is GuardianOutcome.ALLOW
+    assert verdict.proceeded is True
+
+
+def test_deny(decide: Any) -> None:
+    verdict = decide(tool_call(7, "shell", command="rm -rf /"))
+    assert verdict.outcome is GuardianOutcome.DENY
+    assert (verdict.message, verdict.reason_codes, verdict.proceeded) == (
+        "No shell access",
+        ("shell",),
+        False,
+    )
+
+
+def test_modify_is_a_whole_replacement_request(decide: Any) -> None:
+    original = tool_call("m-1", "send-email", to="bob@corp.example", body="secret")
+    verdict = decide(copy.deepcopy(original))
+    assert verdict.outcome is GuardianOutcome.MODIFY
+    replacement = verdict.modified_request
+    assert replacement is not None
+    assert (replacement["id"], replacement["method"]) == ("m-1", "steps/toolCallRequest")
+    expected = copy.deepcopy(original["params"])
+    expected["toolCallRequest"]["inputs"][1]["value"] = "[redacted]"
+    assert replacement["params"]["toolCallRequest"] == expected["toolCallRequest"]
+    assert replacement["params"]["context"]["session"] == {"id": "engagement-1"}
+
+
+@pytest.mark.parametrize("on_failure", ["deny", "allow"])
+def test_a_refused_token_ends_in_the_policy(decide: Any, on_failure: str) -> None:
+    verdict = decide(tool_call("t-1", "lookup-order"), token="wrong", on_failure=on_failure)
+    assert (verdict.outcome, verdict.failure) == (GuardianOutcome.NO_DECISION, "http 401")
+    assert verdict.proceeded is (on_failure == "allow")
+
+
+def test_an_invalid_request_is_a_jsonrpc_error(decide: Any) -> None:
+    bad = tool_call("bad-1", "lookup-order")
+    del bad["params"]["context"]
+    verdict = decide(bad)
+    assert verdict.outcome is GuardianOutcome.NO_DECISION
+    assert (verdict.failure or "").startswith("jsonrpc -32602"), verdict.failure
+
+
+def test_ping(guardian_url: str) -> None:
+    with GuardianClient(guardian_url, token=TOKEN) as client:
+        result = client.ping(2000)
+    assert result["status"] == "connected"
+    assert isinstance(result["version"], str)
+
+
+def test_ping_on_start_then_decide(guardian_url: str) -> None:
+    with GuardianClient(guardian_url, token=TOKEN, ping_on_start=True) as client:
+        assert client.decide(tool_call(1, "shell")).outcome is GuardianOutcome.DENY
+
+
+def test_observe_mode_delivers_everything_in_order(guardian_url: str) -> None:
+    events: list[tuple[str, dict[str, object]]] = []
+    with GuardianClient(
+        guardian_url, mode="observe", token=TOKEN, on_event=lambda *e: events.append(e)
+    ) as client:
+        for n in range(100):
+            client.submit(tool_call(n, "shell" if n % 2 else "lookup-order"))
+        assert client.flush(WAIT)
+        stats = client.stats
+    assert [data["id"] for _, data in events] == list(range(100))
+    outcomes = [data["verdict"].outcome for _, data in events]  # type: ignore[attr-defined]
+    assert outcomes == [GuardianOutcome.ALLOW, GuardianOutcome.DENY] * 50
+    assert (stats.delivered, stats.failed, stats.dropped) == (100, 0, 0)

@@ -1,0 +1,127 @@
+"""``agentguard guardian``: arguments, exit statuses, and the app it serves (uvicorn.run replaced)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from agentguard.guardian.server._cli import add_parser
+from tests.guardian_server.support import request_for
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="agentguard")
+    add_parser(parser.add_subparsers())
+    return parser.parse_args(["guardian", *argv])
+
+
+@pytest.fixture
+def rules_file(tmp_path: Path) -> Path:
+    path = tmp_path / "rules.yaml"
+    path.write_text("rules:\n  - {name: no-mcp, methods: [protocols/MCP], decision: deny, message: No MCP}\n")
+    return path
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """What ``uvicorn.run`` was called with (it is not really run)."""
+    calls: dict[str, Any] = {}
+
+    def fake_run(app: Any, **options: Any) -> None:
+        calls.update(options, app=app)
+
+    monkeypatch.setattr(uvicorn, "run", fake_run)
+    return calls
+
+
+def test_defaults() -> None:
+    args = _parse("--rules", "rules.yaml")
+    assert (args.rules, args.host, args.port, args.token_env, args.log_level) == (
+        "rules.yaml",
+        "127.0.0.1",
+        8700,
+        None,
+        "info",
+    )
+    assert callable(args.run)
+
+
+def test_rules_are_required(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        _parse()
+    assert caught.value.code == 2
+    assert "--rules" in capsys.readouterr().err
+
+
+async def test_it_serves_the_rules_with_the_token(
+    rules_file: Path, served: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GUARDIAN_TOKEN", "s3cret")
+    args = _parse(
+        "--rules", str(rules_file), "--port", "9001", "--token-env", "GUARDIAN_TOKEN", "--log-level", "debug"
+    )
+    assert args.run(args) == 0
+    assert (served["host"], served["port"], served["log_level"]) == ("127.0.0.1", 9001, "debug")
+    transport = httpx.ASGITransport(app=served["app"])
+    async with httpx.AsyncClient(transport=transport, base_url="http://guardian") as client:
+        assert (await client.post("/", json=request_for("protocols/MCP"))).status_code == 401
+        answer = await client.post(
+            "/", json=request_for("protocols/MCP"), headers={"Authorization": "Bearer s3cret"}
+        )
+    assert answer.json()["result"]["decision"] == "deny"
+
+
+def test_a_missing_token_variable_is_a_usage_error(
+    rules_file: Path,
+    served: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("NO_SUCH_TOKEN_VAR", raising=False)
+    args = _parse("--rules", str(rules_file), "--token-env", "NO_SUCH_TOKEN_VAR")
+    assert args.run(args) == 2
+    assert "$NO_SUCH_TOKEN_VAR is not set or empty" in capsys.readouterr().err
+    assert not served
+
+
+def test_a_broken_rules_file_is_reported(
+    tmp_path: Path, served: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("rules:\n  - name: x\n    when: params.a ==\n    decision: deny\n    message: m\n")
+    args = _parse("--rules", str(broken))
+    assert args.run(args) == 1
+    err = capsys.readouterr().err
+    assert f"{broken}:3:5: rules[0].when: rule 'x': CEL does not compile" in err
+    assert not served
+
+
+def test_an_unreadable_rules_file_is_reported(
+    tmp_path: Path, served: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = _parse("--rules", str(tmp_path / "missing.yaml"))
+    assert args.run(args) == 1
+    assert "cannot read" in capsys.readouterr().err
+    assert not served
+
+
+def test_serving_beyond_loopback_without_a_token_warns(
+    rules_file: Path, served: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    for host, warned in (
+        ("0.0.0.0", True),
+        ("::1", False),
+        ("localhost", False),
+        ("guardian.internal", True),
+    ):
+        caplog.clear()
+        args = _parse("--rules", str(rules_file), "--host", host)
+        with caplog.at_level(logging.WARNING, logger="agentguard.guardian.server"):
+            assert args.run(args) == 0
+        assert ("without a token" in caplog.text) is warned, host
