@@ -13,7 +13,7 @@ import inspect
 from typing import Any
 
 from agentguard.errors import ConfigurationError
-from agentguard.policy._flow import AskGuardian, AskReviewer, Effect, Flow, Invoke
+from agentguard.policy._flow import AskGuardian, AskReviewer, Effect, Flow, Invoke, T
 from agentguard.policy._identity import reset_credentials, set_credentials
 
 __all__ = ["run_async", "run_sync"]
@@ -106,7 +106,7 @@ async def _perform_async(effect: Effect) -> Any:
     raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover - exhaustive over Effect
 
 
-def run_sync(flow: Flow) -> Any:
+def run_sync(flow: Flow[T]) -> T:
     """Drive ``flow`` to completion in this thread; return its result or raise its error."""
     try:
         effect = next(flow)
@@ -118,10 +118,11 @@ def run_sync(flow: Flow) -> Any:
             else:
                 effect = flow.send(value)
     except StopIteration as stop:
-        return stop.value
+        result: T = stop.value
+        return result
 
 
-async def run_async(flow: Flow) -> Any:
+async def run_async(flow: Flow[T]) -> T:
     """Drive ``flow`` to completion under asyncio; return its result or raise its error."""
     try:
         effect = next(flow)
@@ -133,4 +134,5 @@ async def run_async(flow: Flow) -> Any:
             else:
                 effect = flow.send(value)
     except StopIteration as stop:
-        return stop.value
+        result: T = stop.value
+        return result

@@ -13,7 +13,9 @@ Every error a user can catch is re-exported from :mod:`agentguard`. The tree::
         ├── ReviewDenied            ``require_review`` was rejected, timed out or had no reviewer
         ├── IdentityError           the tool needs credentials and none could be resolved
         ├── EngagementClosed        the engagement was stopped or failed earlier and refuses further steps
-        └── GuardianDenied          the remote guardian answered ``deny`` (or failed under ``on_failure="deny"``)
+        ├── GuardianDenied          the remote guardian answered ``deny`` (or failed under ``on_failure="deny"``)
+        └── RuleViolation           a Python rule registered with ``guard.rules`` (or a schema check) failed
+    (GuardianUnavailable, in agentguard.guardian: an explicit ``ping`` found no guardian)
 
 Policy errors carry the rule that fired (:attr:`PolicyViolation.rule`, a :class:`Rule` enum value), the
 capability and phase it applies to, the CEL expression where there is one, the human reason and the id of

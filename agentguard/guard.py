@@ -23,11 +23,13 @@ instead of decorating functions; both paths run the same pipeline.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import inspect
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
@@ -44,6 +46,7 @@ from agentguard.engagement import (
 )
 from agentguard.errors import ConfigurationError, Phase
 from agentguard.guardian import GuardianClient
+from agentguard.observers import Observer, Observers
 from agentguard.policy._flow import (
     Flow,
     FlowContext,
@@ -141,7 +144,9 @@ class Engagement:
     def __init__(self, guard: Guard, state: EngagementState) -> None:
         self.guard = guard
         self.state = state
-        self._tokens: list[contextvars.Token[Engagement | None]] = []
+        self._lock = threading.Lock()
+        self._depth = 0  # how many `with eng:` blocks are open, in any thread or task
+        self._turn: list[Any] | None = None  # the observers' tokens of the current turn
 
     # -- identity and record --------------------------------------------------------------------------
 
@@ -181,25 +186,21 @@ class Engagement:
 
     def check_input(self, text: str) -> str:
         """Run the input guardrail on user input before any model sees it; return the text to pass on."""
-        result: str = run_sync(guardrail_flow(self.guard._flow, self.state, Phase.INPUT, text))
-        return result
+        return run_sync(guardrail_flow(self.guard._flow, self.state, Phase.INPUT, text))
 
     async def acheck_input(self, text: str) -> str:
-        result: str = await run_async(guardrail_flow(self.guard._flow, self.state, Phase.INPUT, text))
-        return result
+        return await run_async(guardrail_flow(self.guard._flow, self.state, Phase.INPUT, text))
 
     def check_output(self, text: str) -> str:
         """Run the output guardrail on a model answer before the user sees it; return the text to pass on."""
-        result: str = run_sync(guardrail_flow(self.guard._flow, self.state, Phase.OUTPUT, text))
-        return result
+        return run_sync(guardrail_flow(self.guard._flow, self.state, Phase.OUTPUT, text))
 
     async def acheck_output(self, text: str) -> str:
-        result: str = await run_async(guardrail_flow(self.guard._flow, self.state, Phase.OUTPUT, text))
-        return result
+        return await run_async(guardrail_flow(self.guard._flow, self.state, Phase.OUTPUT, text))
 
     # -- other steps ----------------------------------------------------------------------------------
 
-    def _report_flow(self, step: Step) -> Flow:
+    def _report_flow(self, step: Step) -> Flow[dict[str, Any] | None]:
         ctx, state = self.guard._flow, self.state
         builder = ctx.steps
         if isinstance(step, Message):
@@ -237,12 +238,10 @@ class Engagement:
         Returns the params of the guardian's replacement request on ``modify``, else ``None``; raises
         :class:`~agentguard.GuardianDenied` on ``deny`` -- then the step must not be carried out.
         """
-        result: dict[str, Any] | None = run_sync(self._report_flow(step))
-        return result
+        return run_sync(self._report_flow(step))
 
     async def areport(self, step: Step) -> dict[str, Any] | None:
-        result: dict[str, Any] | None = await run_async(self._report_flow(step))
-        return result
+        return await run_async(self._report_flow(step))
 
     def report_message(
         self,
@@ -282,34 +281,85 @@ class Engagement:
 
     def new_turn(self) -> str:
         """Start a new turn (one user input and what the agent does about it); returns the AOS ``turnId``."""
-        return self.state.new_turn()
+        self._end_turn()
+        turn_id = self.state.new_turn()
+        self._start_turn()
+        return turn_id
+
+    def _start_turn(self) -> None:
+        observers = self.guard._flow.observers
+        if observers and self._turn is None:
+            self._turn = observers.turn_started(self.state)
+
+    def _end_turn(self) -> None:
+        turn, self._turn = self._turn, None
+        if turn is not None:
+            self.guard._flow.observers.turn_ended(self.state, turn)
+
+    def _finish(self) -> bool:
+        """Mark the engagement closed; ``True`` if an observe-mode guardian must now be flushed."""
+        self._end_turn()
+        self.state.stop(EngagementStatus.CLOSED, "engagement closed")
+        guardian = self.guard.guardian
+        return guardian is not None and guardian.mode == "observe"
 
     def close(self) -> None:
         """End the engagement: later steps are refused; an observe-mode guardian is flushed."""
-        self.state.stop(EngagementStatus.CLOSED, "engagement closed")
-        guardian = self.guard.guardian
-        if guardian is not None and guardian.mode == "observe":
-            guardian.flush()
+        if self._finish() and self.guard.guardian is not None:
+            self.guard.guardian.flush()
+
+    async def aclose(self) -> None:
+        if self._finish() and self.guard.guardian is not None:
+            await self.guard.guardian.aflush()
+
+    @contextlib.contextmanager
+    def activate(self) -> Iterator[Engagement]:
+        """Make this the current engagement for a block, without starting or ending it.
+
+        For hosts that run one engagement's tool calls in worker threads or across several invocations:
+        ``with eng.activate(): guard.call(...)``. (``with eng:`` is the engagement's whole life: it starts the
+        first turn and closes the engagement when the outermost ``with`` ends.)
+        """
+        token = self.guard._current.set(self)
+        try:
+            yield self
+        finally:
+            self.guard._current.reset(token)
+
+    def _enter(self) -> None:
+        guard = self.guard
+        guard._tokens.set((*guard._tokens.get(), guard._current.set(self)))
+        with self._lock:
+            self._depth += 1
+            outermost = self._depth == 1
+        if outermost and self.state.active:
+            self._start_turn()
+
+    def _leave(self) -> bool:
+        """Undo one ``_enter`` in this context; ``True`` when the outermost ``with`` has ended."""
+        guard = self.guard
+        tokens = guard._tokens.get()
+        guard._current.reset(tokens[-1])
+        guard._tokens.set(tokens[:-1])
+        with self._lock:
+            self._depth -= 1
+            return self._depth == 0
 
     def __enter__(self) -> Engagement:
-        self._tokens.append(self.guard._current.set(self))
+        self._enter()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.guard._current.reset(self._tokens.pop())
-        if not self._tokens:
+        if self._leave():
             self.close()
 
     async def __aenter__(self) -> Engagement:
-        return self.__enter__()
+        self._enter()
+        return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.guard._current.reset(self._tokens.pop())
-        if not self._tokens:
-            self.state.stop(EngagementStatus.CLOSED, "engagement closed")
-            guardian = self.guard.guardian
-            if guardian is not None and guardian.mode == "observe":
-                await guardian.aflush()
+        if self._leave():
+            await self.aclose()
 
     def __repr__(self) -> str:
         return f"<Engagement {self.id} {self.status.value} calls={self.state.total}>"
@@ -341,6 +391,8 @@ class Guard:
         the longest repeated block of calls the short-circuit detector looks for (default 100).
     ``cel_backend``
         ``"cel-expr-python"`` (default), ``"cel-python"``, or a backend object.
+    ``observers``
+        :class:`~agentguard.observers.Observer` objects told about every turn, step and decision.
     """
 
     def __init__(
@@ -357,6 +409,7 @@ class Guard:
         guardian: GuardianClient | None = None,
         agent: AgentInfo | None = None,
         short_circuit_max_block: int = 100,
+        observers: Iterable[Observer] = (),
         source: str | None = None,
     ) -> None:
         if unknown_capability not in ("deny", "allow", "observe"):
@@ -385,6 +438,11 @@ class Guard:
         self._current: contextvars.ContextVar[Engagement | None] = contextvars.ContextVar(
             f"agentguard_engagement_{id(self)}", default=None
         )
+        # The tokens of the `with eng:` blocks open in each context, innermost last, so that every block
+        # resets the value it set in its own thread or task.
+        self._tokens: contextvars.ContextVar[tuple[contextvars.Token[Engagement | None], ...]] = (
+            contextvars.ContextVar(f"agentguard_tokens_{id(self)}", default=())
+        )
         self._flow = FlowContext(
             policy=self.policy,
             steps=StepBuilder(self.agent_descriptor),
@@ -397,6 +455,7 @@ class Guard:
             credential_resolver=credential_resolver,
             guardian=guardian,
             tools={name: reg.fn for name, reg in self._registry.items()},
+            observers=Observers(observers),
         )
 
     # -- construction ---------------------------------------------------------------------------------
@@ -536,9 +595,9 @@ class Guard:
         """
         self._flow.passthrough = tuple(dict.fromkeys((*self._flow.passthrough, *types)))
 
-    def on_decision(self, callback: Callable[[EngagementState, StepRecord, Decision], None]) -> None:
-        """Set the hook called with every decision as it is taken (telemetry, audit)."""
-        self._flow.on_decision = callback
+    def add_observer(self, observer: Observer) -> None:
+        """Add an observer of every turn, step and decision (see :mod:`agentguard.observers`)."""
+        self._flow.observers.add(observer)
 
     # -- engagements ----------------------------------------------------------------------------------
 

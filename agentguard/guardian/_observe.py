@@ -74,7 +74,7 @@ class Backlog:
 
     def __init__(
         self, capacity: int, *, deliver: Handler, discard: Handler, on_stop: Callable[[], None], name: str
-    ):
+    ) -> None:
         self._capacity = capacity
         self._deliver = deliver
         self._discard = discard

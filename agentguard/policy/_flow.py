@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Container, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentguard._steps import StepBuilder, new_step
 from agentguard.engagement import (
@@ -52,6 +52,7 @@ from agentguard.errors import (
     Rule,
     ShortCircuitViolation,
 )
+from agentguard.observers import Observers
 from agentguard.policy._identity import CredentialRequest, CredentialResolver, Credentials, identity_for
 from agentguard.policy._policy import Assertion, CapabilityRule, Policy, UnknownCapability
 from agentguard.policy._review import (
@@ -108,7 +109,9 @@ class AskGuardian:
 
 
 Effect = Invoke | AskReviewer | AskGuardian
-Flow = Generator[Effect, Any, Any]
+T = TypeVar("T")
+Flow = Generator[Effect, Any, T]
+"""A policy flow that yields effects and returns a ``T``."""
 
 
 @dataclass(slots=True)
@@ -141,12 +144,12 @@ class FlowContext:
     guardian: GuardianClient | None = None
     passthrough: tuple[type[BaseException], ...] = ()
     tools: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
-    on_decision: Callable[[EngagementState, StepRecord, Decision], None] | None = None
+    observers: Observers = field(default_factory=Observers)
 
     def decide(self, state: EngagementState, step: StepRecord, decision: Decision) -> Decision:
         step.decisions.append(decision)
-        if self.on_decision is not None:
-            self.on_decision(state, step, decision)
+        if self.observers:
+            self.observers.decision(state, step, decision)
         return decision
 
 
@@ -459,15 +462,36 @@ def _credentials(
     return ctx.credential_resolver(request)
 
 
-def tool_call_flow(ctx: FlowContext, state: EngagementState, call: ToolCall) -> Flow:
+def _observed(ctx: FlowContext, state: EngagementState, step: StepRecord, flow: Flow[T]) -> Flow[T]:
+    """Run ``flow`` for ``step`` between the observers' ``step_started`` and ``step_ended``."""
+    observers = ctx.observers
+    if not observers:
+        return (yield from flow)
+    tokens = observers.step_started(state, step)
+    error: BaseException | None = None
+    try:
+        return (yield from flow)
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        observers.step_ended(state, step, tokens, error)
+
+
+def tool_call_flow(ctx: FlowContext, state: EngagementState, call: ToolCall) -> Flow[Any]:
     """The whole life of one guarded tool or sub-agent call. Returns the output the caller may use."""
-    name = call.name
     resumed = state.awaiting_review.pop(call.call_id, None) if call.call_id else None
     if resumed is not None:  # the host re-ran a call paused in output review: do not run the tool again
         step, record, rule, output = resumed
-        return (yield from _after_invoke(ctx, state, step, record, rule, call, output, resumed=True))
+        flow = _after_invoke(ctx, state, step, record, rule, call, output, resumed=True)
+    else:
+        step = new_step(state, "steps/toolCallRequest", name=call.name, call_id=call.call_id)
+        flow = _tool_call(ctx, state, step, call)
+    return (yield from _observed(ctx, state, step, flow))
 
-    step = new_step(state, "steps/toolCallRequest", name=name, call_id=call.call_id)
+
+def _tool_call(ctx: FlowContext, state: EngagementState, step: StepRecord, call: ToolCall) -> Flow[Any]:
+    name = call.name
     if not state.active:
         raise _deny(ctx, state, step, _closed_error(state, name, Phase.INPUT))
     rule = _capability(ctx, state, step, name, call.kind)
@@ -545,7 +569,7 @@ def _after_invoke(
     output: Any,
     *,
     resumed: bool,
-) -> Flow:
+) -> Flow[Any]:
     name = record.name
     collect = rule.collect_results if rule is not None else True
     try:
@@ -586,7 +610,7 @@ def _after_invoke(
     return output
 
 
-def guardrail_flow(ctx: FlowContext, state: EngagementState, phase: Phase, text: str) -> Flow:
+def guardrail_flow(ctx: FlowContext, state: EngagementState, phase: Phase, text: str) -> Flow[str]:
     """Run the input or output guardrail on ``text``; report the message step; return the text to use.
 
     The spec: the guardrail tool is invoked on every user input (before any model sees it) and every model
@@ -596,6 +620,12 @@ def guardrail_flow(ctx: FlowContext, state: EngagementState, phase: Phase, text:
     role = "user" if phase is Phase.INPUT else "agent"
     step = new_step(state, "steps/message", name=role)
     step.payload["role"] = role
+    return (yield from _observed(ctx, state, step, _guardrail(ctx, state, step, phase, role, text)))
+
+
+def _guardrail(
+    ctx: FlowContext, state: EngagementState, step: StepRecord, phase: Phase, role: str, text: str
+) -> Flow[str]:
     if not state.active:
         raise _deny(ctx, state, step, _closed_error(state, None, phase))
     rule = ctx.policy.input_guardrail if phase is Phase.INPUT else ctx.policy.output_guardrail
@@ -652,13 +682,24 @@ def report_flow(
     *,
     name: str | None = None,
     phase: Phase = Phase.INPUT,
-) -> Flow:
+) -> Flow[dict[str, Any] | None]:
     """Record a step that has no local rule of its own (retrieval, memory, trigger, A2A, MCP, messages).
 
     The step is refused in a stopped engagement, recorded, and put to the guardian when one is configured.
     Returns the params of the guardian's replacement request on ``modify``, else ``None``.
     """
     step = new_step(state, method, name=name)
+    return (yield from _observed(ctx, state, step, _report(ctx, state, step, build, name, phase)))
+
+
+def _report(
+    ctx: FlowContext,
+    state: EngagementState,
+    step: StepRecord,
+    build: Callable[[StepRecord], dict[str, Any]],
+    name: str | None,
+    phase: Phase,
+) -> Flow[dict[str, Any] | None]:
     if not state.active:
         raise _deny(ctx, state, step, _closed_error(state, name, phase))
     request = build(step)

@@ -1,0 +1,98 @@
+"""Observers: see every engagement turn, step and decision as it happens (telemetry, audit, dashboards).
+
+An observer subclasses :class:`Observer` and overrides what it needs; every method is a no-op by default.
+The Guard calls them synchronously, in the thread or task of the step, so an observer may make its own
+context current for the step (an OpenTelemetry span, say) and the tool's own work nests inside it::
+
+    from agentguard import Guard
+    from agentguard.observers import Observer
+
+    class PrintDenials(Observer):
+        def decision(self, state, step, decision):
+            if decision.blocked:
+                print(f"{step.name}: denied by {decision.rule.value}: {decision.reason}")
+
+    guard = Guard.from_file("agent.yaml", observers=[PrintDenials()])
+
+Observers observe; they cannot change a decision. An exception raised inside one is logged and swallowed:
+telemetry never breaks the agent (policy code, by contrast, fails closed).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from agentguard.engagement import Decision, EngagementState, StepRecord
+
+__all__ = ["Observer", "Observers"]
+
+logger = logging.getLogger("agentguard.observers")
+
+
+class Observer:
+    """Base class of observers. Override any of the methods; the defaults do nothing."""
+
+    def turn_started(self, state: EngagementState) -> Any:
+        """An engagement turn starts (the engagement was entered, or ``new_turn()`` was called).
+
+        The return value is handed back to :meth:`turn_ended`.
+        """
+        return None
+
+    def turn_ended(self, state: EngagementState, token: Any) -> None:
+        """The turn ends (the engagement was left, closed, or a new turn started)."""
+
+    def step_started(self, state: EngagementState, step: StepRecord) -> Any:
+        """A step starts, before any check. The return value is handed back to :meth:`step_ended`."""
+        return None
+
+    def step_ended(self, state: EngagementState, step: StepRecord, token: Any, error: BaseException | None) -> None:
+        """The step ended: allowed and carried out (``error`` is ``None``), denied, or failed."""
+
+    def decision(self, state: EngagementState, step: StepRecord, decision: Decision) -> None:
+        """A check or the guardian decided something about the step."""
+
+
+class Observers:
+    """The observers of one Guard, called in order; each call is shielded from the others' failures."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, observers: Iterable[Observer] = ()) -> None:
+        self._items: tuple[Observer, ...] = tuple(observers)
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def add(self, observer: Observer) -> None:
+        self._items = (*self._items, observer)
+
+    def turn_started(self, state: EngagementState) -> list[Any]:
+        return [_safe(o.turn_started, None, state) for o in self._items]
+
+    def turn_ended(self, state: EngagementState, tokens: list[Any]) -> None:
+        for observer, token in zip(reversed(self._items), reversed(tokens), strict=False):
+            _safe(observer.turn_ended, None, state, token)
+
+    def step_started(self, state: EngagementState, step: StepRecord) -> list[Any]:
+        return [_safe(o.step_started, None, state, step) for o in self._items]
+
+    def step_ended(
+        self, state: EngagementState, step: StepRecord, tokens: list[Any], error: BaseException | None
+    ) -> None:
+        for observer, token in zip(reversed(self._items), reversed(tokens), strict=False):
+            _safe(observer.step_ended, None, state, step, token, error)
+
+    def decision(self, state: EngagementState, step: StepRecord, decision: Decision) -> None:
+        for observer in self._items:
+            _safe(observer.decision, None, state, step, decision)
+
+
+def _safe(method: Any, default: Any, *args: Any) -> Any:
+    try:
+        return method(*args)
+    except Exception:
+        logger.exception("agentguard observer %r failed; the agent goes on", getattr(method, "__self__", method))
+        return default

@@ -1,0 +1,98 @@
+"""Observers see every turn, step and decision, and cannot break the agent."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from agentguard import Guard, RestrictionViolation
+from agentguard.engagement import Decision, EngagementState, StepRecord
+from agentguard.observers import Observer
+from tests.conftest import spec_text
+
+SPEC = spec_text(
+    """
+    capabilities:
+      lookup:
+        input_restriction:
+          assertion: recent["lookup"].inputs.ok
+    """
+)
+
+
+class Recorder(Observer):
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    def turn_started(self, state: EngagementState) -> str:
+        self.events.append(("turn", state.turn_id))
+        return state.turn_id
+
+    def turn_ended(self, state: EngagementState, token: Any) -> None:
+        self.events.append(("turn-end", token))
+
+    def step_started(self, state: EngagementState, step: StepRecord) -> str:
+        self.events.append(("step", step.name))
+        return step.step_id
+
+    def step_ended(self, state: EngagementState, step: StepRecord, token: Any, error: BaseException | None) -> None:
+        assert token == step.step_id
+        self.events.append(("step-end", step.name, type(error).__name__ if error else None))
+
+    def decision(self, state: EngagementState, step: StepRecord, decision: Decision) -> None:
+        self.events.append(("decision", decision.rule.value, decision.outcome.value))
+
+
+class Broken(Observer):
+    def step_started(self, state: EngagementState, step: StepRecord) -> None:
+        raise RuntimeError("observer bug")
+
+    def decision(self, state: EngagementState, step: StepRecord, decision: Decision) -> None:
+        raise RuntimeError("observer bug")
+
+
+def test_observers_see_turns_steps_and_decisions_in_order() -> None:
+    recorder = Recorder()
+    guard = Guard.from_yaml(SPEC, observers=[recorder])
+
+    @guard.tool
+    def lookup(ok: bool) -> str:
+        return "found"
+
+    with guard.engagement() as eng:
+        first_turn = eng.state.turn_id
+        lookup(ok=True)
+        with pytest.raises(RestrictionViolation):
+            lookup(ok=False)
+        second_turn = eng.new_turn()
+    assert recorder.events == [
+        ("turn", first_turn),
+        ("step", "lookup"),
+        ("decision", "capability", "allow"),
+        ("decision", "restriction", "allow"),
+        ("step-end", "lookup", None),
+        ("step", "lookup"),
+        ("decision", "capability", "allow"),
+        ("decision", "restriction", "deny"),
+        ("step-end", "lookup", "RestrictionViolation"),
+        ("turn-end", first_turn),
+        ("turn", second_turn),
+        ("turn-end", second_turn),
+    ]
+
+
+def test_a_failing_observer_is_logged_and_the_agent_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    recorder = Recorder()
+    guard = Guard.from_yaml(SPEC, observers=[Broken()])
+    guard.add_observer(recorder)
+
+    @guard.tool
+    def lookup(ok: bool) -> str:
+        return "found"
+
+    with caplog.at_level(logging.ERROR, logger="agentguard.observers"), guard.engagement():
+        assert lookup(ok=True) == "found"
+    assert "observer bug" in caplog.text
+    assert ("step-end", "lookup", None) in recorder.events
