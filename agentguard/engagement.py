@@ -100,6 +100,7 @@ class Decision:
     expression: str | None = None
     at: float = field(default_factory=time.time)
     data: Mapping[str, Any] | None = None
+    severity: str = "error"  # of the check: error blocks; warning / info only record (shadow mode)
 
     @property
     def blocked(self) -> bool:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "AgentGuardError",
@@ -41,6 +42,7 @@ __all__ = [
     "RestrictionViolation",
     "ReviewDenied",
     "Rule",
+    "RuleViolation",
     "ShortCircuitViolation",
     "SpecError",
     "SpecProblem",
@@ -58,6 +60,8 @@ class Rule(enum.StrEnum):
     IDENTITY = "identity"
     GUARDIAN = "guardian"
     ENGAGEMENT = "engagement"
+    RULE = "rule"
+    SCHEMA = "schema"
 
 
 class Phase(enum.StrEnum):
@@ -186,6 +190,17 @@ class IdentityError(PolicyViolation):
 
 class EngagementClosed(PolicyViolation):
     rule = Rule.ENGAGEMENT
+
+
+class RuleViolation(PolicyViolation):
+    """A Python rule (``guard.rules``) or a schema check failed. ``rule_name`` says which."""
+
+    rule = Rule.RULE
+
+    def __init__(self, reason: str, *, rule_name: str, kind: Rule = Rule.RULE, **kwargs: Any) -> None:
+        self.rule_name = rule_name
+        self.rule = kind
+        super().__init__(reason, **kwargs)
 
 
 class GuardianDenied(PolicyViolation):

@@ -59,6 +59,7 @@ from agentguard.policy._flow import (
 from agentguard.policy._identity import CredentialResolver
 from agentguard.policy._policy import Policy, UnknownCapability
 from agentguard.policy._review import ApprovalConfig, Reviewer
+from agentguard.policy._rules import Rules, Severity, SeverityMap
 from agentguard.spec import AgentSpec, CompiledSpec, compile_spec, is_valid_name, load_spec, load_spec_text
 from agentguard.steps import MCP, KnowledgeRetrieval, Message, Step
 
@@ -393,6 +394,9 @@ class Guard:
         ``"cel-expr-python"`` (default), ``"cel-python"``, or a backend object.
     ``observers``
         :class:`~agentguard.observers.Observer` objects told about every turn, step and decision.
+    ``severity``
+        per-rule severity, ``error`` (blocks), ``warning`` or ``info`` (record only: shadow mode); keys like
+        ``"restriction"``, ``"restriction:refund"``, ``"rule:<name>"`` (see :mod:`agentguard.policy._rules`).
     """
 
     def __init__(
@@ -410,6 +414,7 @@ class Guard:
         agent: AgentInfo | None = None,
         short_circuit_max_block: int = 100,
         observers: Iterable[Observer] = (),
+        severity: Mapping[str, Severity] | None = None,
         source: str | None = None,
     ) -> None:
         if unknown_capability not in ("deny", "allow", "observe"):
@@ -456,7 +461,10 @@ class Guard:
             guardian=guardian,
             tools={name: reg.fn for name, reg in self._registry.items()},
             observers=Observers(observers),
+            severity=SeverityMap(severity),
         )
+        self.rules: Rules = self._flow.rules
+        """Python rules beside the spec's CEL ones: ``@guard.rules.rule("name", phase=..., capabilities=...)``."""
 
     # -- construction ---------------------------------------------------------------------------------
 

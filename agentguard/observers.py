@@ -48,7 +48,9 @@ class Observer:
         """A step starts, before any check. The return value is handed back to :meth:`step_ended`."""
         return None
 
-    def step_ended(self, state: EngagementState, step: StepRecord, token: Any, error: BaseException | None) -> None:
+    def step_ended(
+        self, state: EngagementState, step: StepRecord, token: Any, error: BaseException | None
+    ) -> None:
         """The step ended: allowed and carried out (``error`` is ``None``), denied, or failed."""
 
     def decision(self, state: EngagementState, step: StepRecord, decision: Decision) -> None:
@@ -94,5 +96,7 @@ def _safe(method: Any, default: Any, *args: Any) -> Any:
     try:
         return method(*args)
     except Exception:
-        logger.exception("agentguard observer %r failed; the agent goes on", getattr(method, "__self__", method))
+        logger.exception(
+            "agentguard observer %r failed; the agent goes on", getattr(method, "__self__", method)
+        )
         return default

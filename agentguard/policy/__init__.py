@@ -12,12 +12,14 @@ from agentguard.policy._identity import (
 )
 from agentguard.policy._policy import Assertion, CapabilityRule, GuardrailRule, Policy, UnknownCapability
 from agentguard.policy._review import Approval, ApprovalConfig, Reviewer, ReviewRequest, TerminalReviewer
+from agentguard.policy._rules import CheckResult, RuleContext, RuleFunction, Rules, Severity, SeverityMap
 
 __all__ = [
     "Approval",
     "ApprovalConfig",
     "Assertion",
     "CapabilityRule",
+    "CheckResult",
     "CredentialRequest",
     "CredentialResolver",
     "Credentials",
@@ -25,6 +27,11 @@ __all__ = [
     "Policy",
     "ReviewRequest",
     "Reviewer",
+    "RuleContext",
+    "RuleFunction",
+    "Rules",
+    "Severity",
+    "SeverityMap",
     "TerminalReviewer",
     "UnknownCapability",
     "current_credentials",

@@ -50,6 +50,7 @@ from agentguard.errors import (
     RestrictionViolation,
     ReviewDenied,
     Rule,
+    RuleViolation,
     ShortCircuitViolation,
 )
 from agentguard.observers import Observers
@@ -63,6 +64,7 @@ from agentguard.policy._review import (
     approval_tally,
     coerce_approval,
 )
+from agentguard.policy._rules import RuleContext, Rules, SeverityMap
 
 if TYPE_CHECKING:
     from agentguard.guardian import GuardianClient, GuardianVerdict
@@ -145,6 +147,8 @@ class FlowContext:
     passthrough: tuple[type[BaseException], ...] = ()
     tools: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     observers: Observers = field(default_factory=Observers)
+    rules: Rules = field(default_factory=Rules)
+    severity: SeverityMap = field(default_factory=SeverityMap)
 
     def decide(self, state: EngagementState, step: StepRecord, decision: Decision) -> Decision:
         step.decisions.append(decision)
@@ -171,6 +175,30 @@ def _deny(
     return error
 
 
+def _blocks(
+    ctx: FlowContext,
+    state: EngagementState,
+    step: StepRecord,
+    error: PolicyViolation,
+    *,
+    name: str | None = None,
+) -> bool:
+    """Record a failed check at its severity; ``True`` when it blocks (severity ``error``).
+
+    ``warning`` and ``info`` (shadow mode) record what would have been denied and let the step go on.
+    """
+    severity = ctx.severity.of(error.rule, error.capability, error.phase, name) if ctx.severity else "error"
+    if severity == "error":
+        _deny(ctx, state, step, error)
+        return True
+    reason = f"would deny ({severity}): {error.reason}"
+    decision = Decision(
+        error.rule, Outcome.WARN, error.phase, reason, error.capability, error.expression, severity=severity
+    )
+    ctx.decide(state, step, decision)
+    return False
+
+
 def _closed_error(state: EngagementState, capability: str | None, phase: Phase) -> PolicyViolation:
     reason = f"engagement is {state.status.value}: {state.status_reason or 'no reason given'}"
     if state.status is EngagementStatus.STOPPED:
@@ -190,15 +218,42 @@ def _check(
 ) -> None:
     passed, reason = assertion.check(state.bindings(assertion.plan))
     if not passed:
-        raise _deny(
-            ctx,
-            state,
-            step,
-            RestrictionViolation(reason, capability=capability, phase=phase, expression=assertion.source),
-        )
+        error = RestrictionViolation(reason, capability=capability, phase=phase, expression=assertion.source)
+        if _blocks(ctx, state, step, error):
+            raise error
+        return
     ctx.decide(
         state, step, Decision(Rule.RESTRICTION, Outcome.ALLOW, phase, reason, capability, assertion.source)
     )
+
+
+def _run_rules(
+    ctx: FlowContext,
+    state: EngagementState,
+    step: StepRecord,
+    capability: str,
+    phase: Phase,
+    inputs: Mapping[str, Any],
+    outputs: Any = None,
+) -> None:
+    """The Python rules registered for this capability and phase (see ``guard.rules``)."""
+    rules = ctx.rules.for_call(capability, phase)
+    if not rules:
+        return
+    context = RuleContext(capability, phase, inputs, outputs, state)
+    for rule in rules:
+        result = rule.run(context)
+        if result.passed:
+            decision = Decision(
+                rule.kind, Outcome.ALLOW, phase, result.message, capability, data=result.metadata
+            )
+            ctx.decide(state, step, decision)
+            continue
+        error = RuleViolation(
+            result.message, rule_name=rule.name, kind=rule.kind, capability=capability, phase=phase
+        )
+        if _blocks(ctx, state, step, error, name=rule.name):
+            raise error
 
 
 def _guardian(
@@ -430,7 +485,10 @@ def _capability(
     mode = ctx.unknown_capability
     reason = f"{kind} {name!r} is not a capability of agent {policy.name!r}"
     if mode == "deny":
-        raise _deny(ctx, state, step, CapabilityDenied(reason, capability=name, phase=Phase.INPUT))
+        error = CapabilityDenied(reason, capability=name, phase=Phase.INPUT)
+        if _blocks(ctx, state, step, error):
+            raise error
+        return None
     outcome = Outcome.WARN if mode == "observe" else Outcome.ALLOW
     ctx.decide(
         state,
@@ -504,13 +562,18 @@ def _tool_call(ctx: FlowContext, state: EngagementState, step: StepRecord, call:
                 f"calling {name!r} would repeat [{loop}] {k} times in a row "
                 f"(lifespan.short_circuit: {k}); the engagement is stopped"
             )
-            state.stop(EngagementStatus.STOPPED, reason)
-            raise _deny(ctx, state, step, ShortCircuitViolation(reason, capability=name, phase=Phase.INPUT))
-        ctx.decide(
-            state,
-            step,
-            Decision(Rule.SHORT_CIRCUIT, Outcome.ALLOW, Phase.INPUT, f"no block repeated {k} times", name),
-        )
+            error = ShortCircuitViolation(reason, capability=name, phase=Phase.INPUT)
+            if _blocks(ctx, state, step, error):
+                state.stop(EngagementStatus.STOPPED, reason)
+                raise error
+        else:
+            ctx.decide(
+                state,
+                step,
+                Decision(
+                    Rule.SHORT_CIRCUIT, Outcome.ALLOW, Phase.INPUT, f"no block repeated {k} times", name
+                ),
+            )
 
     # The record holds JSON-like inputs for CEL and AOS; the tool gets the caller's own objects unless a
     # guardian rewrote them.
@@ -532,6 +595,7 @@ def _tool_call(ctx: FlowContext, state: EngagementState, step: StepRecord, call:
                     record.entry["inputs"] = call_inputs = new_inputs
                     if rule is not None and rule.input_assertion is not None:
                         _check(ctx, state, step, rule.input_assertion, name, Phase.INPUT)
+        _run_rules(ctx, state, step, name, Phase.INPUT, record.inputs)
         if rule is not None and rule.input_review:
             yield from _review(ctx, state, step, rule.input_review, name, Phase.INPUT, record, None)
         credentials = _credentials(ctx, state, rule, call)
@@ -591,6 +655,7 @@ def _after_invoke(
                         state.complete_call(record, to_plain(output), collect=collect)
                         if rule is not None and rule.output_assertion is not None:
                             _check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
+            _run_rules(ctx, state, step, name, Phase.OUTPUT, record.inputs, to_plain(output))
         if rule is not None and rule.output_review:
             try:
                 yield from _review(
@@ -641,31 +706,29 @@ def _guardrail(
     if rule is None:
         return text
     fn = ctx.tools.get(rule.tool_name)
+    failure: GuardrailViolation | None = None
     if fn is None:
         reason = f"guardrail tool {rule.tool_name!r} is not registered with the guard"
-        state.stop(EngagementStatus.FAILED, reason)
-        raise _deny(ctx, state, step, GuardrailViolation(reason, capability=rule.tool_name, phase=phase))
-    try:
-        output = yield Invoke(fn, (text,), {})
-    except ctx.passthrough:
-        raise
-    except Exception as exc:
-        reason = f"guardrail tool {rule.tool_name!r} failed: {type(exc).__name__}: {exc}"
-        state.stop(EngagementStatus.FAILED, reason)
-        raise _deny(
-            ctx, state, step, GuardrailViolation(reason, capability=rule.tool_name, phase=phase)
-        ) from exc
-    passed, reason = rule.assertion.check({"output": to_plain(output)})
-    if not passed:
-        state.stop(EngagementStatus.FAILED, f"{phase.value} guardrail failed: {reason}")
-        raise _deny(
-            ctx,
-            state,
-            step,
-            GuardrailViolation(
-                reason, capability=rule.tool_name, phase=phase, expression=rule.assertion.source
-            ),
-        )
+        failure = GuardrailViolation(reason, capability=rule.tool_name, phase=phase)
+    else:
+        try:
+            output = yield Invoke(fn, (text,), {})
+        except ctx.passthrough:
+            raise
+        except Exception as exc:
+            reason = f"guardrail tool {rule.tool_name!r} failed: {type(exc).__name__}: {exc}"
+            failure = GuardrailViolation(reason, capability=rule.tool_name, phase=phase)
+        else:
+            passed, reason = rule.assertion.check({"output": to_plain(output)})
+            if not passed:
+                failure = GuardrailViolation(
+                    reason, capability=rule.tool_name, phase=phase, expression=rule.assertion.source
+                )
+    if failure is not None:
+        if _blocks(ctx, state, step, failure):
+            state.stop(EngagementStatus.FAILED, f"{phase.value} guardrail failed: {failure.reason}")
+            raise failure
+        return text
     ctx.decide(
         state,
         step,

@@ -37,7 +37,9 @@ class Recorder(Observer):
         self.events.append(("step", step.name))
         return step.step_id
 
-    def step_ended(self, state: EngagementState, step: StepRecord, token: Any, error: BaseException | None) -> None:
+    def step_ended(
+        self, state: EngagementState, step: StepRecord, token: Any, error: BaseException | None
+    ) -> None:
         assert token == step.step_id
         self.events.append(("step-end", step.name, type(error).__name__ if error else None))
 

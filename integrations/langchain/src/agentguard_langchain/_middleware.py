@@ -301,19 +301,23 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
     def _visible(
         self, request: ModelRequest[Any], session: Session
     ) -> tuple[list[AnyMessage], list[tuple[int, str]]]:
-        """The messages the model may see, and the user messages among them not yet through the guardrail."""
+        """The messages the model may see, and the user messages among them not yet through the guardrail.
+
+        Those are marked as checked at once: if the guardrail fails, the engagement fails with it, and a later
+        engagement of the thread knows the message was not new to it.
+        """
         hidden = _hidden(request.state)
-        messages = list(request.messages)
+        messages = request.messages
         if hidden:
             hidden_ids = set(hidden)
             messages = [m for m in messages if m.id not in hidden_ids]
-        if not self._retain:
-            session.seen.update(m.id for m in messages if m.id)
-        pending = [
-            (i, message_text(m))
-            for i, m in enumerate(messages)
-            if isinstance(m, HumanMessage) and (m.id is None or m.id not in session.checked)
-        ]
+        checked = session.checked
+        pending: list[tuple[int, str]] = []
+        for index, message in enumerate(messages):
+            if isinstance(message, HumanMessage) and (message.id is None or message.id not in checked):
+                pending.append((index, message_text(message)))
+                if message.id is not None:
+                    checked.add(message.id)
         return messages, pending
 
     def _with_inputs(
@@ -322,28 +326,28 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         session: Session,
         messages: list[AnyMessage],
         pending: Sequence[tuple[int, str]],
-        checked: Sequence[str],
+        guarded: Sequence[str],
     ) -> ModelRequest[Any]:
-        for (index, text), new_text in zip(pending, checked, strict=True):
-            message_id = messages[index].id
-            if message_id is not None:
-                session.checked.add(message_id)
-                if new_text != text:
-                    session.replaced[message_id] = new_text
+        """The request with guarded user text in place of the original (now and at every later model call)."""
+        replaced = session.replaced
+        edits: dict[int, str] = {}
+        for (index, text), new_text in zip(pending, guarded, strict=True):
             if new_text != text:
-                messages[index] = with_text(messages[index], new_text)
-        if session.replaced:
-            messages = [
-                with_text(m, session.replaced[m.id])
-                if m.id in session.replaced and message_text(m) != session.replaced[m.id]
-                else m
-                for m in messages
-            ]
-        if len(messages) == len(request.messages) and all(
-            a is b for a, b in zip(messages, request.messages, strict=True)
-        ):
-            return request
-        return request.override(messages=messages)
+                edits[index] = new_text
+                message_id = messages[index].id
+                if message_id is not None:
+                    replaced[message_id] = new_text
+        changed = messages is not request.messages
+        if edits or replaced:
+            messages = list(messages)
+            for index, message in enumerate(messages):
+                edit = edits.get(index)
+                if edit is None and message.id is not None:
+                    edit = replaced.get(message.id)
+                if edit is not None and message_text(message) != edit:
+                    messages[index] = with_text(message, edit)
+                    changed = True
+        return request.override(messages=messages) if changed else request
 
     # -- tool calls -----------------------------------------------------------------------------------
 
@@ -397,8 +401,8 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
 
 def _earlier_messages(messages: Sequence[BaseMessage], previous: Session | None) -> list[str]:
     """Ids of the messages that precede this run's input: the new input is the trailing user messages that
-    no earlier engagement of the thread has seen."""
-    seen = previous.seen if previous is not None else set()
+    no earlier engagement of the thread has given to the model."""
+    seen = previous.checked if previous is not None else set()
     start = len(messages)
     while start > 0 and isinstance(messages[start - 1], HumanMessage) and messages[start - 1].id not in seen:
         start -= 1

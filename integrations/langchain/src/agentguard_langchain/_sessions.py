@@ -59,11 +59,9 @@ class Session:
     engagement: Engagement
     thread: str | None
     checked: set[str] = field(default_factory=set)
-    """Ids of user messages that went through the input guardrail."""
+    """Ids of user messages that went (or are going) through the input guardrail."""
     replaced: dict[str, str] = field(default_factory=dict)
     """Message id -> the text a guardrail or guardian put in its place."""
-    seen: set[str] = field(default_factory=set)
-    """Ids of the messages this engagement's model calls were given (retain_memory: false)."""
     held: dict[str, HeldResult] = field(default_factory=dict)
     """Tool call id -> the result of a tool that ran and whose output review is paused (an interrupt)."""
     replays: dict[str, int] = field(default_factory=dict)
