@@ -596,6 +596,14 @@ class Guard:
 
         return decorate
 
+    def add_review_gate(self, capability: str, reviewer_id: str) -> None:
+        """Ask ``reviewer_id`` before every call of ``capability`` (when the spec names no input reviewer).
+
+        For review gates that another description of the agent implies, e.g. an Agent Spec tool with
+        ``requires_confirmation: true``.
+        """
+        self._flow.review_gates[capability] = reviewer_id
+
     def add_passthrough_exceptions(self, *types: type[BaseException]) -> None:
         """Exceptions that are a host's control flow (e.g. LangGraph's interrupt), not reviewer or tool errors.
 

@@ -148,6 +148,9 @@ class FlowContext:
     tools: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
     observers: Observers = field(default_factory=Observers)
     rules: Rules = field(default_factory=Rules)
+    # Review gates that come from elsewhere than the spec (an Agent Spec tool's requires_confirmation, ...):
+    # capability name -> reviewer id, applied before the call when the spec names no input reviewer.
+    review_gates: dict[str, str] = field(default_factory=dict)
     severity: SeverityMap = field(default_factory=SeverityMap)
 
     def decide(self, state: EngagementState, step: StepRecord, decision: Decision) -> Decision:
@@ -596,8 +599,9 @@ def _tool_call(ctx: FlowContext, state: EngagementState, step: StepRecord, call:
                     if rule is not None and rule.input_assertion is not None:
                         _check(ctx, state, step, rule.input_assertion, name, Phase.INPUT)
         _run_rules(ctx, state, step, name, Phase.INPUT, record.inputs)
-        if rule is not None and rule.input_review:
-            yield from _review(ctx, state, step, rule.input_review, name, Phase.INPUT, record, None)
+        reviewer = (rule.input_review if rule is not None else None) or ctx.review_gates.get(name)
+        if reviewer:
+            yield from _review(ctx, state, step, reviewer, name, Phase.INPUT, record, None)
         credentials = _credentials(ctx, state, rule, call)
         if call.needs_credentials and credentials is None:
             raise _deny(

@@ -110,7 +110,7 @@ class Policy:
                 output_review=out.require_review if out else None,
             )
             if ref.kind == "remote":
-                self._remote[ref.url or ref.raw] = rule
+                self._remote[ref.name] = rule
             else:
                 (self._agents if ref.kind == "agent" else self._bare)[ref.name] = rule
         guardrails = spec.guardrails
@@ -139,16 +139,21 @@ class Policy:
         )
 
     def capability_for(self, name: str, kind: str, tool_names: Container[str]) -> CapabilityRule | None:
-        """The capability a call of tool or agent ``name`` falls under (tool-before-agent for bare names)."""
+        """The capability a call of tool or agent ``name`` falls under (tool-before-agent for bare names).
+
+        A remote agent (``oagent://host/path/name``) is called, and recorded, by its agent name.
+        """
         if kind == "tool":
             return self._bare.get(name)
         rule = self._agents.get(name)
         if rule is None and name not in tool_names:
             rule = self._bare.get(name)
-        return rule
+        return rule if rule is not None else self._remote.get(name)
 
-    def remote_capability(self, url: str) -> CapabilityRule | None:
-        return self._remote.get(url)
+    @property
+    def remote_agents(self) -> dict[str, Reference]:
+        """Remote agent references of the spec, by agent name."""
+        return {name: rule.reference for name, rule in self._remote.items()}
 
     @property
     def capability_keys(self) -> list[str]:

@@ -871,3 +871,32 @@ def test_engagement_closed_after_exit_refuses_steps() -> None:
     assert eng.status is EngagementStatus.CLOSED
     with eng, pytest.raises(PolicyViolation, match="closed"):
         guard.call("lookup", {}, lambda: 1)
+
+
+def test_review_gate_added_outside_the_spec() -> None:
+    guard = make_guard()
+    asked: list[str] = []
+    guard.add_reviewer("ops", lambda request: asked.append(request.capability) or False)
+    guard.add_review_gate("lookup", "ops")
+
+    @guard.tool
+    def lookup() -> str:
+        return "x"
+
+    with guard.engagement(), pytest.raises(ReviewDenied):
+        lookup()
+    assert asked == ["lookup"]
+
+
+def test_remote_agent_capability_is_called_by_its_name() -> None:
+    text = spec_text("capabilities:\n  oagent://agents.corp.com/team/billing-agent:\n")
+    guard = make_guard(text)
+    assert {n: r.host for n, r in guard.policy.remote_agents.items()} == {"billing-agent": "agents.corp.com"}
+
+    @guard.agent(name="billing-agent")
+    def billing(question: str) -> str:
+        return "remote answer"
+
+    with guard.engagement() as eng:
+        assert billing("q") == "remote answer"
+        assert eng.view()["history"]["_list"] == ["billing-agent"]
