@@ -148,6 +148,7 @@ class Engagement:
         self._lock = threading.Lock()
         self._depth = 0  # how many `with eng:` blocks are open, in any thread or task
         self._turn: list[Any] | None = None  # the observers' tokens of the current turn
+        self._closed = False
 
     # -- identity and record --------------------------------------------------------------------------
 
@@ -300,7 +301,11 @@ class Engagement:
     def _finish(self) -> bool:
         """Mark the engagement closed; ``True`` if an observe-mode guardian must now be flushed."""
         self._end_turn()
+        was_open = self._closed is False
+        self._closed = True
         self.state.stop(EngagementStatus.CLOSED, "engagement closed")
+        if was_open and self.guard._flow.observers:
+            self.guard._flow.observers.engagement_ended(self.state)
         guardian = self.guard.guardian
         return guardian is not None and guardian.mode == "observe"
 

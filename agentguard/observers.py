@@ -44,6 +44,9 @@ class Observer:
     def turn_ended(self, state: EngagementState, token: Any) -> None:
         """The turn ends (the engagement was left, closed, or a new turn started)."""
 
+    def engagement_ended(self, state: EngagementState) -> None:
+        """The engagement was closed (its last turn has ended); ``state.status`` says how it ended."""
+
     def step_started(self, state: EngagementState, step: StepRecord) -> Any:
         """A step starts, before any check. The return value is handed back to :meth:`step_ended`."""
         return None
@@ -77,6 +80,10 @@ class Observers:
     def turn_ended(self, state: EngagementState, tokens: list[Any]) -> None:
         for observer, token in zip(reversed(self._items), reversed(tokens), strict=False):
             _safe(observer.turn_ended, None, state, token)
+
+    def engagement_ended(self, state: EngagementState) -> None:
+        for observer in self._items:
+            _safe(observer.engagement_ended, None, state)
 
     def step_started(self, state: EngagementState, step: StepRecord) -> list[Any]:
         return [_safe(o.step_started, None, state, step) for o in self._items]

@@ -33,6 +33,9 @@ class Recorder(Observer):
     def turn_ended(self, state: EngagementState, token: Any) -> None:
         self.events.append(("turn-end", token))
 
+    def engagement_ended(self, state: EngagementState) -> None:
+        self.events.append(("end", state.status.value))
+
     def step_started(self, state: EngagementState, step: StepRecord) -> str:
         self.events.append(("step", step.name))
         return step.step_id
@@ -82,7 +85,11 @@ def test_observers_see_turns_steps_and_decisions_in_order() -> None:
         ("turn-end", first_turn),
         ("turn", second_turn),
         ("turn-end", second_turn),
+        ("end", "closed"),
     ]
+    eng.close()  # closing twice tells observers once
+    assert recorder.events[-1] == ("end", "closed")
+    assert recorder.events.count(("end", "closed")) == 1
 
 
 def test_a_failing_observer_is_logged_and_the_agent_goes_on(caplog: pytest.LogCaptureFixture) -> None:
