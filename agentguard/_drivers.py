@@ -10,24 +10,67 @@ import asyncio
 import concurrent.futures
 import contextvars
 import inspect
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from agentguard.errors import ConfigurationError
-from agentguard.policy._flow import AskGuardian, AskReviewer, Effect, Flow, Invoke, T
+from agentguard.policy._flow import (
+    AskGuardian,
+    AskReviewer,
+    AwaitLate,
+    Effect,
+    Flow,
+    Invoke,
+    InvokeTimedOut,
+    Sleep,
+    T,
+)
 from agentguard.policy._identity import reset_credentials, set_credentials
 
 __all__ = ["run_async", "run_sync"]
 
-_review_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+def _in_thread(fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+    """Run ``fn`` in a new daemon thread, in a copy of this context, and return its future.
+
+    A daemon thread per call, not a pool: a call that overruns its timeout may never return, and it must
+    neither hold up interpreter exit nor starve the calls after it.
+    """
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(context.run(fn))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True, name="agentguard-call").start()
+    return future
 
 
-def _pool() -> concurrent.futures.ThreadPoolExecutor:
-    global _review_pool
-    if _review_pool is None:
-        _review_pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=8, thread_name_prefix="agentguard-review"
-        )
-    return _review_pool
+def _outcome(future: concurrent.futures.Future[Any]) -> str:
+    error = future.exception()
+    return "returned" if error is None else f"raised {type(error).__name__}: {error}"
+
+
+def _call(effect: Invoke) -> Any:
+    token = set_credentials(effect.credentials)
+    try:
+        return effect.fn(*effect.args, **effect.kwargs)
+    finally:
+        reset_credentials(token)
+
+
+def _overran(effect: Invoke, future: concurrent.futures.Future[Any]) -> InvokeTimedOut:
+    if not effect.keep_running and effect.on_late is not None:
+        on_late = effect.on_late
+        future.add_done_callback(lambda done: on_late(_outcome(done)))
+    return InvokeTimedOut(future)
 
 
 _NOT_AWAITABLE = frozenset({dict, list, tuple, str, int, float, bool, type(None), bytes})
@@ -52,40 +95,39 @@ async def _await(value: Any) -> Any:
 
 def _perform_sync(effect: Effect) -> Any:
     if isinstance(effect, Invoke):
-        token = set_credentials(effect.credentials)
+        if effect.timeout_ms is None:
+            return _resolve_sync(_call(effect), "the tool")
+        future = _in_thread(lambda: _resolve_sync(_call(effect), "the tool"))
         try:
-            return _resolve_sync(effect.fn(*effect.args, **effect.kwargs), "the tool")
-        finally:
-            reset_credentials(token)
+            return future.result(timeout=effect.timeout_ms / 1000)
+        except concurrent.futures.TimeoutError:
+            raise _overran(effect, future) from None
     if isinstance(effect, AskReviewer):
         if effect.timeout_ms is None:
             return _resolve_sync(effect.reviewer(effect.request), "the reviewer")
-        # Copy contextvars so the reviewer sees the caller's context (e.g. a framework's run config). A
-        # reviewer that overruns keeps its thread until it returns: Python cannot kill a thread; its late
+        # A reviewer that overruns keeps its thread until it returns (Python cannot kill a thread); its late
         # answer is ignored and the timeout decision stands.
-        ctx = contextvars.copy_context()
-        future = _pool().submit(
-            ctx.run, lambda: _resolve_sync(effect.reviewer(effect.request), "the reviewer")
-        )
+        answer = _in_thread(lambda: _resolve_sync(effect.reviewer(effect.request), "the reviewer"))
         try:
-            return future.result(timeout=effect.timeout_ms / 1000)
+            return answer.result(timeout=effect.timeout_ms / 1000)
         except concurrent.futures.TimeoutError:
             raise TimeoutError(f"reviewer did not answer within {effect.timeout_ms} ms") from None
     if isinstance(effect, AskGuardian):
         return effect.client.decide(effect.request)
+    if isinstance(effect, AwaitLate):
+        return effect.handle.result()
+    if isinstance(effect, Sleep):
+        time.sleep(effect.ms / 1000)
+        return None
     raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover - exhaustive over Effect
 
 
 async def _perform_async(effect: Effect) -> Any:
     if isinstance(effect, Invoke):
-        token = set_credentials(effect.credentials)
-        try:
-            value = effect.fn(*effect.args, **effect.kwargs)
-            if inspect.isawaitable(value):
-                value = await value
-            return value
-        finally:
-            reset_credentials(token)
+        if effect.timeout_ms is None:
+            value = _call(effect)
+            return await value if inspect.isawaitable(value) else value
+        return await _invoke_with_timeout(effect, effect.timeout_ms)
     if isinstance(effect, AskReviewer):
         reviewer, request, timeout_ms = effect.reviewer, effect.request, effect.timeout_ms
         if timeout_ms is None:
@@ -103,7 +145,33 @@ async def _perform_async(effect: Effect) -> Any:
             raise TimeoutError(f"reviewer did not answer within {timeout_ms} ms") from None
     if isinstance(effect, AskGuardian):
         return await effect.client.adecide(effect.request)
+    if isinstance(effect, AwaitLate):
+        handle = effect.handle
+        return await (
+            asyncio.wrap_future(handle) if isinstance(handle, concurrent.futures.Future) else handle
+        )
+    if isinstance(effect, Sleep):
+        await asyncio.sleep(effect.ms / 1000)
+        return None
     raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover - exhaustive over Effect
+
+
+async def _invoke_with_timeout(effect: Invoke, timeout_ms: int) -> Any:
+    """An async tool runs as a task (cancelled on timeout unless it must keep running); a sync tool runs in
+    a worker thread (which cannot be cancelled: its late outcome is reported through ``on_late``)."""
+    if inspect.iscoroutinefunction(effect.fn):
+        task: asyncio.Future[Any] = asyncio.ensure_future(_call(effect))  # the task copies the credentials
+        done, _ = await asyncio.wait({task}, timeout=timeout_ms / 1000)
+        if done:
+            return task.result()
+        if not effect.keep_running:
+            task.cancel()
+        raise InvokeTimedOut(task)
+    future = _in_thread(lambda: _resolve_sync(_call(effect), "the tool"))
+    try:
+        return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout_ms / 1000)
+    except TimeoutError:
+        raise _overran(effect, future) from None
 
 
 def run_sync(flow: Flow[T]) -> T:

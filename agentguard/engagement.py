@@ -309,6 +309,10 @@ class EngagementState:
         self._reversed = ""
         self._loop_window = loop_window
         self._user_view: dict[str, Any] = user.as_view() if user else {"id": None, "email": None}
+        # Calls begun but not yet completed, withheld or rolled back: what a graceful cancel waits for.
+        self._in_flight: set[int] = set()
+        self._idle = threading.Condition(self._lock)
+        self.cancel_graceful = True
 
     # -- the view -------------------------------------------------------------------------------------
 
@@ -387,7 +391,22 @@ class EngagementState:
             self._recent[name] = entry
             self._recent["_name"] = name
             self.calls.append(record)
+            self._in_flight.add(id(record))
         return record
+
+    def _settled(self, record: CallRecord) -> None:
+        self._in_flight.discard(id(record))
+        if not self._in_flight:
+            self._idle.notify_all()
+
+    def wait_idle(self, timeout: float | None) -> bool:
+        """Wait until no call is in flight (``True``), or ``timeout`` seconds pass (``False``)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._in_flight, timeout)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
 
     def rollback_call(self, record: CallRecord, *, reason: str) -> None:
         """Take a denied call back out of ``recent`` and ``history``: it was never invoked (decision 2)."""
@@ -395,6 +414,7 @@ class EngagementState:
             record.status = "denied"
             record.error = reason
             record.ended_at = time.time()
+            self._settled(record)
             entries = self._history.get(record.name, [])
             index = next((i for i in range(len(entries) - 1, -1, -1) if entries[i] is record.entry), None)
             if index is None:
@@ -432,6 +452,7 @@ class EngagementState:
             record.entry["outputs"] = outputs if collect else None
             record.status = "completed"
             record.ended_at = time.time()
+            self._settled(record)
 
     def withhold_call(self, record: CallRecord, *, reason: str, status: str = "withheld") -> None:
         """The call happened but its outputs may not be used: keep it in history with ``outputs: null``."""
@@ -440,6 +461,7 @@ class EngagementState:
             record.status = status
             record.error = reason
             record.ended_at = time.time()
+            self._settled(record)
 
     def would_short_circuit(self, name: str, k: int, max_block: int) -> int | None:
         """Block length at which calling ``name`` now would repeat a block ``k`` times, else ``None``."""

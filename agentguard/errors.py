@@ -62,6 +62,7 @@ class Rule(enum.StrEnum):
     ENGAGEMENT = "engagement"
     RULE = "rule"
     SCHEMA = "schema"
+    RUN = "run"  # timeouts and retries of a call (OS Protocol runs)
 
 
 class Phase(enum.StrEnum):

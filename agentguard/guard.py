@@ -23,8 +23,10 @@ instead of decorating functions; both paths run the same pipeline.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import inspect
 import os
@@ -34,17 +36,18 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
 from agentguard._drivers import run_async, run_sync
-from agentguard._steps import AgentInfo, StepBuilder, tool_definition
+from agentguard._steps import AgentInfo, StepBuilder, new_step, tool_definition
 from agentguard.cel import CelBackend, get_backend
 from agentguard.engagement import (
     Decision,
     EngagementState,
     EngagementStatus,
+    Outcome,
     StepRecord,
     User,
     to_plain,
 )
-from agentguard.errors import ConfigurationError, Phase
+from agentguard.errors import ConfigurationError, Phase, Rule
 from agentguard.guardian import GuardianClient
 from agentguard.observers import Observer, Observers
 from agentguard.policy._flow import (
@@ -60,6 +63,7 @@ from agentguard.policy._identity import CredentialResolver
 from agentguard.policy._policy import Policy, UnknownCapability
 from agentguard.policy._review import ApprovalConfig, Reviewer
 from agentguard.policy._rules import Rules, Severity, SeverityMap
+from agentguard.runs import Cancel, Retry, Timeout
 from agentguard.spec import AgentSpec, CompiledSpec, compile_spec, is_valid_name, load_spec, load_spec_text
 from agentguard.steps import MCP, KnowledgeRetrieval, Message, Step
 
@@ -128,6 +132,8 @@ class _Registered:
     fn: Callable[..., Any]
     binder: _Binder
     needs_credentials: bool
+    timeout: Timeout | None = None
+    retry: Retry | None = None
 
 
 def default_tool_name(fn: Callable[..., Any]) -> str:
@@ -317,6 +323,65 @@ class Engagement:
     async def aclose(self) -> None:
         if self._finish() and self.guard.guardian is not None:
             await self.guard.guardian.aflush()
+
+    def _begin_cancel(self, cancel: Cancel, before: object) -> bool:
+        """Apply a cancellation once ``before_cancel`` answered ``before``; ``False`` when it refused."""
+        step = new_step(self.state, "agentguard/cancel", name="engagement")
+        flow = self.guard._flow
+        if before is False:
+            reason = f"cancellation refused by before_cancel: {cancel.reason}"
+            flow.decide(self.state, step, Decision(Rule.ENGAGEMENT, Outcome.ALLOW, None, reason))
+            return False
+        self.state.cancel_graceful = cancel.graceful
+        self.state.stop(EngagementStatus.CANCELLED, cancel.reason)
+        reason = f"cancelled ({'graceful' if cancel.graceful else 'immediate'}): {cancel.reason}"
+        flow.decide(self.state, step, Decision(Rule.ENGAGEMENT, Outcome.DENY, None, reason))
+        return True
+
+    def _end_cancel(self, cancel: Cancel, drained: bool) -> None:
+        if not drained:
+            step = self.state.steps[-1]
+            reason = f"{self.state.in_flight} call(s) still running after {cancel.graceful_timeout_ms} ms"
+            self.guard._flow.decide(self.state, step, Decision(Rule.ENGAGEMENT, Outcome.WARN, None, reason))
+        if cancel.after_cancel is not None:
+            cancel.after_cancel()
+
+    def cancel(self, cancel: str | Cancel = "cancelled") -> bool:
+        """Cancel the engagement (OS Protocol ``Cancel``): it refuses every later step.
+
+        Returns ``False`` when ``before_cancel`` refused. ``graceful`` (default) waits up to
+        ``graceful_timeout_ms`` for calls in flight, whose results are then delivered; otherwise their
+        results are withheld when they finish.
+        """
+        cancel = Cancel(cancel) if isinstance(cancel, str) else cancel
+        before = cancel.before_cancel() if cancel.before_cancel is not None else True
+        if inspect.isawaitable(before):
+            if inspect.iscoroutine(before):
+                before.close()
+            raise ConfigurationError("before_cancel is async: use `await eng.acancel(...)`")
+        if not self._begin_cancel(cancel, before):
+            return False
+        drained = True
+        if cancel.graceful:
+            timeout = None if cancel.graceful_timeout_ms is None else cancel.graceful_timeout_ms / 1000
+            drained = self.state.wait_idle(timeout)
+        self._end_cancel(cancel, drained)
+        return True
+
+    async def acancel(self, cancel: str | Cancel = "cancelled") -> bool:
+        """Async twin of :meth:`cancel` (``before_cancel`` may be async)."""
+        cancel = Cancel(cancel) if isinstance(cancel, str) else cancel
+        before = cancel.before_cancel() if cancel.before_cancel is not None else True
+        if inspect.isawaitable(before):
+            before = await before
+        if not self._begin_cancel(cancel, before):
+            return False
+        drained = True
+        if cancel.graceful:
+            timeout = None if cancel.graceful_timeout_ms is None else cancel.graceful_timeout_ms / 1000
+            drained = await asyncio.to_thread(self.state.wait_idle, timeout)
+        self._end_cancel(cancel, drained)
+        return True
 
     @contextlib.contextmanager
     def activate(self) -> Iterator[Engagement]:
@@ -509,20 +574,42 @@ class Guard:
 
     @overload
     def tool(
-        self, fn: None = None, /, *, name: str | None = None, needs_credentials: bool = False
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        needs_credentials: bool = False,
+        timeout: Timeout | None = None,
+        retry: Retry | None = None,
     ) -> Callable[[F], F]: ...
 
     def tool(
-        self, fn: F | None = None, /, *, name: str | None = None, needs_credentials: bool = False
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        needs_credentials: bool = False,
+        timeout: Timeout | None = None,
+        retry: Retry | None = None,
     ) -> F | Callable[[F], F]:
         """Guard a tool function. The wrapper keeps the signature, docstring and type hints; sync or async.
 
         The spec name defaults to the function name with ``_`` turned into ``-`` (``send_email`` →
         ``send-email``). ``needs_credentials=True``: the tool is not called without resolved credentials.
+        ``timeout`` / ``retry``: OS Protocol run control for each call (see :mod:`agentguard.runs`).
         """
 
         def decorate(func: F) -> F:
-            return self._wrap(func, name or default_tool_name(func), "tool", needs_credentials)
+            self.register(
+                name or default_tool_name(func),
+                func,
+                needs_credentials=needs_credentials,
+                timeout=timeout,
+                retry=retry,
+            )
+            return self._wrap(func, name or default_tool_name(func), "tool")
 
         return decorate(fn) if fn is not None else decorate
 
@@ -536,7 +623,8 @@ class Guard:
         """Guard a callable that runs a sub-agent. It is a capability like a tool and recorded the same way."""
 
         def decorate(func: F) -> F:
-            return self._wrap(func, name or default_tool_name(func), "agent", False)
+            self.register(name or default_tool_name(func), func, kind="agent")
+            return self._wrap(func, name or default_tool_name(func), "agent")
 
         return decorate(fn) if fn is not None else decorate
 
@@ -547,6 +635,8 @@ class Guard:
         *,
         kind: Literal["tool", "agent"] = "tool",
         needs_credentials: bool = False,
+        timeout: Timeout | None = None,
+        retry: Retry | None = None,
     ) -> None:
         """Register ``fn`` under a spec name without wrapping it (adapters, guardrail tools)."""
         if not is_valid_name(name):
@@ -558,13 +648,12 @@ class Guard:
         existing = table.get(name)
         if existing is not None and existing.fn is not fn:
             raise ConfigurationError(f"a {kind} named {name!r} is already registered with this guard")
-        table[name] = _Registered(name, kind, fn, _Binder(fn), needs_credentials)
+        table[name] = _Registered(name, kind, fn, _Binder(fn), needs_credentials, timeout, retry)
         if kind == "tool":
             self._flow.tools = {n: r.fn for n, r in self._registry.items()}
         self._agent_descriptor = None
 
-    def _wrap(self, fn: F, name: str, kind: Literal["tool", "agent"], needs_credentials: bool) -> F:
-        self.register(name, fn, kind=kind, needs_credentials=needs_credentials)
+    def _wrap(self, fn: F, name: str, kind: Literal["tool", "agent"]) -> F:
         reg = (self._registry if kind == "tool" else self._agents)[name]
         guard = self
 
@@ -655,7 +744,16 @@ class Guard:
         self, reg: _Registered, inputs: dict[str, Any], call_id: str | None, reasoning: str | None
     ) -> ToolCall:
         return ToolCall(
-            reg.name, reg.kind, inputs, reg.fn, reg.binder.to_args, call_id, reg.needs_credentials, reasoning
+            reg.name,
+            reg.kind,
+            inputs,
+            reg.fn,
+            reg.binder.to_args,
+            call_id,
+            reg.needs_credentials,
+            reasoning,
+            reg.timeout,
+            reg.retry,
         )
 
     def _call_registered(
@@ -681,17 +779,28 @@ class Guard:
             if own:
                 eng.close()
 
-    def _adhoc(self, name: str, fn: Callable[..., Any] | None, kind: Literal["tool", "agent"]) -> _Registered:
+    def _adhoc(
+        self,
+        name: str,
+        fn: Callable[..., Any] | None,
+        kind: Literal["tool", "agent"],
+        timeout: Timeout | None = None,
+        retry: Retry | None = None,
+    ) -> _Registered:
         table = self._registry if kind == "tool" else self._agents
         reg = table.get(name)
-        if reg is not None and (fn is None or reg.fn is fn or getattr(fn, "__agentguard__", None) is reg):
-            return reg
-        if fn is None:
-            raise ConfigurationError(f"no {kind} named {name!r} is registered with this guard")
         marked = getattr(fn, "__agentguard__", None)
-        if isinstance(marked, _Registered):  # a @guard.tool function: use the undecorated function
-            return marked
-        return _Registered(name, kind, fn, _Binder(fn), False)
+        if reg is not None and (fn is None or reg.fn is fn or marked is reg):
+            pass
+        elif fn is None:
+            raise ConfigurationError(f"no {kind} named {name!r} is registered with this guard")
+        elif isinstance(marked, _Registered):  # a @guard.tool function: use the undecorated function
+            reg = marked
+        else:
+            reg = _Registered(name, kind, fn, _Binder(fn), False)
+        if timeout is not None or retry is not None:
+            reg = dataclasses.replace(reg, timeout=timeout or reg.timeout, retry=retry or reg.retry)
+        return reg
 
     def call(
         self,
@@ -702,15 +811,17 @@ class Guard:
         kind: Literal["tool", "agent"] = "tool",
         call_id: str | None = None,
         reasoning: str | None = None,
+        timeout: Timeout | None = None,
+        retry: Retry | None = None,
     ) -> Any:
         """Run one tool or sub-agent call through the pipeline (for adapters).
 
         ``fn`` is called with ``inputs`` as keyword arguments (or the registered function of that name when
         ``fn`` is omitted). A ``@guard.tool`` function passed here is checked once, not twice. ``call_id`` is
         the host's id for the call: a host that re-runs a call after a paused review gets the reviewed
-        result without the tool running again.
+        result without the tool running again. ``timeout`` / ``retry`` override the registered ones.
         """
-        reg = self._adhoc(name, fn, kind)
+        reg = self._adhoc(name, fn, kind, timeout, retry)
         return self._call_registered(reg, dict(inputs), call_id, reasoning)
 
     async def acall(
@@ -722,9 +833,11 @@ class Guard:
         kind: Literal["tool", "agent"] = "tool",
         call_id: str | None = None,
         reasoning: str | None = None,
+        timeout: Timeout | None = None,  # noqa: ASYNC109 - an OS Protocol Timeout for the tool, not for acall
+        retry: Retry | None = None,
     ) -> Any:
         """Async twin of :meth:`call`; ``fn`` may be sync or async."""
-        reg = self._adhoc(name, fn, kind)
+        reg = self._adhoc(name, fn, kind, timeout, retry)
         return await self._acall_registered(reg, dict(inputs), call_id, reasoning)
 
     # -- AOS descriptor -------------------------------------------------------------------------------

@@ -65,6 +65,7 @@ from agentguard.policy._review import (
     coerce_approval,
 )
 from agentguard.policy._rules import RuleContext, Rules, SeverityMap
+from agentguard.runs import Retry, Timeout, ToolTimeout
 
 if TYPE_CHECKING:
     from agentguard.guardian import GuardianClient, GuardianVerdict
@@ -72,9 +73,12 @@ if TYPE_CHECKING:
 __all__ = [
     "AskGuardian",
     "AskReviewer",
+    "AwaitLate",
     "Effect",
     "FlowContext",
     "Invoke",
+    "InvokeTimedOut",
+    "Sleep",
     "ToolCall",
     "guardrail_flow",
     "message_text",
@@ -85,12 +89,42 @@ __all__ = [
 
 @dataclass(slots=True)
 class Invoke:
-    """Effect: run the tool (or guardrail tool) with these arguments and credentials."""
+    """Effect: run the tool (or guardrail tool) with these arguments and credentials.
+
+    With ``timeout_ms`` the driver raises :class:`InvokeTimedOut` when the call overruns; it cancels an
+    async call first unless ``keep_running``; ``on_late`` is told the outcome of a call that finishes after
+    its caller stopped waiting (a sync tool in its worker thread).
+    """
 
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     credentials: Credentials | None = None
+    timeout_ms: int | None = None
+    keep_running: bool = False
+    on_late: Callable[[str], None] | None = None
+
+
+class InvokeTimedOut(Exception):
+    """Raised by a driver into the flow when an :class:`Invoke` overran; ``handle`` awaits the call."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        super().__init__("the call overran its timeout")
+
+
+@dataclass(slots=True)
+class AwaitLate:
+    """Effect: keep waiting for a call that overran its timeout (``on_timeout: continue``)."""
+
+    handle: Any
+
+
+@dataclass(slots=True)
+class Sleep:
+    """Effect: wait ``ms`` milliseconds (between retries)."""
+
+    ms: int
 
 
 @dataclass(slots=True)
@@ -110,7 +144,7 @@ class AskGuardian:
     request: dict[str, Any]
 
 
-Effect = Invoke | AskReviewer | AskGuardian
+Effect = Invoke | AskReviewer | AskGuardian | AwaitLate | Sleep
 T = TypeVar("T")
 Flow = Generator[Effect, Any, T]
 """A policy flow that yields effects and returns a ``T``."""
@@ -128,6 +162,8 @@ class ToolCall:
     call_id: str | None = None
     needs_credentials: bool = False
     reasoning: str | None = None
+    timeout: Timeout | None = None
+    retry: Retry | None = None
 
 
 @dataclass
@@ -619,12 +655,64 @@ def _tool_call(ctx: FlowContext, state: EngagementState, step: StepRecord, call:
         raise
     args, kwargs = call.to_args(call_inputs)
     try:
-        output = yield Invoke(call.fn, args, kwargs, credentials)
+        output = yield from _invoke(ctx, state, step, call, Invoke(call.fn, args, kwargs, credentials))
     except BaseException as exc:
         state.withhold_call(record, reason=f"{type(exc).__name__}: {exc}", status="failed")
         step.payload["error"] = f"{type(exc).__name__}: {exc}"
         raise
     return (yield from _after_invoke(ctx, state, step, record, rule, call, output, resumed=False))
+
+
+def _invoke(
+    ctx: FlowContext, state: EngagementState, step: StepRecord, call: ToolCall, invoke: Invoke
+) -> Flow[Any]:
+    """Run the call under its ``Timeout`` and ``Retry`` (OS Protocol runs), recording each as a decision."""
+    retry = call.retry
+    attempt = 0
+    while True:
+        try:
+            return (yield from _invoke_once(ctx, state, step, call, invoke))
+        except Exception as exc:
+            if retry is None or attempt >= retry.attempts or not state.active or not retry.retries(exc):
+                raise
+            attempt += 1
+            if retry.on_retry is not None:
+                retry.on_retry(exc, attempt)
+            delay = retry.delay(attempt)
+            reason = f"retry {attempt} of {retry.attempts} in {delay} ms after {type(exc).__name__}: {exc}"
+            ctx.decide(state, step, Decision(Rule.RUN, Outcome.ALLOW, Phase.INPUT, reason, call.name))
+            if delay:
+                yield Sleep(delay)
+
+
+def _invoke_once(
+    ctx: FlowContext, state: EngagementState, step: StepRecord, call: ToolCall, invoke: Invoke
+) -> Flow[Any]:
+    timeout = call.timeout
+    if timeout is None:
+        return (yield invoke)
+
+    def late(outcome: str) -> None:
+        reason = f"late result discarded: the call finished after its {timeout.ms} ms timeout ({outcome})"
+        ctx.decide(state, step, Decision(Rule.RUN, Outcome.WARN, Phase.OUTPUT, reason, call.name))
+
+    invoke.timeout_ms = timeout.ms
+    invoke.keep_running = timeout.on_timeout == "continue"
+    invoke.on_late = late
+    try:
+        return (yield invoke)
+    except InvokeTimedOut as overran:
+        if timeout.on_timeout_callback is not None:
+            timeout.on_timeout_callback()
+        if timeout.on_timeout == "continue":
+            reason = f"exceeded its {timeout.ms} ms timeout; still waiting (on_timeout: continue)"
+            ctx.decide(state, step, Decision(Rule.RUN, Outcome.WARN, Phase.INPUT, reason, call.name))
+            return (yield AwaitLate(overran.handle))
+        reason = f"did not finish within {timeout.ms} ms (on_timeout: {timeout.on_timeout})"
+        ctx.decide(state, step, Decision(Rule.RUN, Outcome.DENY, Phase.INPUT, reason, call.name))
+        if timeout.on_timeout == "cancel":
+            state.stop(EngagementStatus.CANCELLED, f"{call.name!r} {reason}")
+        raise ToolTimeout(call.name, timeout.ms, engagement_id=state.id) from None
 
 
 def _after_invoke(
@@ -641,6 +729,11 @@ def _after_invoke(
     name = record.name
     collect = rule.collect_results if rule is not None else True
     try:
+        if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
+            error = EngagementClosed(
+                f"engagement was cancelled while the call ran: {state.status_reason}", capability=name
+            )
+            raise _deny(ctx, state, step, error)
         if not resumed:
             state.complete_call(record, to_plain(output), collect=collect)
             if rule is not None and rule.output_assertion is not None:

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from agentguard_langchain.testing import answer, calls
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.tools import tool
 from langgraph.types import Command
 
 from agentguard import GuardrailViolation, ShortCircuitViolation
-from integrations.langchain.tests.conftest import BuildAgent, config, user_says
+from integrations.langchain.tests.conftest import BuildAgent, config, make_guard, user_says
 
 
 def tool_messages(result: dict[str, Any]) -> list[ToolMessage]:
@@ -188,3 +189,23 @@ async def test_two_threads_concurrently_async(build_agent: BuildAgent) -> None:
             f"{order}-0",
             f"{order}-1",
         ]
+
+
+async def test_async_guard_tool_wrapped_by_langchain_tool_is_checked_once(build_agent: BuildAgent) -> None:
+    guard = make_guard()
+    runs: list[str] = []
+
+    @tool
+    @guard.tool(name="lookup-order")
+    async def lookup(order_id: str) -> dict[str, str]:
+        """Look an order up (async, guarded by the decorator too)."""
+        runs.append(order_id)
+        return {"order_id": order_id}
+
+    h = build_agent([calls(("lookup", {"order_id": "A-9"})), answer("ok")], guard=guard, extra_tools=[lookup])
+    result = await h.agent.ainvoke(user_says("look"), config())
+    assert runs == ["A-9"]
+    assert tool_messages(result)[0].status == "success"
+    eng = h.middleware.engagement_for("t1")
+    assert eng is not None
+    assert eng.view()["history"]["_list"] == ["lookup-order"]

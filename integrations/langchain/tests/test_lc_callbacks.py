@@ -119,3 +119,17 @@ def test_handler_does_not_double_record_steps_the_middleware_guards(build_agent:
         ("steps/message", "agent"),
     ]
     assert handler._own is None  # it recorded nothing of its own
+
+
+def test_tool_errors_are_recorded_and_the_error_still_reaches_the_host() -> None:
+    guard = make_guard()
+
+    @tool
+    def lookup_order(order_id: str) -> str:
+        """Fails."""
+        raise RuntimeError("backend down")
+
+    with guard.engagement() as eng:
+        with pytest.raises(RuntimeError, match="backend down"):
+            lookup_order.invoke({"order_id": "A-1"}, {"callbacks": [AgentGuardCallbackHandler(guard)]})
+        assert eng.state.calls[-1].status == "failed"

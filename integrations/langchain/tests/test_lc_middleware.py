@@ -12,6 +12,7 @@ from langchain_core.tools import tool
 
 from agentguard import (
     Engagement,
+    GuardianDenied,
     GuardrailViolation,
     Outcome,
     RestrictionViolation,
@@ -237,3 +238,41 @@ def test_modified_text_replaces_the_message(build_agent: BuildAgent, monkeypatch
 def test_rejects_a_bad_on_denied() -> None:
     with pytest.raises(ValueError, match="on_denied"):
         AgentGuardMiddleware(make_guard(), on_denied="ignore")  # type: ignore[arg-type]
+
+
+def test_a_tool_that_raises_propagates_and_is_recorded_as_failed(build_agent: BuildAgent) -> None:
+    h = build_agent([calls(("broken", {"reason": "disk full"}))], tool_names={"broken": "lookup-order"})
+    with pytest.raises(RuntimeError, match="disk full"):
+        h.agent.invoke(user_says("break it"), config())
+    eng = h.middleware.engagement_for("t1")
+    assert eng is not None
+    assert eng.state.calls[-1].status == "failed"
+    assert "disk full" in (eng.state.calls[-1].error or "")
+
+
+def test_guardian_denied_answer_is_replaced_by_a_notice(
+    build_agent: BuildAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def deny(self: Engagement, text: str) -> str:
+        raise GuardianDenied("leaks an internal note", reason_code="data-leak")
+
+    monkeypatch.setattr(Engagement, "check_output", deny)
+    h = build_agent([answer("internal note: ...")])
+    result = h.agent.invoke(user_says("hi"), config())
+    final = result["messages"][-1]
+    assert isinstance(final, AIMessage)
+    assert final.content.startswith("The response was blocked by agentguard")
+    assert "internal note:" not in final.content
+    assert not final.tool_calls
+
+
+def test_guardian_denied_answer_raises_with_on_denied_raise(
+    build_agent: BuildAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def deny(self: Engagement, text: str) -> str:
+        raise GuardianDenied("no")
+
+    monkeypatch.setattr(Engagement, "check_output", deny)
+    h = build_agent([answer("x")], on_denied="raise")
+    with pytest.raises(GuardianDenied):
+        h.agent.invoke(user_says("hi"), config())

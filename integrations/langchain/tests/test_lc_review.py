@@ -232,3 +232,15 @@ def test_payload_without_a_tool_scope_uses_the_capability() -> None:
     assert payload["action_requests"][0]["name"] == "export-data"
     assert payload["agentguard"]["outputs"] == {"rows": [1]}
     assert "Result:" in payload["action_requests"][0]["description"]
+
+
+def test_review_gates_added_to_the_guard_are_answered_by_interrupt(build_agent: BuildAgent) -> None:
+    guard = make_guard()
+    guard.add_review_gate("lookup-order", "desk")
+    h = build_agent([calls(("lookup_order", {"order_id": "A-1"})), answer("ok")], guard=guard)
+    first = h.agent.invoke(user_says("look"), config())
+    assert interrupt_value(first)["agentguard"]["reviewer"] == "desk"
+    assert "desk" in h.middleware.interrupt_reviewers
+    done = h.agent.invoke(Command(resume=APPROVE), config())
+    assert tool_messages(done)[0].status == "success"
+    assert h.shop.runs["lookup_order"] == 1

@@ -75,7 +75,7 @@ class AgentGuardCallbackHandler(BaseCallbackHandler):
         self._lock = threading.Lock()
         self._tools: dict[UUID, tuple[str, dict[str, Any], str | None]] = {}
         self._queries: dict[UUID, str] = {}
-        self._seen: set[str] = set()
+        self._seen: set[tuple[str, str]] = set()
 
     # -- which engagement -----------------------------------------------------------------------------
 
@@ -118,12 +118,13 @@ class AgentGuardCallbackHandler(BaseCallbackHandler):
     ) -> None:
         if is_guarded():
             return
+        engagement_id = self.engagement.id
         for conversation in messages:
             for message in conversation:
                 if not isinstance(message, HumanMessage):
                     continue
                 text = message_text(message)
-                key = message.id or f"text:{text}"
+                key = (engagement_id, message.id or f"text:{text}")  # a message is new once per engagement
                 if key in self._seen:
                     continue
                 self._seen.add(key)

@@ -213,18 +213,20 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         return session
 
     def before_agent(self, state: AgentGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Open the run's engagement: the thread's ongoing one, or a fresh one (``retain_memory: false``)."""
+        """Open the run's engagement: the thread's ongoing one, or a fresh one (``retain_memory: false``).
+
+        Each run is a new turn of the engagement (one user input and what the agent does about it).
+        """
         thread = self._thread()
         previous = self._sessions.for_thread(thread)
+        hidden: list[str] | None = None
         if previous is not None and self._retain:
-            previous.engagement.new_turn()
             session = previous
-            hidden: list[str] | None = None
         else:
             session = self._open(thread, runtime.context, previous)
-            hidden = (
-                None if self._retain or thread is None else _earlier_messages(state["messages"], previous)
-            )
+            if not self._retain and thread is not None:
+                hidden = _earlier_messages(state["messages"], previous)
+        session.engagement.new_turn()
         update: dict[str, Any] = {}
         if _engagement_id(state) != session.engagement.id:
             update[ENGAGEMENT_KEY] = session.engagement.id
@@ -243,7 +245,10 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         return None
 
     async def aafter_agent(self, state: AgentGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self.after_agent(state, runtime)
+        session = self._sessions.get(_engagement_id(state))
+        if session is not None and session.thread is None:
+            await self._sessions.adiscard(session)
+        return None
 
     # -- model calls ----------------------------------------------------------------------------------
 

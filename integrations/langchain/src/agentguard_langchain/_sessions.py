@@ -101,18 +101,12 @@ def user_from_context(context: object) -> User | None:
 
 @contextmanager
 def bound(engagement: Engagement) -> Iterator[None]:
-    """Make ``engagement`` the current one for this thread or task, for the length of one step.
+    """Make ``engagement`` the current one for this thread or task, for one step, leaving it open.
 
-    ``with engagement:`` would do the same but also owns the engagement's lifecycle (its exit closes the
-    engagement) and shares one token stack between threads; an adapter whose parallel tool calls run in
-    several threads needs a binding that is local to the calling context and leaves the engagement open.
+    (``with engagement:`` would also own its lifecycle: leaving the block closes it.)
     """
-    var = engagement.guard._current  # no public binding without lifecycle yet (reported to the core)
-    token = var.set(engagement)
-    try:
+    with engagement.activate():
         yield
-    finally:
-        var.reset(token)
 
 
 _guarding: contextvars.ContextVar[bool] = contextvars.ContextVar("agentguard_lc_guarding", default=False)
@@ -188,11 +182,21 @@ class Sessions:
 
     def discard(self, session: Session) -> None:
         """Forget ``session`` and close its engagement."""
+        self._forget(session)
+        _close(session)
+
+    async def adiscard(self, session: Session) -> None:
+        self._forget(session)
+        try:
+            await session.engagement.aclose()
+        except Exception:
+            log.exception("agentguard: closing engagement %s failed", session.engagement.id)
+
+    def _forget(self, session: Session) -> None:
         with self._lock:
             self._by_id.pop(session.engagement.id, None)
             if session.thread is not None and self._by_thread.get(session.thread) == session.engagement.id:
                 del self._by_thread[session.thread]
-        _close(session)
 
     def close_thread(self, thread: str) -> bool:
         session = self.for_thread(thread)
