@@ -22,8 +22,10 @@ from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
 from agentguard.cel import BACKEND_ENV_VAR, DEFAULT_BACKEND, get_backend
+from agentguard.checks._cli import add_parser as _add_audit
 from agentguard.errors import SpecError, SpecProblem
 from agentguard.guardian.server._cli import add_parser as _add_guardian
+from agentguard.server._cli import add_parser as _add_serve
 from agentguard.spec import load_spec
 
 __all__ = ["main"]
@@ -112,4 +114,9 @@ def _summary(results: Sequence[tuple[str, Sequence[SpecProblem]]]) -> str:
     return f"{files} checked: {invalid} invalid, {count} problem{'s' if count != 1 else ''}"
 
 
-_SUBCOMMANDS: tuple[Callable[[_Subparsers], None], ...] = (_add_validate, _add_guardian)
+_SUBCOMMANDS: tuple[Callable[[_Subparsers], None], ...] = (
+    _add_validate,
+    _add_guardian,
+    _add_audit,
+    _add_serve,
+)

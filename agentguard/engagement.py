@@ -81,6 +81,7 @@ class Outcome(enum.StrEnum):
     MODIFY = "modify"
     REVIEW_APPROVED = "review-approved"
     REVIEW_REJECTED = "review-rejected"
+    REVIEW_PENDING = "review-pending"  # the host paused the run to ask; the step was not carried out yet
     NO_DECISION = "no-decision"
     WARN = "warn"
 

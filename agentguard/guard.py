@@ -56,6 +56,7 @@ from agentguard.policy._flow import (
     ToolCall,
     guardrail_flow,
     message_text,
+    record_flow,
     report_flow,
     tool_call_flow,
 )
@@ -110,7 +111,10 @@ class _Binder:
             return (), dict(inputs)
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
+        var_keyword = False
         for param in self._signature.parameters.values():
+            if param.kind is param.VAR_KEYWORD:
+                var_keyword = True
             if param.name not in inputs:
                 continue
             value = inputs[param.name]
@@ -118,10 +122,14 @@ class _Binder:
                 args.append(value)
             elif param.kind is param.VAR_POSITIONAL:
                 args.extend(value)
-            elif param.kind is param.VAR_KEYWORD:
-                kwargs.update(value)
+            elif param.kind is param.VAR_KEYWORD and isinstance(value, Mapping):
+                kwargs.update(value)  # as recorded by bind(): {"extra": {...}}
             else:
                 kwargs[param.name] = value
+        if var_keyword:  # flat inputs from a host (``fn(**kwargs)``): names no parameter takes go to **kwargs
+            for name, value in inputs.items():
+                if name not in self._signature.parameters:
+                    kwargs[name] = value
         return tuple(args), kwargs
 
 
@@ -240,6 +248,24 @@ class Engagement:
         phase = Phase.INPUT if getattr(step, "role", "user") == "user" else Phase.OUTPUT
         return report_flow(ctx, state, step.method, build, name=getattr(step, "role", None), phase=phase)
 
+    def record_call(
+        self,
+        name: str,
+        inputs: Mapping[str, Any],
+        outputs: Any = None,
+        *,
+        error: BaseException | str | None = None,
+        call_id: str | None = None,
+        kind: Literal["tool", "agent"] = "tool",
+    ) -> StepRecord:
+        """Record a call that already happened, outside the pipeline (observe-only hosts, e.g. callbacks).
+
+        Nothing is checked or reviewed (it is too late for that); the call enters ``recent``/``history`` and
+        the step records, and an observe-mode guardian is told. A call that raised is recorded with
+        ``outputs: null``. Use :meth:`Guard.call` to *guard* a call.
+        """
+        return record_flow(self.guard._flow, self.state, name, dict(inputs), outputs, error, call_id, kind)
+
     def report(self, step: Step) -> dict[str, Any] | None:
         """Record a step (see :mod:`agentguard.steps`) and put it to the guardian when one is configured.
 
@@ -294,14 +320,23 @@ class Engagement:
         self._start_turn()
         return turn_id
 
+    def start_turn(self) -> str:
+        """Start a turn unless one is open; returns the AOS ``turnId`` (for hosts that run turn by turn)."""
+        if self._turn is None:
+            return self.new_turn()
+        return self.state.turn_id
+
+    def end_turn(self) -> None:
+        """End the open turn without starting another (a host's run is over until the next one)."""
+        self._end_turn()
+
     def _start_turn(self) -> None:
         observers = self.guard._flow.observers
-        if observers and self._turn is None:
-            self._turn = observers.turn_started(self.state)
+        self._turn = observers.turn_started(self.state) if observers else []
 
     def _end_turn(self) -> None:
         turn, self._turn = self._turn, None
-        if turn is not None:
+        if turn:
             self.guard._flow.observers.turn_ended(self.state, turn)
 
     def _finish(self) -> bool:
@@ -403,7 +438,7 @@ class Engagement:
         with self._lock:
             self._depth += 1
             outermost = self._depth == 1
-        if outermost and self.state.active:
+        if outermost and self.state.active and self._turn is None:
             self._start_turn()
 
     def _leave(self) -> bool:
@@ -690,6 +725,22 @@ class Guard:
 
         return decorate
 
+    @property
+    def reviewer_ids(self) -> frozenset[str]:
+        """Ids of the reviewers registered with this guard."""
+        return frozenset(self._reviewers)
+
+    def required_reviewers(self) -> frozenset[str]:
+        """Every reviewer id the spec's ``require_review`` fields and the added review gates name."""
+        named = {
+            r.require_review
+            for cap in self.spec.capabilities.values()
+            if cap is not None
+            for r in (cap.input_restriction, cap.output_restriction)
+            if r is not None and r.require_review
+        }
+        return frozenset(named | set(self._flow.review_gates.values()))
+
     def add_review_gate(self, capability: str, reviewer_id: str) -> None:
         """Ask ``reviewer_id`` before every call of ``capability`` (when the spec names no input reviewer).
 
@@ -796,6 +847,8 @@ class Guard:
             raise ConfigurationError(f"no {kind} named {name!r} is registered with this guard")
         elif isinstance(marked, _Registered):  # a @guard.tool function: use the undecorated function
             reg = marked
+        elif reg is not None:  # a host's runner for a registered tool: its settings stay, the host runs it
+            reg = dataclasses.replace(reg, fn=fn, binder=_Binder(fn))
         else:
             reg = _Registered(name, kind, fn, _Binder(fn), False)
         if timeout is not None or retry is not None:

@@ -45,6 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "examples" / "support-agent" / "agent.yaml"
 RESULT = ROOT / "benchmarks" / "results" / "langchain.json"
 TARGET_RATIO = 1.05
+Sample = tuple[float, float]
+"""(wall seconds, process CPU seconds) of one run."""
 PAYLOAD = {"messages": [{"role": "user", "content": "Check every open order and tell the team."}]}
 
 
@@ -60,7 +62,7 @@ def send_email(to: str, body: str) -> dict[str, str]:
     return {"status": "sent"}
 
 
-class NoopMiddleware(AgentMiddleware):  # type: ignore[type-arg]
+class NoopMiddleware(AgentMiddleware):
     """The same hooks as AgentGuardMiddleware, doing nothing: LangChain's own cost of a middleware."""
 
     def before_agent(self, state: Any, runtime: Any) -> None:
@@ -107,11 +109,11 @@ def guard() -> Guard:
 
 
 class Subject:
-    def __init__(self, n: int, middleware: AgentMiddleware | None) -> None:  # type: ignore[type-arg]
+    def __init__(self, n: int, middleware: Any) -> None:
         self.n = n
         self.model = ScriptedChatModel(script=script(n))
         self.middleware = middleware
-        self.agent = create_agent(
+        self.agent: Any = create_agent(
             self.model, tools=[lookup_order, send_email], middleware=[middleware] if middleware else []
         )
 
@@ -120,27 +122,27 @@ class Subject:
         if len(tool_messages) != self.n or any(m.status != "success" for m in tool_messages):
             raise RuntimeError("the benchmark run did not make every tool call successfully")
 
-    def run(self) -> float:
+    def run(self) -> Sample:
         self.model.reset()
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         result = self.agent.invoke(PAYLOAD, context={"user_id": "bench"})
-        elapsed = time.perf_counter() - start
+        sample = (time.perf_counter() - wall, time.process_time() - cpu)
         self.check(result)
-        return elapsed
+        return sample
 
-    async def arun(self) -> float:
+    async def arun(self) -> Sample:
         self.model.reset()
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         result = await self.agent.ainvoke(PAYLOAD, context={"user_id": "bench"})
-        elapsed = time.perf_counter() - start
+        sample = (time.perf_counter() - wall, time.process_time() - cpu)
         self.check(result)
-        return elapsed
+        return sample
 
 
 def interleave(
-    subjects: dict[str, Subject], runs: int, warmup: int, one: Callable[[Subject], float]
-) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {name: [] for name in subjects}
+    subjects: dict[str, Subject], runs: int, warmup: int, one: Callable[[Subject], Sample]
+) -> dict[str, list[Sample]]:
+    samples: dict[str, list[Sample]] = {name: [] for name in subjects}
     order = list(subjects.items())
     for _ in range(warmup):
         for _, subject in order:
@@ -152,10 +154,10 @@ def interleave(
     return samples
 
 
-async def ainterleave(subjects: dict[str, Subject], runs: int, warmup: int) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {name: [] for name in subjects}
+async def ainterleave(subjects: dict[str, Subject], runs: int, warmup: int) -> dict[str, list[Sample]]:
+    samples: dict[str, list[Sample]] = {name: [] for name in subjects}
     order = list(subjects.items())
-    run: Callable[[Subject], Awaitable[float]] = Subject.arun
+    run: Callable[[Subject], Awaitable[Sample]] = Subject.arun
     for _ in range(warmup):
         for _, subject in order:
             await run(subject)
@@ -166,22 +168,22 @@ async def ainterleave(subjects: dict[str, Subject], runs: int, warmup: int) -> d
     return samples
 
 
-def summarise(samples: dict[str, list[float]], n: int) -> dict[str, float]:
-    med = {k: statistics.median(v) * 1000 for k, v in samples.items()}
-    low = {k: min(v) * 1000 for k, v in samples.items()}
-    return {
-        "bare_median_ms": round(med["bare"], 3),
-        "noop_median_ms": round(med["noop"], 3),
-        "guarded_median_ms": round(med["guarded"], 3),
-        "bare_min_ms": round(low["bare"], 3),
-        "noop_min_ms": round(low["noop"], 3),
-        "guarded_min_ms": round(low["guarded"], 3),
-        "ratio_guarded_vs_bare": round(med["guarded"] / med["bare"], 4),
-        "ratio_noop_vs_bare": round(med["noop"] / med["bare"], 4),
-        "ratio_guarded_vs_noop": round(med["guarded"] / med["noop"], 4),
-        "ratio_guarded_vs_bare_min": round(low["guarded"] / low["bare"], 4),
-        "agentguard_us_per_tool_call": round((med["guarded"] - med["noop"]) * 1000 / n, 1),
-    }
+def summarise(samples: dict[str, list[Sample]], n: int) -> dict[str, float]:
+    wall = {k: statistics.median(w for w, _ in v) * 1000 for k, v in samples.items()}
+    cpu = {k: statistics.median(c for _, c in v) * 1000 for k, v in samples.items()}
+    low = {k: min(w for w, _ in v) * 1000 for k, v in samples.items()}
+    out: dict[str, float] = {}
+    for agent in ("bare", "noop", "guarded"):
+        out[f"{agent}_median_ms"] = round(wall[agent], 3)
+        out[f"{agent}_min_ms"] = round(low[agent], 3)
+        out[f"{agent}_cpu_median_ms"] = round(cpu[agent], 3)
+    out["ratio_guarded_vs_bare"] = round(wall["guarded"] / wall["bare"], 4)
+    out["ratio_noop_vs_bare"] = round(wall["noop"] / wall["bare"], 4)
+    out["ratio_guarded_vs_noop"] = round(wall["guarded"] / wall["noop"], 4)
+    out["cpu_ratio_guarded_vs_bare"] = round(cpu["guarded"] / cpu["bare"], 4)
+    out["cpu_ratio_guarded_vs_noop"] = round(cpu["guarded"] / cpu["noop"], 4)
+    out["agentguard_cpu_us_per_tool_call"] = round((cpu["guarded"] - cpu["noop"]) * 1000 / n, 1)
+    return out
 
 
 def main() -> None:
@@ -207,18 +209,22 @@ def main() -> None:
         raise RuntimeError("the guarded runs did not record every call")
 
     print(f"{args.runs} interleaved runs of {n} tool calls each, zero-latency scripted model\n")
-    print(f"{'mode':<6} {'agent':<8} {'median ms':>10} {'min ms':>8} {'vs bare':>8}")
+    print(
+        f"{'mode':<6} {'agent':<8} {'wall median':>12} {'wall min':>9} {'CPU median':>11} {'wall vs bare':>13}"
+    )
     for mode, r in results.items():
         for agent in ("bare", "noop", "guarded"):
             ratio = r[f"{agent}_median_ms"] / r["bare_median_ms"]
             print(
-                f"{mode:<6} {agent:<8} {r[f'{agent}_median_ms']:>10.2f} {r[f'{agent}_min_ms']:>8.2f} {ratio:>7.3f}x"
+                f"{mode:<6} {agent:<8} {r[f'{agent}_median_ms']:>9.2f} ms {r[f'{agent}_min_ms']:>6.2f} ms "
+                f"{r[f'{agent}_cpu_median_ms']:>8.2f} ms {ratio:>12.3f}x"
             )
         verdict = "meets" if r["ratio_guarded_vs_bare"] <= TARGET_RATIO else "misses"
         print(
-            f"{mode:<6} guarded/bare {r['ratio_guarded_vs_bare']:.3f}x ({verdict} {TARGET_RATIO}x); "
-            f"guarded/noop {r['ratio_guarded_vs_noop']:.3f}x; "
-            f"agentguard adds {r['agentguard_us_per_tool_call']:.0f} us per tool call\n"
+            f"{mode:<6} guarded/bare {r['ratio_guarded_vs_bare']:.3f}x wall, {r['cpu_ratio_guarded_vs_bare']:.3f}x CPU "
+            f"({verdict} {TARGET_RATIO}x); LangChain's own middleware cost (noop/bare) {r['ratio_noop_vs_bare']:.3f}x; "
+            f"guarded/noop {r['cpu_ratio_guarded_vs_noop']:.3f}x CPU = "
+            f"{r['agentguard_cpu_us_per_tool_call']:.0f} us per tool call\n"
         )
 
     RESULT.parent.mkdir(parents=True, exist_ok=True)

@@ -43,6 +43,7 @@ from types import TracebackType
 from typing import Literal, Self, TypeVar
 
 import httpx
+from opentelemetry.trace import TracerProvider
 
 from agentguard.guardian._flow import (
     Flow,
@@ -58,6 +59,7 @@ from agentguard.guardian._flow import (
 )
 from agentguard.guardian._observe import Backlog, RateLimitedLog
 from agentguard.guardian._retry import Retry
+from agentguard.guardian._tracing import RequestTracing
 from agentguard.guardian._types import GuardianOutcome, GuardianStats, GuardianUnavailable, GuardianVerdict
 
 __all__ = ["EventCallback", "GuardianClient"]
@@ -72,8 +74,19 @@ observed steps that reached / did not reach a guardian decision, ``"dropped"`` (
 ``reason``) for observed steps that were never sent."""
 
 
-def _drive_sync(flow: Flow[T], client: httpx.Client) -> T:
-    """Perform a flow's effects with blocking I/O."""
+def _label(request: httpx.Request, step: Step | None) -> tuple[str, str | int | None]:
+    """The AOS method and request id an HTTP request carries: the step's, or else a ``ping``'s.
+
+    A step's flow may ping first (``ping_on_start``); the ping has a body of its own, so comparing bodies
+    tells the two apart without the flow having to say which is which.
+    """
+    if step is not None and request.content == step.body:
+        return step.method, step.request_id
+    return "ping", None
+
+
+def _drive_sync(flow: Flow[T], client: httpx.Client, tracing: RequestTracing, step: Step | None) -> T:
+    """Perform a flow's effects with blocking I/O, each HTTP request in a CLIENT span."""
     reply: Reply = None
     while True:
         try:
@@ -85,14 +98,18 @@ def _drive_sync(flow: Flow[T], client: httpx.Client) -> T:
             time.sleep(effect.seconds)
             reply = None
             continue
-        try:
-            reply = client.send(effect.request)
-        except httpx.RequestError as exc:
-            reply = exc
+        with tracing.request(effect.request, *_label(effect.request, step)) as traced:
+            try:
+                reply = client.send(effect.request)
+            except httpx.RequestError as exc:
+                reply = exc
+            traced.finish(reply)
 
 
-async def _drive_async(flow: Flow[T], client: httpx.AsyncClient) -> T:
-    """Perform a flow's effects with asyncio."""
+async def _drive_async(
+    flow: Flow[T], client: httpx.AsyncClient, tracing: RequestTracing, step: Step | None
+) -> T:
+    """Perform a flow's effects with asyncio, each HTTP request in a CLIENT span."""
     reply: Reply = None
     while True:
         try:
@@ -104,10 +121,12 @@ async def _drive_async(flow: Flow[T], client: httpx.AsyncClient) -> T:
             await asyncio.sleep(effect.seconds)
             reply = None
             continue
-        try:
-            reply = await client.send(effect.request)
-        except httpx.RequestError as exc:
-            reply = exc
+        with tracing.request(effect.request, *_label(effect.request, step)) as traced:
+            try:
+                reply = await client.send(effect.request)
+            except httpx.RequestError as exc:
+                reply = exc
+            traced.finish(reply)
 
 
 class _Core:
@@ -127,11 +146,13 @@ class _Core:
         on_event: EventCallback | None,
         transport: httpx.BaseTransport | None,
         async_transport: httpx.AsyncBaseTransport | None,
+        tracing: RequestTracing,
     ) -> None:
         self.settings = settings
+        self.tracing = tracing
         self._transport = transport
         self._async_transport = async_transport
-        self._on_event = on_event
+        self._listeners: tuple[EventCallback, ...] = () if on_event is None else (on_event,)
         self._lock = threading.Lock()
         self._sync_http: httpx.Client | None = None
         # An AsyncClient's pooled connections belong to the event loop that opened them, so the client is
@@ -169,15 +190,15 @@ class _Core:
 
     def run_sync(self, step: Step) -> GuardianVerdict:
         started = self.begin(step)
-        return started if isinstance(started, GuardianVerdict) else _drive_sync(started, self.sync_http())
+        if isinstance(started, GuardianVerdict):
+            return started
+        return _drive_sync(started, self.sync_http(), self.tracing, step)
 
     async def run_async(self, step: Step) -> GuardianVerdict:
         started = self.begin(step)
-        return (
-            started
-            if isinstance(started, GuardianVerdict)
-            else await _drive_async(started, self.async_http())
-        )
+        if isinstance(started, GuardianVerdict):
+            return started
+        return await _drive_async(started, self.async_http(), self.tracing, step)
 
     def settle(self, step: Step, verdict: GuardianVerdict) -> GuardianVerdict:
         """Count how the step ended; a missing decision is also logged (rate-limited)."""
@@ -225,13 +246,17 @@ class _Core:
         )
         self._emit("dropped", {"id": request.get("id"), "method": request.get("method"), "reason": reason})
 
+    def add_listener(self, callback: EventCallback) -> None:
+        with self._lock:
+            if callback not in self._listeners:
+                self._listeners = (*self._listeners, callback)
+
     def _emit(self, event: str, data: dict[str, object]) -> None:
-        if self._on_event is None:
-            return
-        try:
-            self._on_event(event, data)
-        except Exception:  # telemetry never breaks the agent
-            self._event_log.warning("guardian on_event callback raised on %r", event, exc_info=True)
+        for listener in self._listeners:
+            try:
+                listener(event, data)
+            except Exception:  # telemetry never breaks the agent
+                self._event_log.warning("guardian event listener raised on %r", event, exc_info=True)
 
     def stats(self) -> GuardianStats:
         with self._lock:
@@ -311,6 +336,11 @@ class GuardianClient:
     transport that implements both interfaces, like ``httpx.MockTransport``, serves both when
     ``async_transport`` is not given.
 
+    ``on_event`` (and any callback given to :meth:`add_listener`) hears what happens to observed steps:
+    see :data:`EventCallback`. Each HTTP request is an OpenTelemetry CLIENT span (``rpc.system=jsonrpc``,
+    span name = the AOS method) made with ``tracer_provider`` (default: the global one) and carries the
+    W3C ``traceparent`` of the step it belongs to, so a guardian that reads it continues the agent's trace.
+
     Close the client (or use it as a context manager) to deliver what is queued and release connections;
     use :meth:`aclose` / ``async with`` if :meth:`adecide` was used, so that the asyncio connections are
     closed on their own event loop.
@@ -331,6 +361,7 @@ class GuardianClient:
         on_event: EventCallback | None = None,
         transport: httpx.BaseTransport | None = None,
         async_transport: httpx.AsyncBaseTransport | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         if mode not in ("enforce", "observe"):
             raise ValueError(f"mode must be 'enforce' or 'observe', got {mode!r}")
@@ -363,6 +394,7 @@ class GuardianClient:
             on_event=on_event,
             transport=transport,
             async_transport=async_transport,
+            tracing=RequestTracing(tracer_provider),
         )
         self._finalizer = weakref.finalize(self, self._core.release)
         self._finalizer.atexit = False  # interpreter exit is handled by the observe queue's own hook
@@ -382,6 +414,14 @@ class GuardianClient:
     @property
     def stats(self) -> GuardianStats:
         return self._core.stats()
+
+    def add_listener(self, callback: EventCallback) -> None:
+        """Also report observe-mode events to ``callback`` (the same events as ``on_event``).
+
+        For parties that arrive after construction, such as a Guard's telemetry counting dropped steps.
+        Adding the same callback again does nothing; a callback that raises is logged and skipped.
+        """
+        self._core.add_listener(callback)
 
     def decide(self, request: dict[str, object]) -> GuardianVerdict:
         """Send one AOS request and wait for the guardian's verdict.
@@ -424,13 +464,15 @@ class GuardianClient:
         """
         if self._core.closed:
             raise GuardianUnavailable("client closed")
-        return _drive_sync(ping_flow(self._core.settings, timeout_ms), self._core.sync_http())
+        core = self._core
+        return _drive_sync(ping_flow(core.settings, timeout_ms), core.sync_http(), core.tracing, None)
 
     async def aping(self, timeout_ms: int = 5000) -> dict[str, object]:
         """:meth:`ping` for asyncio code."""
         if self._core.closed:
             raise GuardianUnavailable("client closed")
-        return await _drive_async(ping_flow(self._core.settings, timeout_ms), self._core.async_http())
+        core = self._core
+        return await _drive_async(ping_flow(core.settings, timeout_ms), core.async_http(), core.tracing, None)
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Deliver what is queued (waiting at most ``timeout`` seconds), then release connections.

@@ -82,6 +82,7 @@ __all__ = [
     "ToolCall",
     "guardrail_flow",
     "message_text",
+    "record_flow",
     "report_flow",
     "tool_call_flow",
 ]
@@ -438,7 +439,9 @@ def _review(
         try:
             answer = yield AskReviewer(reviewer, request, config.timeout_ms)
             approval = coerce_approval(answer, rid)
-        except ctx.passthrough:
+        except ctx.passthrough:  # the host paused for the review (e.g. a LangGraph interrupt)
+            reason = f"waiting for {rid!r}: the host paused the run for review"
+            ctx.decide(state, step, Decision(Rule.REVIEW, Outcome.REVIEW_PENDING, phase, reason, capability))
             raise
         except TimeoutError:
             auto = config.auto_approve_on_timeout
@@ -868,3 +871,36 @@ def _report(
         ctx.decide(state, step, Decision(Rule.ENGAGEMENT, Outcome.ALLOW, phase, "recorded", name))
         return None
     return (yield from _guardian(ctx, state, step, request, name, phase))
+
+
+def record_flow(
+    ctx: FlowContext,
+    state: EngagementState,
+    name: str,
+    inputs: dict[str, Any],
+    outputs: Any,
+    error: BaseException | str | None,
+    call_id: str | None,
+    kind: str,
+) -> StepRecord:
+    """Record a call a host observed after the fact (no checks: it already happened)."""
+    step = new_step(state, "steps/toolCallRequest", name=name, call_id=call_id)
+    tokens = ctx.observers.step_started(state, step) if ctx.observers else []
+    record = state.begin_call(name, to_plain(inputs), kind=kind, call_id=call_id)
+    step.call_id = record.call_id
+    failed = error is not None
+    if failed:
+        step.payload["error"] = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        state.withhold_call(record, reason=step.payload["error"], status="failed")
+    else:
+        state.complete_call(record, to_plain(outputs))
+    reason = "observed after the fact: recorded, not checked"
+    ctx.decide(state, step, Decision(Rule.ENGAGEMENT, Outcome.ALLOW, Phase.OUTPUT, reason, name))
+    step.aos.append(ctx.steps.tool_call_request(state, step, name, record.inputs, None))
+    step.aos.append(ctx.steps.tool_call_result(state, step, None if failed else outputs, is_error=failed))
+    if ctx.guardian is not None and ctx.guardian.mode == "observe":
+        for request in step.aos:
+            ctx.guardian.submit(request)
+    if ctx.observers:
+        ctx.observers.step_ended(state, step, tokens, None)
+    return step

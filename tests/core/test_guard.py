@@ -900,3 +900,55 @@ def test_remote_agent_capability_is_called_by_its_name() -> None:
     with guard.engagement() as eng:
         assert billing("q") == "remote answer"
         assert eng.view()["history"]["_list"] == ["billing-agent"]
+
+
+def test_a_host_runner_keeps_the_registered_settings_and_gets_flat_kwargs() -> None:
+    guard = make_guard(IDENTITY)
+
+    @guard.tool(needs_credentials=True)
+    def wiki(page: str) -> str:
+        return page
+
+    received: list[dict[str, Any]] = []
+
+    def runner(**kwargs: Any) -> str:  # how a framework adapter runs the tool
+        received.append(kwargs)
+        return "ran"
+
+    with guard.engagement(user=User(id="ann")):
+        with pytest.raises(IdentityError):  # needs_credentials survived the host runner
+            guard.call("wiki", {"page": "home"}, runner)
+    guard2 = make_guard(IDENTITY)
+    guard2.register("mailbox", lambda folder: folder)
+    with guard2.engagement(user=User(id="ann")):
+        assert guard2.call("mailbox", {"folder": "inbox"}, runner) == "ran"
+    assert received == [{"folder": "inbox"}]
+
+
+def test_record_call_records_without_checking() -> None:
+    guard = make_guard()
+    with guard.engagement() as eng:
+        eng.record_call("send-email", {"to": "eve@evil.test"}, {"status": "sent"}, call_id="c1")
+        eng.record_call("lookup", {"x": 1}, error=ValueError("boom"))
+        view = eng.view()
+    assert view["history"]["_list"] == ["send-email", "lookup"]
+    assert view["recent"]["send-email"]["outputs"] == {"status": "sent"}
+    assert view["recent"]["lookup"]["outputs"] is None
+    assert eng.steps[0].decisions[0].reason.startswith("observed after the fact")
+    assert [r["method"] for r in eng.steps[0].aos] == ["steps/toolCallRequest", "steps/toolCallResult"]
+
+
+def test_turns_can_be_started_and_ended_by_a_host() -> None:
+    guard = make_guard()
+    eng = guard.engagement()
+    first = eng.start_turn()
+    assert eng.start_turn() == first  # already open
+    eng.end_turn()
+    assert eng.start_turn() != first
+
+
+def test_reviewer_introspection() -> None:
+    guard, _ = _review_guard(reviewers={"supervisor": lambda r: True})
+    guard.add_review_gate("lookup", "ops")
+    assert guard.reviewer_ids == {"supervisor"}
+    assert guard.required_reviewers() == {"supervisor", "auditor", "ops"}

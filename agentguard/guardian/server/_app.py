@@ -11,6 +11,10 @@ why::
 
 Everything else is JSON-RPC, answered with HTTP 200 (or 204 when there is nothing to answer), including
 internal errors: a guardian never answers a 500 with a traceback.
+
+Each request is an OpenTelemetry SERVER span ``aos {method}`` (``opentelemetry-api`` only: the host's SDK,
+if any, records it) whose parent is read from the request's W3C ``traceparent``: an agentguard client sends
+it, so the guardian's work shows up inside the agent's trace, below the step it decided.
 """
 
 from __future__ import annotations
@@ -30,8 +34,11 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the reference guardian needs Starlette and uvicorn: pip install 'agentguard[server]'"
     ) from exc
 
+from opentelemetry.trace import TracerProvider
+
 from agentguard import __version__
 from agentguard.aos import ErrorCode
+from agentguard.guardian._tracing import ServerSpan, ServerTracing
 
 from ._dispatch import Dispatcher, error_body
 from ._rules import GuardianRules
@@ -79,16 +86,24 @@ class _Endpoint:
     answers the wrong ones itself, with a readable body.
     """
 
-    def __init__(self, dispatcher: Dispatcher, token: str | None, max_body_bytes: int) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, token: str | None, max_body_bytes: int, tracing: ServerTracing
+    ) -> None:
         self.dispatcher = dispatcher
         self.token = None if token is None else token.encode()
         self.max_body_bytes = max_body_bytes
+        self.tracing = tracing
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = await self._respond(Request(scope, receive))
-        await response(scope, receive, send)
+        request = Request(scope, receive)
+        server = scope.get("server") or (None, None)
+        client = request.client.host if request.client is not None else None
+        with self.tracing.serve(request.headers, server[0], server[1], client) as traced:
+            response = await self._respond(request, traced)
+            traced.finish(response.status_code, bytes(response.body) if response.status_code == 200 else None)
+            await response(scope, receive, send)
 
-    async def _respond(self, request: Request) -> Response:
+    async def _respond(self, request: Request, traced: ServerSpan) -> Response:
         try:
             refusal = self._check_headers(request)
             if refusal is not None:
@@ -100,6 +115,7 @@ class _Endpoint:
                     ServerErrorCode.PAYLOAD_TOO_LARGE,
                     f"Request body larger than {self.max_body_bytes} bytes",
                 )
+            traced.describe(body)
             answer = self.dispatcher.handle(body)
         except ClientDisconnect:
             return Response(status_code=400)  # nobody is listening; uvicorn drops it
@@ -158,13 +174,15 @@ def create_app(
     token: str | None = None,
     max_body_bytes: int = 1_048_576,
     version: str = __version__,
+    tracer_provider: TracerProvider | None = None,
 ) -> Starlette:
     """The reference guardian: answers AOS requests on ``/`` and ``/aos`` with ``rules``' decisions.
 
     ``token``, when given, is the bearer token every request must carry (compared in constant time).
-    ``version`` is what ``ping`` reports (default: agentguard's version).
+    ``version`` is what ``ping`` reports (default: agentguard's version). ``tracer_provider`` makes the
+    SERVER spans (default: the global tracer provider).
     """
     if max_body_bytes < 1:
         raise ValueError("max_body_bytes must be positive")
-    endpoint = _Endpoint(Dispatcher(rules, version), token, max_body_bytes)
+    endpoint = _Endpoint(Dispatcher(rules, version), token, max_body_bytes, ServerTracing(tracer_provider))
     return Starlette(routes=[Route(path, endpoint) for path in ENDPOINTS])

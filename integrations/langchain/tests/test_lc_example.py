@@ -27,7 +27,7 @@ def test_example_main_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert "tool send-email    DENIED      restriction (input)" in out
     assert "I can only email corp.com addresses" in out  # the model recovered
     assert "supervisor asked: refund" in out
-    assert "reviewed (input) by supervisor: approved" in out
+    assert "reviewed (input) by supervisor (sam@corp.com): approved" in out
     assert "I refunded 30" in out
     assert "STOPPED   [guardrail output] toxicity-check" in out
     assert "stupid" not in out.split("== turn 3")[1]  # the answer never reached the user

@@ -12,6 +12,7 @@ from langchain_core.tools import tool
 
 from agentguard import (
     Engagement,
+    Guard,
     GuardianDenied,
     GuardrailViolation,
     Outcome,
@@ -276,3 +277,18 @@ def test_guardian_denied_answer_raises_with_on_denied_raise(
     h = build_agent([answer("x")], on_denied="raise")
     with pytest.raises(GuardianDenied):
         h.agent.invoke(user_says("hi"), config())
+
+
+def test_inputs_the_pipeline_rewrote_reach_the_tool(
+    build_agent: BuildAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A guardian ``modify`` hands the tool other inputs; the adapter must pass those on, not the model's."""
+    original = Guard.call
+
+    def rewriting_call(self: Guard, name: str, inputs: Any, fn: Any = None, **kw: Any) -> Any:
+        return original(self, name, {**inputs, "order_id": "A-2"}, fn, **kw)
+
+    monkeypatch.setattr(Guard, "call", rewriting_call)
+    h = build_agent([calls(("lookup_order", {"order_id": "A-1"})), answer("ok")])
+    result = h.agent.invoke(user_says("look"), config())
+    assert '"order_id": "A-2"' in tool_messages(result)[0].content

@@ -153,7 +153,11 @@ def test_input_and_output_review_of_one_call(build_agent: BuildAgent, second: st
     reviews = [(d.phase, d.outcome) for d in step.decisions if d.rule is Rule.REVIEW]
     assert reviews == [
         (Phase.INPUT, Outcome.REVIEW_APPROVED),
-        (Phase.OUTPUT, Outcome.REVIEW_APPROVED if second == "approve" else Outcome.REVIEW_REJECTED),
+        (Phase.OUTPUT, Outcome.REVIEW_PENDING),  # the run paused for the output review...
+        (
+            Phase.OUTPUT,
+            Outcome.REVIEW_APPROVED if second == "approve" else Outcome.REVIEW_REJECTED,
+        ),  # ...and resumed
     ]
 
 

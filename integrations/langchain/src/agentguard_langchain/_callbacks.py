@@ -44,7 +44,7 @@ from agentguard_langchain._host import (
     LLMResult,
     ToolMessage,
 )
-from agentguard_langchain._sessions import is_guarded
+from agentguard_langchain._scope import is_guarded
 
 __all__ = ["AgentGuardCallbackHandler"]
 

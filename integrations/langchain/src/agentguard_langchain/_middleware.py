@@ -25,6 +25,18 @@ What each hook does (the Guard decides; this module only translates):
 
 Reviews: ``require_review`` ids with no reviewer on the Guard are answered through LangGraph ``interrupt()``
 (see :mod:`agentguard_langchain._review`); they need a checkpointer.
+
+A guardian that denies a model answer makes the user see "The response was blocked by agentguard: ..."
+instead (AOS: the agent answers that the response was blocked); ``on_denied="raise"`` ends the run instead.
+
+Limits worth knowing:
+
+- Put the middleware first in ``middleware=[...]`` (outermost), so retries or edits of inner middleware are
+  guarded too.
+- ``stream_mode="messages"`` streams model tokens as they are generated, before the output guardrail has
+  seen the whole answer; stream ``"updates"`` or ``"values"`` to show users only guarded answers.
+- Engagements live in this process. After a restart a thread starts a new Engagement record, and a tool whose
+  output review was pending runs again when the run is resumed.
 """
 
 from __future__ import annotations
@@ -55,14 +67,13 @@ from agentguard_langchain._host import (
     ToolMessage,
     get_config,
 )
-from agentguard_langchain._review import call_scope, install_interrupt_reviewers, replay_interrupts
+from agentguard_langchain._review import install_interrupt_reviewers, replay_interrupts
+from agentguard_langchain._scope import Scope
 from agentguard_langchain._sessions import (
     EngagementKey,
     Session,
     Sessions,
     UserResolver,
-    bound,
-    guarding,
     thread_of,
     user_from_context,
 )
@@ -263,7 +274,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         messages, pending = self._visible(request, session)
         checked = [eng.check_input(text) for _, text in pending]
         request = self._with_inputs(request, session, messages, pending, checked)
-        with guarding():
+        with Scope():
             result: ModelResult = handler(request)
         answers = _answers(result)
         guarded: list[str | GuardianDenied] = []
@@ -284,7 +295,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         messages, pending = self._visible(request, session)
         checked = [await eng.acheck_input(text) for _, text in pending]
         request = self._with_inputs(request, session, messages, pending, checked)
-        with guarding():
+        with Scope():
             result: ModelResult = await handler(request)
         answers = _answers(result)
         guarded: list[str | GuardianDenied] = []
@@ -364,7 +375,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         """Run the call through ``guard.call``; LangChain's handler is what runs the tool."""
         session = self._session(request.state, request.runtime.context)
         call = ToolCallTranslation(request, session, self._resolver)
-        with bound(session.engagement), guarding(), call_scope(call.lc_name, call.call_id) as scope:
+        with session.engagement.activate(), Scope(call.lc_name, call.call_id) as scope:
             replay_interrupts(call.interrupts_to_replay())
             try:
                 output = self.guard.call(
@@ -387,7 +398,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
     ) -> ToolResult:
         session = self._session(request.state, request.runtime.context)
         call = ToolCallTranslation(request, session, self._resolver)
-        with bound(session.engagement), guarding(), call_scope(call.lc_name, call.call_id) as scope:
+        with session.engagement.activate(), Scope(call.lc_name, call.call_id) as scope:
             replay_interrupts(call.interrupts_to_replay())
             try:
                 output = await self.guard.acall(

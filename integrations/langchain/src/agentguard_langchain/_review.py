@@ -22,22 +22,17 @@ review's answer then lands on the output review.
 
 from __future__ import annotations
 
-import contextvars
 import json
 import threading
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from agentguard import Approval, Guard, Phase, Reviewer, ReviewRequest
 from agentguard_langchain._host import interrupt
+from agentguard_langchain._scope import current_scope
 
 __all__ = [
-    "CallScope",
     "approval_from_resume",
-    "call_scope",
-    "current_scope",
     "install_interrupt_reviewers",
     "interrupt_reviewer",
     "replay_interrupts",
@@ -47,35 +42,9 @@ __all__ = [
 ALLOWED_DECISIONS = ("approve", "reject")
 
 
-@dataclass(slots=True)
-class CallScope:
-    """The tool call the middleware is running in this thread or task, and how many interrupts it has met."""
-
-    name: str
-    call_id: str | None
-    interrupts: int = 0
-
-
-_scope: contextvars.ContextVar[CallScope | None] = contextvars.ContextVar("agentguard_lc_call", default=None)
-
-
-@contextmanager
-def call_scope(name: str, call_id: str | None) -> Iterator[CallScope]:
-    scope = CallScope(name, call_id)
-    token = _scope.set(scope)
-    try:
-        yield scope
-    finally:
-        _scope.reset(token)
-
-
-def current_scope() -> CallScope | None:
-    return _scope.get()
-
-
 def replay_interrupts(count: int) -> None:
     """Consume the answers of ``count`` interrupts already answered in an earlier run of this tool node."""
-    scope = _scope.get()
+    scope = current_scope()
     for _ in range(count):
         interrupt({"agentguard": {"replay": True}})  # returns the stored answer; never pauses
         if scope is not None:
@@ -138,7 +107,7 @@ def interrupt_reviewer(reviewer_id: str) -> Reviewer:
     """A reviewer that pauses the graph with :func:`langgraph.types.interrupt`; the resume answers it."""
 
     def review(request: ReviewRequest) -> Approval:
-        scope = _scope.get()
+        scope = current_scope()
         if scope is not None:
             scope.interrupts += 1
         answer = interrupt(review_payload(request, scope.name if scope is not None else None))

@@ -9,12 +9,10 @@ oldest are closed once more than ``limit`` are open.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -27,9 +25,6 @@ __all__ = [
     "Session",
     "Sessions",
     "UserResolver",
-    "bound",
-    "guarding",
-    "is_guarded",
     "thread_of",
     "user_from_context",
 ]
@@ -97,36 +92,6 @@ def user_from_context(context: object) -> User | None:
         return None
     email = getter("user_email")
     return User(id=str(user_id), email=None if email is None else str(email))
-
-
-@contextmanager
-def bound(engagement: Engagement) -> Iterator[None]:
-    """Make ``engagement`` the current one for this thread or task, for one step, leaving it open.
-
-    (``with engagement:`` would also own its lifecycle: leaving the block closes it.)
-    """
-    with engagement.activate():
-        yield
-
-
-_guarding: contextvars.ContextVar[bool] = contextvars.ContextVar("agentguard_lc_guarding", default=False)
-
-
-@contextmanager
-def guarding() -> Iterator[None]:
-    """Mark the model or tool call running in this context as already guarded by the middleware.
-
-    The callback handler, if also installed, then records nothing for it: one step, one record.
-    """
-    token = _guarding.set(True)
-    try:
-        yield
-    finally:
-        _guarding.reset(token)
-
-
-def is_guarded() -> bool:
-    return _guarding.get()
 
 
 class Sessions:

@@ -58,9 +58,13 @@ def _rule(decision: Decision) -> str:
 
 
 def _review(decision: Decision) -> str:
-    reviewer = (decision.data or {}).get("reviewer") or "reviewer"
+    data = decision.data or {}
+    reviewer = data.get("reviewer") or "reviewer"
+    people = [a.get("approvedBy") for a in data.get("approvals") or () if isinstance(a, dict)]
+    who = ", ".join(p for p in people if p and p != reviewer)
+    by = f"{reviewer} ({who})" if who else reviewer
     verdict = "approved" if decision.outcome is Outcome.REVIEW_APPROVED else "rejected"
-    return f"reviewed{' (' + decision.phase.value + ')' if decision.phase else ''} by {reviewer}: {verdict}"
+    return f"reviewed{' (' + decision.phase.value + ')' if decision.phase else ''} by {by}: {verdict}"
 
 
 def describe_step(step: StepRecord) -> tuple[str, str, str]:

@@ -121,6 +121,8 @@ class ToolCallTranslation:
     # -- the function the pipeline invokes -------------------------------------------------------------
 
     def _request(self, inputs: Mapping[str, Any]) -> ToolCallRequest:
+        if self.tool is None and inputs == self.inputs:
+            return self.request
         tool_call = self.request.tool_call.copy()
         tool_call["args"] = dict(inputs)
         if self.tool is not None:

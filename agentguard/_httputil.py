@@ -1,0 +1,72 @@
+"""Request checks shared by agentguard's HTTP servers (the reference guardian, the OpenAgentSpec server).
+
+Plain functions over header strings and body chunks -- no web framework is imported here -- so that each
+server makes the same decisions about bearer tokens, JSON content types and body sizes, and answers them
+in its own wire format (JSON-RPC errors for the guardian, plain JSON for the agent server)::
+
+    >>> is_json_media_type("application/json; charset=utf-8")
+    True
+    >>> bearer_challenge("Bearer wrong", b"s3cret", realm="demo")
+    'Bearer realm="demo", error="invalid_token"'
+    >>> bearer_challenge("Bearer s3cret", b"s3cret", realm="demo") is None
+    True
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import AsyncIterable
+
+__all__ = ["bearer_challenge", "declared_too_large", "is_json_media_type", "is_loopback", "read_limited"]
+
+
+def is_json_media_type(content_type: str | None) -> bool:
+    """Whether a Content-Type header says JSON in UTF-8 (no charset, or a UTF-8 one)."""
+    if content_type is None:
+        return False
+    media_type, *parameters = (part.strip().lower() for part in content_type.split(";"))
+    for parameter in parameters:
+        name, _, value = parameter.partition("=")
+        if name.strip() == "charset" and value.strip().strip('"') not in ("utf-8", "utf8"):
+            return False
+    return media_type == "application/json"
+
+
+def bearer_challenge(authorization: str, token: bytes, *, realm: str) -> str | None:
+    """``None`` when the Authorization header carries ``token``; else the ``WWW-Authenticate`` to answer.
+
+    The comparison takes constant time. Headers arrive latin-1 decoded, so encoding back gives the bytes
+    the client sent (a non-ASCII token works).
+    """
+    scheme, _, credentials = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip():
+        return f'Bearer realm="{realm}"'
+    if not hmac.compare_digest(credentials.strip().encode("latin-1"), token):
+        return f'Bearer realm="{realm}", error="invalid_token"'
+    return None
+
+
+def declared_too_large(content_length: str | None, limit: int) -> bool:
+    """Whether a Content-Length header announces more than ``limit`` bytes (checked before reading)."""
+    return content_length is not None and content_length.isdigit() and int(content_length) > limit
+
+
+async def read_limited(chunks: AsyncIterable[bytes], limit: int) -> bytes | None:
+    """The whole body, or ``None`` as soon as it grows past ``limit`` (a missing or false Content-Length)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``, without port) names this machine only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"

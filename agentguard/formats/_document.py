@@ -1,0 +1,219 @@
+"""Read a descriptor file into plain data that remembers where every field was, and tell its format.
+
+Every format agentguard reads reports problems the way the OpenAgentSpec loader does -- file, dotted field,
+line and column -- so the YAML front end *is* the spec loader's (:class:`agentguard.spec._loader._Builder`):
+safe loading, duplicate keys reported, aliases bounded, a position for every field. JSON documents are
+decoded by :mod:`json` (YAML 1.1 reads ``1e5`` as a string, JSON does not), and take their positions from
+the same builder when it can read the text, which it can for all but tab-indented JSON.
+
+The format is told from the content, never from the file name (``agent.json`` may hold any of them):
+
+* YAML frontmatter between ``---`` lines followed by a body: an OS Protocol app file;
+* ``kind: openagentspec:...``: an OpenAgentSpec agent (a policy, not a descriptor);
+* ``component_type``, ``agentspec_version`` or ``$referenced_components``: an Agent Spec configuration;
+* ``metadata.ref`` or ``specs``: an Agent Manifest (ACP descriptor).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from yaml.nodes import MappingNode, SequenceNode
+
+from agentguard.errors import SpecError, SpecProblem
+from agentguard.spec._loader import (
+    _MAX_NODES,
+    _Builder,
+    _FieldPath,
+    _in_file_order,
+    _Labels,
+    _locate,
+    _mark,
+    _Positions,
+    _problem,
+    _TooLarge,
+    _yaml_reason,
+)
+
+__all__ = ["SECRETS", "Document", "FieldPath", "Format", "detect_format", "read_document", "read_file"]
+
+Format = Literal["openagentspec", "agentspec", "manifest", "osp-app"]
+FieldPath = _FieldPath
+
+SECRETS = "<secrets>"
+"""First element of the field path of a value supplied at load time (``secrets={...}``), not read from the file."""
+
+FORMAT_NAMES: Mapping[Format, str] = {
+    "openagentspec": "OpenAgentSpec agent",
+    "agentspec": "Agent Spec configuration",
+    "manifest": "Agent Manifest",
+    "osp-app": "OS Protocol app",
+}
+
+# An app file: `---` on the first line, the frontmatter, a closing `---` (or `...`) line, the markdown body.
+_FRONTMATTER = re.compile(r"\A---[ \t]*\r?\n(?P<yaml>.*?)^(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S | re.M)
+
+
+@dataclass
+class Document:
+    """One descriptor document: its data, where each field was, and what is wrong with it.
+
+    ``problems`` are errors (the document cannot be used); ``warnings`` are things a reader should know but
+    that do not stop it (an unknown provider, a secret inlined in the file). Both carry file, field, line.
+    """
+
+    source: str
+    data: object
+    positions: _Positions = field(default_factory=dict)
+    labels: _Labels = field(default_factory=dict)
+    problems: list[SpecProblem] = field(default_factory=list)
+    warnings: list[SpecProblem] = field(default_factory=list)
+    format: Format | None = None
+    body: str = ""
+
+    def at(self, path: FieldPath, reason: str) -> SpecProblem:
+        """A problem at ``path``, placed at the field or, for a missing one, at its nearest parent.
+
+        Paths under :data:`SECRETS` are values supplied at load time: they have no place in the file.
+        """
+        position = None if path[:1] == (SECRETS,) else _locate(self.positions, path)
+        return _problem(self.source, path, reason, position, self.labels)
+
+    def error(self, path: FieldPath, reason: str) -> None:
+        self.problems.append(self.at(path, reason))
+
+    def warn(self, path: FieldPath, reason: str) -> None:
+        self.warnings.append(self.at(path, reason))
+
+    def sorted_warnings(self) -> tuple[SpecProblem, ...]:
+        return tuple(_in_file_order(list(self.warnings)))
+
+    def raise_for_problems(self) -> None:
+        """Raise :class:`SpecError` listing every error, in file order, when there is any."""
+        if self.problems:
+            raise SpecError(_in_file_order(list(self.problems)))
+
+
+def read_file(path: str | os.PathLike[str]) -> tuple[str, str]:
+    """``(text, source)`` of a descriptor file; an unreadable file is a :class:`SpecError` with one problem."""
+    source = os.fspath(path)
+    try:
+        return Path(path).read_text(encoding="utf-8-sig"), source
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = f"cannot read the file: {(exc.strerror if isinstance(exc, OSError) else None) or exc}"
+        raise SpecError([SpecProblem(source=source, field="", reason=reason)]) from exc
+
+
+def read_document(text: str, source: str = "<string>") -> Document:
+    """Read ``text`` (JSON, YAML or an app file with YAML frontmatter) and tell its format.
+
+    The returned document's ``problems`` say why it could not be read, or that its format is unknown.
+    """
+    match = _FRONTMATTER.match(text)
+    if match is not None:
+        # A blank line stands in for the opening `---`, so that positions are lines of the file.
+        doc = _read_yaml("\n" + match["yaml"], source)
+        doc.body = text[match.end() :]
+        if not doc.problems:
+            doc.format = "osp-app"
+        return doc
+    doc = _read_json(text, source) if text.lstrip()[:1] in ("{", "[") else _read_yaml(text, source)
+    if not doc.problems:
+        doc.format = detect_format(doc.data)
+        if doc.format is None:
+            doc.error(
+                (),
+                "cannot tell the format: expected an OpenAgentSpec agent (kind: openagentspec:v1/agent), "
+                "an Agent Spec configuration (component_type), an Agent Manifest (metadata.ref, specs) or "
+                "an OS Protocol app (YAML frontmatter between --- lines)",
+            )
+    return doc
+
+
+def detect_format(data: object) -> Format | None:
+    """The format of a document's data (an app file is recognised by its frontmatter, not here)."""
+    if not isinstance(data, Mapping):
+        return None
+    kind = data.get("kind")
+    if isinstance(kind, str) and kind.startswith("openagentspec:"):
+        return "openagentspec"
+    if any(key in data for key in ("component_type", "agentspec_version", "air_version", "$referenced_components")):
+        return "agentspec"
+    metadata = data.get("metadata")
+    if (isinstance(metadata, Mapping) and isinstance(metadata.get("ref"), Mapping)) or isinstance(
+        data.get("specs"), Mapping
+    ):
+        return "manifest"
+    return None
+
+
+def _read_yaml(text: str, source: str) -> Document:
+    """YAML text to data and positions through the spec loader's builder (safe, positions, no duplicates)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return Document(source, None, problems=[SpecProblem(source, "", "the document is empty", 1, 1)])
+        if not isinstance(root, MappingNode):
+            what = "a list" if isinstance(root, SequenceNode) else "a single value"
+            reason = f"the document must be a mapping of fields, not {what}"
+            return Document(source, None, problems=[_problem(source, (), reason, _mark(root))])
+        builder = _Builder(loader, source)
+        builder.positions[()] = _mark(root)
+        data = builder.build(root, ())
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        position = (mark.line + 1, mark.column + 1) if mark is not None else None
+        return Document(source, None, problems=[_problem(source, (), f"invalid YAML: {_yaml_reason(exc)}", position)])
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        reason = f"invalid YAML: {exc.reason} (U+{exc.character:04X})"
+        return Document(source, None, problems=[SpecProblem(source, "", reason, line, column)])
+    except _TooLarge:
+        reason = f"the document expands to more than {_MAX_NODES} YAML nodes (through aliases?)"
+        return Document(source, None, problems=[SpecProblem(source, "", reason, 1, 1)])
+    except RecursionError:
+        return Document(source, None, problems=[SpecProblem(source, "", "the document is nested too deeply", 1, 1)])
+    finally:
+        loader.dispose()
+    return Document(source, data, builder.positions, dict(builder.labels), list(builder.problems))
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: Sequence[tuple[str, object]]) -> dict[str, object]:
+    result: dict[str, object] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey(key)
+        result[key] = value
+    return result
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _read_json(text: str, source: str) -> Document:
+    try:
+        data = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        return Document(source, None, problems=[SpecProblem(source, "", f"invalid JSON: {exc.msg}", exc.lineno, exc.colno)])
+    except _DuplicateKey as exc:
+        return Document(source, None, problems=[SpecProblem(source, "", f"invalid JSON: duplicate key {exc.args[0]!r}")])
+    except (ValueError, RecursionError) as exc:
+        return Document(source, None, problems=[SpecProblem(source, "", f"invalid JSON: {exc}")])
+    if not isinstance(data, dict):
+        return Document(source, None, problems=[SpecProblem(source, "", "the document must be a JSON object", 1, 1)])
+    positions = _read_yaml(text, source)
+    return Document(source, data, positions.positions if not positions.problems else {})

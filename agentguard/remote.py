@@ -1,0 +1,565 @@
+"""Remote agents: a capability ``oagent://host[/path]/name`` is an agent served by another OpenAgentSpec server.
+
+The OpenAgentSpec lets a server read such a reference as the URL ``https://host[/path]/name``: a GET there
+returns the agent's definition (YAML), a POST of JSON input starts an engagement with it and answers 303
+with where to read the engagement's state. :func:`attach_remote_agents` registers one callable per remote
+capability of a guard that does exactly that, so a remote agent is called -- and checked and recorded --
+like any other capability, by its agent name::
+
+    from agentguard import Guard
+    from agentguard.remote import attach_remote_agents
+
+    guard = Guard.from_yaml('''
+    kind: openagentspec:v1/agent
+    name: front-desk
+    description: The agent routes billing questions to the billing team's agent.
+    intent: You answer customers, asking the billing agent about invoices.
+    owner: support@corp.com
+    capabilities:
+      oagent://agents.corp.com/agents/billing-agent:
+        input_restriction:
+          assertion: recent["billing-agent"].inputs.input.amount <= 100
+    ''')
+    attach_remote_agents(guard, allow_hosts=["agents.corp.com"], tokens={"agents.corp.com": "s3cret"})
+
+    with guard.engagement():
+        result = guard.call("billing-agent", {"input": {"invoice": "A-1", "amount": 40}}, kind="agent")
+        result["output"], result["exposes"]        # the remote agent's answer and its `exposes` values
+
+The capability takes one argument, ``input`` (the JSON object posted to the remote agent), and returns
+``{"output": ..., "exposes": {...}}`` -- what the remote engagement answered and the values its spec
+exposes. That dict is the call's ``outputs`` in the Engagement, so this agent's own restrictions read it
+(``recent["billing-agent"].outputs.exposes.total``). The remote agent enforces its own spec on its side;
+when it denies, fails or is cancelled, the call raises :class:`RemoteAgentError` with the remote
+``status`` and ``error`` (its rule and reason).
+
+Safety, all fixed when the guard is set up:
+
+- **HTTPS only.** ``allow_insecure_loopback=True`` lets references to a loopback host (``127.0.0.1``,
+  ``::1``, ``localhost``) use plain HTTP -- for tests and sidecars; never any other host.
+- **Host allow-list.** Every remote host of the spec must be in ``allow_hosts`` (``host`` allows any port,
+  ``host:port`` only that one), or :func:`attach_remote_agents` refuses with a
+  :class:`~agentguard.ConfigurationError`.
+- **Same origin.** Redirects are not followed, except the engagement's 303, and only to the same scheme,
+  host and port.
+- **No credentials by default.** Nothing from the engagement (user, credentials) is sent. ``tokens`` sets a
+  bearer token per host -- a string, or a function of the capability's resolved
+  :class:`~agentguard.Credentials` (``user_identity`` / ``static_identity``) -- sent only to that host.
+  Proxy and ``.netrc`` settings from the environment are ignored, so no credential leaks in from there.
+- **Bounded.** Each response is read up to ``max_response_bytes``; each HTTP exchange has
+  ``request_timeout``; the whole call (definition, start, polling) has ``call_timeout``, after which the
+  remote engagement is cancelled (``DELETE``) and the call fails.
+
+The definition is fetched on every call and revalidated with its ``ETag`` (a ``304`` costs one round trip),
+so a remote agent whose definition breaks is noticed at once: it is validated like a local file
+(:func:`~agentguard.spec.load_spec_text`) and must carry the name the reference asks for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+from collections.abc import Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeAlias, TypeVar
+
+import httpx
+
+from agentguard._httputil import declared_too_large, is_loopback
+from agentguard.cel import CelBackend, get_backend
+from agentguard.engagement import to_plain
+from agentguard.errors import AgentGuardError, ConfigurationError, SpecError
+from agentguard.guard import Guard
+from agentguard.policy import Credentials, current_credentials
+from agentguard.spec import CompiledSpec, Reference, load_spec_text
+
+__all__ = [
+    "RemoteAgent",
+    "RemoteAgentError",
+    "RemoteLimits",
+    "TokenSource",
+    "attach_remote_agents",
+]
+
+TokenSource: TypeAlias = "str | Callable[[Credentials | None], str | None]"
+"""A bearer token for one host, or a function of the capability's resolved credentials giving one."""
+
+_FINISHED = frozenset({"completed", "failed", "denied", "cancelled"})
+_UNFINISHED = frozenset({"running", "awaiting-review"})
+_T = TypeVar("_T")
+
+
+class RemoteAgentError(AgentGuardError):
+    """A remote agent could not be used, or its engagement did not complete.
+
+    ``reason`` says what went wrong: unreachable, too slow, a refusal (``http_status``), an invalid
+    definition (the :class:`~agentguard.SpecError` is the ``__cause__``), an answer that is not what the
+    protocol says, a redirect to another origin -- or the remote engagement ended ``failed``, ``denied`` or
+    ``cancelled`` (``remote_status``), with the remote server's ``remote_error`` (type, rule, reason).
+    """
+
+    def __init__(
+        self,
+        agent: str,
+        url: str,
+        reason: str,
+        *,
+        http_status: int | None = None,
+        remote_status: str | None = None,
+        remote_error: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.agent = agent
+        self.url = url
+        self.reason = reason
+        self.http_status = http_status
+        self.remote_status = remote_status
+        self.remote_error = remote_error
+        super().__init__(f"remote agent {agent!r} ({url}): {reason}")
+
+
+@dataclass(frozen=True)
+class RemoteLimits:
+    """Size and time bounds of remote agent calls (seconds and bytes).
+
+    ``poll_wait`` is how long the server is asked to hold each state request open until the engagement
+    finishes (long polling); ``poll_interval`` is the pause after a state request that came back unfinished
+    (so a server that does not long-poll is not hammered).
+    """
+
+    request_timeout: float = 10.0
+    call_timeout: float = 300.0
+    poll_wait: float = 10.0
+    poll_interval: float = 0.25
+    max_response_bytes: int = 1_048_576
+
+    def __post_init__(self) -> None:
+        for name in ("request_timeout", "call_timeout", "max_response_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"RemoteLimits.{name} must be positive")
+        if self.poll_wait < 0 or self.poll_interval < 0:
+            raise ValueError("RemoteLimits.poll_wait and poll_interval must not be negative")
+
+
+# -- the protocol, without I/O -----------------------------------------------------------------------------
+#
+# A call is a generator that yields what it needs done -- send a request, pause -- and gets the reply sent
+# back (or the transport error thrown in). The sync and async drivers below only perform those effects.
+
+
+@dataclass(frozen=True, slots=True)
+class _Send:
+    request: httpx.Request
+
+
+@dataclass(frozen=True, slots=True)
+class _Pause:
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    status: int
+    headers: httpx.Headers
+    body: bytes
+
+
+class _TooLarge(Exception):
+    """A driver stopped reading a response at the size limit."""
+
+
+_Flow: TypeAlias = Generator[_Send | _Pause, Any, _T]
+
+
+@dataclass(frozen=True, slots=True)
+class _Cached:
+    etag: str
+    spec: CompiledSpec
+
+
+class RemoteAgent:
+    """One remote agent capability of one guard: its URL, its settings, and its cached definition.
+
+    :attr:`capability` is the callable registered on the guard. :meth:`call` / :meth:`acall` run one remote
+    engagement to its end and return ``{"output": ..., "exposes": {...}}``.
+    """
+
+    def __init__(
+        self,
+        reference: Reference,
+        *,
+        token: TokenSource | None = None,
+        insecure_loopback: bool = False,
+        limits: RemoteLimits | None = None,
+        verify: ssl.SSLContext | str | bool = True,
+        backend: CelBackend | None = None,
+    ) -> None:
+        if reference.kind != "remote" or reference.url is None or reference.host is None:
+            raise ConfigurationError(f"{reference.raw!r} is not a remote agent reference")
+        self.reference = reference
+        self.name = reference.name
+        hostname = _split_host(reference.host)[0]
+        plain = insecure_loopback and is_loopback(hostname)
+        self.url = "http://" + reference.url.removeprefix("https://") if plain else reference.url
+        self.limits = limits or RemoteLimits()
+        self._origin = httpx.URL(self.url)
+        self._token = token
+        self._verify = verify
+        self._backend = backend
+        self._cached: _Cached | None = None
+        self.definition: CompiledSpec | None = None
+        """The remote definition as last fetched and validated (``None`` before the first call)."""
+        self.capability = self._capability_function()
+
+    # -- entry points ------------------------------------------------------------------------------------
+
+    def call(self, input: Mapping[str, Any], credentials: Credentials | None = None) -> dict[str, Any]:
+        """Run one remote engagement with blocking I/O and return its output and exposed values."""
+        with httpx.Client(verify=self._verify, trust_env=False, follow_redirects=False) as client:
+            flow = self._call_flow(input, self._bearer(credentials))
+            try:
+                effect = next(flow)
+                while True:
+                    try:
+                        if isinstance(effect, _Pause):
+                            time.sleep(effect.seconds)
+                            value: Any = None
+                        else:
+                            value = _send_sync(client, effect.request, self.limits.max_response_bytes)
+                    except Exception as exc:
+                        effect = flow.throw(exc)
+                    else:
+                        effect = flow.send(value)
+            except StopIteration as stop:
+                result: dict[str, Any] = stop.value
+                return result
+
+    async def acall(self, input: Mapping[str, Any], credentials: Credentials | None = None) -> dict[str, Any]:
+        """Async twin of :meth:`call`."""
+        async with httpx.AsyncClient(verify=self._verify, trust_env=False, follow_redirects=False) as client:
+            flow = self._call_flow(input, self._bearer(credentials))
+            try:
+                effect = next(flow)
+                while True:
+                    try:
+                        if isinstance(effect, _Pause):
+                            await asyncio.sleep(effect.seconds)
+                            value: Any = None
+                        else:
+                            value = await _send_async(client, effect.request, self.limits.max_response_bytes)
+                    except Exception as exc:
+                        effect = flow.throw(exc)
+                    else:
+                        effect = flow.send(value)
+            except StopIteration as stop:
+                result: dict[str, Any] = stop.value
+                return result
+
+    def _capability_function(self) -> Callable[[dict[str, Any]], Any]:
+        agent = self
+
+        def call_remote_agent(input: dict[str, Any]) -> Any:
+            # One callable serves both pipelines: from a thread without an event loop (guard.call) it does
+            # blocking I/O; inside a running loop (guard.acall) it returns a coroutine that the async driver
+            # awaits, so the loop is never blocked. Credentials are read now: the pipeline sets them only
+            # for the duration of this call, not of the coroutine.
+            credentials = current_credentials()
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return agent.call(input, credentials)
+            return agent.acall(input, credentials)
+
+        call_remote_agent.__name__ = call_remote_agent.__qualname__ = f"remote_agent_{self.name}"
+        call_remote_agent.__doc__ = (
+            f"Ask the remote agent {self.name!r} served at {self.url}.\n\n"
+            "Args:\n"
+            "    input: the JSON object that starts the remote agent's engagement\n"
+        )
+        return call_remote_agent
+
+    def _bearer(self, credentials: Credentials | None) -> str | None:
+        token = self._token
+        return token(credentials) if callable(token) else token
+
+    # -- the protocol ------------------------------------------------------------------------------------
+
+    def _error(self, reason: str, **details: Any) -> RemoteAgentError:
+        return RemoteAgentError(self.name, self.url, reason, **details)
+
+    def _call_flow(self, input: Mapping[str, Any], token: str | None) -> _Flow[dict[str, Any]]:
+        deadline = time.monotonic() + self.limits.call_timeout
+        if not isinstance(input, Mapping):
+            raise self._error(f"input must be a JSON object, not {type(input).__name__}")
+        try:
+            body = json.dumps(to_plain(input), allow_nan=False).encode()
+        except (TypeError, ValueError) as exc:
+            raise self._error(f"input is not JSON: {exc}") from exc
+        yield from self._resolve(token, deadline)
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        start = self._request("POST", self._origin, token, deadline, headers=headers, content=body)
+        reply = yield from self._exchange(start, "starting an engagement")
+        if reply.status != 303:
+            raise self._refused("starting an engagement", reply)
+        location = self._same_origin(reply.headers.get("location"))
+        try:
+            return (yield from self._poll(location, token, deadline))
+        except RemoteAgentError as error:
+            if error.remote_status is None:  # the engagement may still be running over there
+                yield from self._cancel_quietly(location, token)
+            raise
+
+    def _resolve(self, token: str | None, deadline: float) -> _Flow[CompiledSpec]:
+        """Fetch and validate the definition, or confirm the cached one with ``If-None-Match``."""
+        cached = self._cached
+        headers = {"Accept": "application/yaml"}
+        if cached is not None:
+            headers["If-None-Match"] = cached.etag
+        request = self._request("GET", self._origin, token, deadline, headers=headers)
+        reply = yield from self._exchange(request, "fetching the definition")
+        if reply.status == 304 and cached is not None:
+            return cached.spec
+        if reply.status != 200:
+            raise self._refused("fetching the definition", reply)
+        try:
+            text = reply.body.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise self._error("the definition is not UTF-8 text") from exc
+        backend = self._backend or get_backend()
+        try:
+            spec = load_spec_text(text, backend=backend, source=self.url)
+        except SpecError as exc:
+            raise self._error(f"the definition is not a valid OpenAgentSpec agent: {exc}") from exc
+        if spec.spec.name != self.name:
+            raise self._error(f"the definition is of agent {spec.spec.name!r}, not {self.name!r}")
+        etag = reply.headers.get("etag")
+        self._cached = _Cached(etag, spec) if etag else None
+        self.definition = spec
+        return spec
+
+    def _poll(self, location: httpx.URL, token: str | None, deadline: float) -> _Flow[dict[str, Any]]:
+        limits = self.limits
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._error(f"the remote engagement did not finish within {limits.call_timeout:g} s")
+            wait = min(limits.poll_wait, remaining)
+            url = location.copy_merge_params({"wait": f"{wait:g}"})
+            request = self._request(
+                "GET", url, token, deadline, headers={"Accept": "application/json"}, extra=wait
+            )
+            reply = yield from self._exchange(request, "reading the engagement")
+            if reply.status != 200:
+                raise self._refused("reading the engagement", reply)
+            state = self._json_object(reply, "the engagement state")
+            status = state.get("status")
+            if status == "completed":
+                exposes = state.get("exposes")
+                return {
+                    "output": state.get("output"),
+                    "exposes": exposes if isinstance(exposes, dict) else {},
+                }
+            if status in _FINISHED:
+                error = state.get("error")
+                remote_error = error if isinstance(error, dict) else None
+                raise self._error(
+                    f"the remote engagement ended {status}: {_describe(remote_error)}",
+                    remote_status=status,
+                    remote_error=remote_error,
+                )
+            if status not in _UNFINISHED:
+                raise self._error(f"the engagement state has an unknown status {status!r}")
+            yield _Pause(min(limits.poll_interval, max(deadline - time.monotonic(), 0.0)))
+
+    def _cancel_quietly(self, location: httpx.URL, token: str | None) -> _Flow[None]:
+        """Ask the remote server to cancel an engagement this call gave up on; a failure changes nothing."""
+        request = self._request("DELETE", location, token, time.monotonic() + self.limits.request_timeout)
+        try:
+            yield _Send(request)
+        except Exception:
+            return
+
+    # -- helpers -----------------------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        url: httpx.URL,
+        token: str | None,
+        deadline: float,
+        *,
+        headers: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+        extra: float = 0.0,
+    ) -> httpx.Request:
+        """A request timed out by ``request_timeout`` (+ ``extra`` for a long poll), never past ``deadline``."""
+        seconds = max(min(self.limits.request_timeout + extra, deadline - time.monotonic()), 0.001)
+        all_headers = dict(headers or {})
+        if token:
+            all_headers["Authorization"] = f"Bearer {token}"
+        return httpx.Request(
+            method,
+            url,
+            headers=all_headers,
+            content=content,
+            extensions={"timeout": httpx.Timeout(seconds).as_dict()},
+        )
+
+    def _exchange(self, request: httpx.Request, what: str) -> _Flow[_Reply]:
+        try:
+            reply: _Reply = yield _Send(request)
+        except httpx.TimeoutException as exc:
+            raise self._error(f"no answer in time when {what}") from exc
+        except httpx.HTTPError as exc:
+            raise self._error(f"cannot reach the server when {what}: {type(exc).__name__}: {exc}") from exc
+        except _TooLarge as exc:
+            limit = self.limits.max_response_bytes
+            raise self._error(f"the answer when {what} is larger than {limit} bytes") from exc
+        return reply
+
+    def _refused(self, what: str, reply: _Reply) -> RemoteAgentError:
+        detail = ""
+        try:
+            body = json.loads(reply.body)
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and isinstance(body.get("error"), str):
+            detail = f": {body['error']}"
+        if 300 <= reply.status < 400:
+            detail += " (redirects are not followed)"
+        return self._error(f"answered HTTP {reply.status} when {what}{detail}", http_status=reply.status)
+
+    def _same_origin(self, location: str | None) -> httpx.URL:
+        if not location:
+            raise self._error("answered 303 without a Location")
+        try:
+            target = self._origin.join(location)
+        except httpx.InvalidURL as exc:
+            raise self._error(f"answered 303 with an invalid Location {location!r}") from exc
+        origin = self._origin
+        if (target.scheme, target.host, target.port) != (origin.scheme, origin.host, origin.port) or (
+            target.userinfo
+        ):
+            raise self._error(f"redirected to another origin ({location!r}): not followed")
+        return target
+
+    def _json_object(self, reply: _Reply, what: str) -> dict[str, Any]:
+        try:
+            value = json.loads(reply.body)
+        except (ValueError, RecursionError) as exc:
+            raise self._error(f"{what} is not JSON") from exc
+        if not isinstance(value, dict):
+            raise self._error(f"{what} is not a JSON object")
+        return value
+
+    def __repr__(self) -> str:
+        return f"<RemoteAgent {self.name!r} {self.url}>"
+
+
+def _describe(error: Mapping[str, Any] | None) -> str:
+    if not error:
+        return "no reason given"
+    rule = error.get("rule")
+    text = error.get("reason") or error.get("message") or "no reason given"
+    return f"[{rule}] {text}" if rule else str(text)
+
+
+def _send_sync(client: httpx.Client, request: httpx.Request, limit: int) -> _Reply:
+    response = client.send(request, stream=True)
+    try:
+        if declared_too_large(response.headers.get("content-length"), limit):
+            raise _TooLarge
+        body = bytearray()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > limit:
+                raise _TooLarge
+        return _Reply(response.status_code, response.headers, bytes(body))
+    finally:
+        response.close()
+
+
+async def _send_async(client: httpx.AsyncClient, request: httpx.Request, limit: int) -> _Reply:
+    response = await client.send(request, stream=True)
+    try:
+        if declared_too_large(response.headers.get("content-length"), limit):
+            raise _TooLarge
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > limit:
+                raise _TooLarge
+        return _Reply(response.status_code, response.headers, bytes(body))
+    finally:
+        await response.aclose()
+
+
+# -- attaching to a guard ----------------------------------------------------------------------------------
+
+
+def _split_host(host: str) -> tuple[str, int | None]:
+    """``"name:8800"`` → ``("name", 8800)``; hostnames compare case-insensitively."""
+    name, colon, port = host.rpartition(":")
+    if colon and port.isdigit():
+        return name.lower(), int(port)
+    return host.lower(), None
+
+
+def _entry_for(host: str, entries: Iterable[str]) -> str | None:
+    """The allow-list or token entry that covers ``host``: ``name:port`` exactly, else ``name`` (any port)."""
+    name, port = _split_host(host)
+    fallback = None
+    for entry in entries:
+        entry_name, entry_port = _split_host(entry)
+        if entry_name != name:
+            continue
+        if entry_port is not None and entry_port == port:
+            return entry
+        if entry_port is None:
+            fallback = entry
+    return fallback
+
+
+def attach_remote_agents(
+    guard: Guard,
+    *,
+    allow_hosts: Iterable[str],
+    tokens: Mapping[str, TokenSource] | None = None,
+    allow_insecure_loopback: bool = False,
+    limits: RemoteLimits | None = None,
+    verify: ssl.SSLContext | str | bool = True,
+) -> dict[str, RemoteAgent]:
+    """Register a callable for every remote agent capability of ``guard``; return them by agent name.
+
+    Raises :class:`~agentguard.ConfigurationError` when a remote host of the spec is not in
+    ``allow_hosts``, when ``tokens`` names a host that is not allowed, or when a callable of that name is
+    already registered (attach once per guard). ``verify`` is httpx's: ``True``, a CA bundle path or an
+    :class:`ssl.SSLContext`.
+    """
+    allowed = list(allow_hosts)
+    references = guard.policy.remote_agents
+    refused = sorted(ref.raw for ref in references.values() if _entry_for(ref.host or "", allowed) is None)
+    if refused:
+        raise ConfigurationError(
+            f"remote agent host not in allow_hosts {sorted(allowed)}: {', '.join(refused)}"
+        )
+    token_map = dict(tokens or {})
+    stray = sorted(host for host in token_map if _entry_for(host, allowed) is None)
+    if stray:
+        raise ConfigurationError(f"tokens given for hosts that are not in allow_hosts: {', '.join(stray)}")
+    backend = get_backend(guard.compiled.backend_name)
+    agents: dict[str, RemoteAgent] = {}
+    for name, reference in references.items():
+        token_entry = _entry_for(reference.host or "", token_map)
+        agent = RemoteAgent(
+            reference,
+            token=token_map[token_entry] if token_entry is not None else None,
+            insecure_loopback=allow_insecure_loopback,
+            limits=limits,
+            verify=verify,
+            backend=backend,
+        )
+        guard.register(name, agent.capability, kind="agent")
+        agents[name] = agent
+    return agents

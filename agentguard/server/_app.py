@@ -1,0 +1,300 @@
+"""The OpenAgentSpec server as an ASGI application (Starlette).
+
+Every agent's definition is its own GET endpoint, and a POST to the same URL starts an engagement with it
+(the Server section of the OpenAgentSpec)::
+
+    GET    /agents                        the index: [{name, description, url, reference}] (JSON)
+    GET    /agents/{name}                 the definition as written (application/yaml; ETag, 304)
+    POST   /agents/{name}                 JSON object input -> 303 See Other, Location: /engagements/{id}
+    GET    /engagements/{id}[?wait=S]     the engagement's state (JSON); ``wait`` (<= 30 s) holds the
+                                          request until the engagement finishes (long polling)
+    DELETE /engagements/{id}              cancel it (also ``POST /engagements/{id}/cancel``)
+
+``reference`` in the index is the ``oagent://`` form of the definition's URL, which another server resolves
+back to this endpoint. Refusals carry a JSON body ``{"error": "..."}``::
+
+    400  the body is not UTF-8 JSON, or not an object; a bad ``wait``
+    401  no or wrong bearer token, when the app has one (``WWW-Authenticate: Bearer ...``)
+    404  no such agent or engagement
+    405  wrong method (``Allow``)
+    409  cancelling an engagement that has finished, or that runs in another process
+    413  the body is larger than ``max_body_bytes`` (declared or as it streams in)
+    415  the Content-Type is not application/json (UTF-8)
+    422  the input does not satisfy the agent's input schema (``problems`` lists why)
+    429  ``max_concurrency`` engagements are running (``Retry-After``); nothing was started
+    503  the engagement store failed
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+try:
+    from starlette.applications import Starlette
+    from starlette.datastructures import Headers
+    from starlette.exceptions import HTTPException
+    from starlette.middleware import Middleware
+    from starlette.requests import ClientDisconnect, Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+    from starlette.types import ASGIApp, Receive, Scope, Send
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "the OpenAgentSpec server needs Starlette and uvicorn: pip install 'agentguard[server]'"
+    ) from exc
+
+from agentguard._httputil import bearer_challenge, declared_too_large, is_json_media_type, read_limited
+from agentguard.errors import ConfigurationError
+from agentguard.guard import Guard
+from agentguard.policy import Reviewer
+
+from ._agents import ServedAgent, load_agents
+from ._runs import Runner, Runs
+from ._store import EngagementStore, MemoryEngagementStore
+
+__all__ = ["MAX_WAIT", "create_app"]
+
+logger = logging.getLogger("agentguard.server")
+
+MAX_WAIT = 30.0
+"""The longest a ``GET /engagements/{id}?wait=...`` is held open, in seconds."""
+
+_REALM = "agentguard-server"
+
+
+def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(json.dumps(data, default=str), status, headers, media_type="application/json")
+
+
+def _refuse(status: int, message: str, headers: Mapping[str, str] | None = None, **extra: Any) -> Response:
+    return _json({"error": message, **extra}, status, headers)
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_object(body: bytes) -> tuple[dict[str, Any] | None, str]:
+    """The body as a JSON object, or ``None`` and why not."""
+    try:
+        value = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
+    except UnicodeDecodeError:
+        return None, "the body is not UTF-8"
+    except (ValueError, RecursionError) as exc:
+        return None, f"the body is not JSON: {exc}"
+    if not isinstance(value, dict):
+        return None, f"the input must be a JSON object, not {type(value).__name__}"
+    return value, ""
+
+
+def _etag_matches(header: str | None, etag: str) -> bool:
+    """``If-None-Match`` against ``etag`` (weak comparison, as RFC 9110 says for this header)."""
+    if header is None:
+        return False
+    tags = [tag.strip() for tag in header.split(",")]
+    return "*" in tags or any(tag.removeprefix("W/") == etag for tag in tags)
+
+
+class _BearerAuth:
+    """Refuses every request without the bearer token (401) before any route sees it."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.token = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            authorization = Headers(scope=scope).get("authorization", "")
+            challenge = bearer_challenge(authorization, self.token, realm=_REALM)
+            if challenge is not None:
+                response = _refuse(401, "unauthorized", {"WWW-Authenticate": challenge})
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class _Api:
+    """The request handlers, with the served agents and settings bound once."""
+
+    def __init__(self, agents: Mapping[str, ServedAgent], runs: Runs, max_body_bytes: int) -> None:
+        self.agents = agents
+        self.runs = runs
+        self.max_body_bytes = max_body_bytes
+
+    async def index(self, request: Request) -> Response:
+        entries = []
+        for name, agent in self.agents.items():
+            url = str(request.url_for("agent", name=name))
+            entries.append(
+                {
+                    "name": name,
+                    "description": agent.description,
+                    "url": url,
+                    "reference": "oagent://" + url.partition("://")[2],
+                }
+            )
+        return _json(entries)
+
+    async def agent(self, request: Request) -> Response:
+        agent = self.agents.get(request.path_params["name"])
+        if agent is None:
+            return _refuse(404, "no such agent")
+        if request.method == "POST":
+            return await self._start(request, agent)
+        headers = {"ETag": agent.etag, "Cache-Control": "no-cache"}
+        if _etag_matches(request.headers.get("if-none-match"), agent.etag):
+            return Response(status_code=304, headers=headers)
+        return Response(agent.document, headers=headers, media_type="application/yaml")
+
+    async def _start(self, request: Request, agent: ServedAgent) -> Response:
+        limit = self.max_body_bytes
+        if not is_json_media_type(request.headers.get("content-type")):
+            return _refuse(415, "send the input as application/json")
+        if declared_too_large(request.headers.get("content-length"), limit):
+            return _refuse(413, f"the body is larger than {limit} bytes")
+        try:
+            body = await read_limited(request.stream(), limit)
+        except ClientDisconnect:
+            return Response(status_code=400)  # nobody is listening any more
+        if body is None:
+            return _refuse(413, f"the body is larger than {limit} bytes")
+        value, why = _json_object(body)
+        if value is None:
+            return _refuse(400, why)
+        try:
+            problems = agent.input_problems(value)
+        except RecursionError:
+            return _refuse(400, "the input is nested too deeply to check")
+        if problems:
+            return _refuse(422, "the input does not match the agent's input schema", problems=problems)
+        try:
+            record = await self.runs.start(agent, value)
+        except Exception:
+            logger.exception("could not start an engagement with %s", agent.name)
+            return _refuse(503, "the engagement could not be started")
+        if record is None:
+            return _refuse(429, "too many engagements are running; try again later", {"Retry-After": "1"})
+        location = request.url_for("engagement", engagement_id=record.id).path
+        return _json(record.to_json(), 303, {"Location": location})
+
+    async def engagement(self, request: Request) -> Response:
+        engagement_id = request.path_params["engagement_id"]
+        if request.method == "DELETE":
+            return await self._cancel(engagement_id)
+        raw = request.query_params.get("wait", "0")
+        try:
+            wait = float(raw)
+        except ValueError:
+            wait = math.nan
+        if not (math.isfinite(wait) and wait >= 0):
+            return _refuse(400, f"wait must be a number of seconds, not {raw!r}")
+        try:
+            record = await self.runs.get(engagement_id, min(wait, MAX_WAIT))
+        except Exception:
+            logger.exception("could not read engagement %s", engagement_id)
+            return _refuse(503, "the engagement store failed")
+        if record is None:
+            return _refuse(404, "no such engagement")
+        return _json(record.to_json())
+
+    async def cancel(self, request: Request) -> Response:
+        return await self._cancel(request.path_params["engagement_id"])
+
+    async def _cancel(self, engagement_id: str) -> Response:
+        try:
+            outcome, record = await self.runs.cancel(engagement_id, "cancelled by the client")
+        except Exception:
+            logger.exception("could not cancel engagement %s", engagement_id)
+            return _refuse(503, "the engagement store failed")
+        if record is None:
+            return _refuse(404, "no such engagement")
+        if outcome == "cancelled":
+            return _json(record.to_json())
+        message = (
+            f"the engagement has already {record.status.value}"
+            if outcome == "finished"
+            else "the engagement runs in another server process; cancel it there"
+        )
+        return _refuse(409, message, engagement=record.to_json())
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no route, wrong method) as JSON, like every other refusal."""
+    if not isinstance(exc, HTTPException):  # registered for HTTPException only
+        raise exc
+    return _refuse(exc.status_code, exc.detail, exc.headers)
+
+
+def _served(agents: str | os.PathLike[str] | Iterable[Guard | ServedAgent]) -> dict[str, ServedAgent]:
+    items = (
+        load_agents(agents)
+        if isinstance(agents, str | os.PathLike)
+        else [a if isinstance(a, ServedAgent) else ServedAgent.from_guard(a) for a in agents]
+    )
+    served: dict[str, ServedAgent] = {}
+    for agent in items:
+        if agent.name in served:
+            raise ConfigurationError(f"two served agents are named {agent.name!r}")
+        served[agent.name] = agent
+    if not served:
+        raise ConfigurationError("no agents to serve")
+    return served
+
+
+def create_app(
+    agents: str | os.PathLike[str] | Iterable[Guard | ServedAgent],
+    runner: Runner,
+    *,
+    token: str | None = None,
+    max_body_bytes: int = 1_048_576,
+    max_concurrency: int = 16,
+    run_timeout: float = 300.0,
+    store: EngagementStore | None = None,
+    reviewers: Mapping[str, Reviewer] | None = None,
+) -> Starlette:
+    """The OpenAgentSpec server for ``agents``: a spec directory (see :func:`load_agents`) or guards.
+
+    ``runner(guard, engagement, input)`` runs one engagement (sync or async); its return value is the
+    engagement's ``output``. ``token``: the bearer token every request must carry (constant-time compare).
+    ``max_concurrency`` engagements run at once (more are refused with 429); each may run ``run_timeout``
+    seconds. ``store`` keeps the engagement records (default: in memory). ``reviewers`` are installed on
+    every served agent's guard, by reviewer id, so that ``require_review`` shows as ``awaiting-review``.
+
+    Raises :class:`~agentguard.SpecError` listing every problem of a spec directory, and
+    :class:`~agentguard.ConfigurationError` for two agents of one name.
+    """
+    if max_body_bytes < 1 or max_concurrency < 1 or run_timeout <= 0:
+        raise ValueError("max_body_bytes, max_concurrency and run_timeout must be positive")
+    served = _served(agents)
+    runs = Runs(
+        runner, store or MemoryEngagementStore(), max_concurrency=max_concurrency, run_timeout=run_timeout
+    )
+    for agent in served.values():
+        for reviewer_id, reviewer in (reviewers or {}).items():
+            agent.guard.add_reviewer(reviewer_id, runs.tracked(reviewer))
+    api = _Api(served, runs, max_body_bytes)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await runs.shutdown()
+
+    return Starlette(
+        routes=[
+            Route("/agents", api.index, methods=["GET"]),
+            Route("/agents/{name}", api.agent, methods=["GET", "POST"], name="agent"),
+            Route(
+                "/engagements/{engagement_id}", api.engagement, methods=["GET", "DELETE"], name="engagement"
+            ),
+            Route("/engagements/{engagement_id}/cancel", api.cancel, methods=["POST"]),
+        ],
+        middleware=[Middleware(_BearerAuth, token=token)] if token is not None else [],
+        exception_handlers={HTTPException: _http_error},
+        lifespan=lifespan,
+    )

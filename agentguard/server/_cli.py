@@ -1,0 +1,177 @@
+"""``agentguard serve``: run the OpenAgentSpec server from the command line.
+
+Usage::
+
+    agentguard serve --spec-dir agents/ --runner myapp.agents:run
+    agentguard serve --spec-dir agents/ --runner myapp.agents:run --ssl-certfile cert.pem --ssl-keyfile key.pem
+    API_TOKEN=s3cret agentguard serve --spec-dir agents/ --runner myapp.agents:run \\
+        --host 0.0.0.0 --port 8800 --token-env API_TOKEN \\
+        --allow-remote-host agents.corp.com --remote-token agents.corp.com=BILLING_TOKEN
+
+``--runner`` names the callable ``runner(guard, engagement, input)`` as ``module:attribute``. Agents whose
+specs have ``oagent://host/...`` capabilities get them attached (:func:`agentguard.remote.attach_remote_agents`)
+for the hosts of ``--allow-remote-host``, with the bearer tokens of ``--remote-token HOST=VAR``.
+
+Nothing here imports Starlette or uvicorn until the command runs, so the command line works (and says what
+to install) without the ``server`` extra. Exit status: 1 when the specs, the runner or the server cannot be
+loaded, 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["add_parser"]
+
+_LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register the ``serve`` subcommand; its ``run`` default runs it and returns the exit status."""
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve OpenAgentSpec agents over HTTP",
+        description="Serve every agent of a spec directory: GET /agents/{name} returns its definition, a POST "
+        "of JSON input starts an engagement run by the runner (303 to /engagements/{id}).",
+    )
+    parser.add_argument("--spec-dir", required=True, metavar="DIR", help="directory of agent YAML files")
+    parser.add_argument(
+        "--runner", required=True, metavar="MODULE:CALLABLE", help="runner(guard, engagement, input)"
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8800, help="port to listen on (default: 8800)")
+    parser.add_argument(
+        "--token-env", metavar="VAR", help="environment variable holding the bearer token every request needs"
+    )
+    parser.add_argument(
+        "--max-body-bytes", type=int, default=1_048_576, help="largest input (default: 1 MiB)"
+    )
+    parser.add_argument(
+        "--max-concurrency", type=int, default=16, help="engagements running at once (default: 16)"
+    )
+    parser.add_argument(
+        "--run-timeout", type=float, default=300.0, help="seconds an engagement may run (default: 300)"
+    )
+    parser.add_argument(
+        "--allow-remote-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="host (or host:port) whose oagent:// agents the served agents may call; repeatable",
+    )
+    parser.add_argument(
+        "--remote-token",
+        action="append",
+        default=[],
+        metavar="HOST=VAR",
+        help="send the bearer token in environment variable VAR to remote agents on HOST; repeatable",
+    )
+    parser.add_argument("--ssl-certfile", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
+    parser.add_argument("--ssl-keyfile", metavar="FILE", help="the certificate's private key (PEM)")
+    parser.add_argument("--log-level", choices=_LOG_LEVELS, default="info", help="log level (default: info)")
+    parser.set_defaults(run=run)
+
+
+def _fail(message: str, status: int = 1) -> int:
+    print(f"agentguard serve: {message}", file=sys.stderr)
+    return status
+
+
+def _load_runner(spec: str) -> Callable[..., Any]:
+    module_name, colon, attribute = spec.partition(":")
+    if not colon or not module_name or not attribute:
+        raise ValueError(f"--runner must be MODULE:CALLABLE, not {spec!r}")
+    target: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        target = getattr(target, part)
+    if not callable(target):
+        raise ValueError(f"{spec} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+def _remote_tokens(pairs: list[str]) -> dict[str, str]:
+    tokens: dict[str, str] = {}
+    for pair in pairs:
+        host, equals, variable = pair.partition("=")
+        if not equals or not host or not variable:
+            raise ValueError(f"--remote-token must be HOST=VAR, not {pair!r}")
+        value = os.environ.get(variable)
+        if not value:
+            raise ValueError(f"${variable} (for --remote-token {host}) is not set or empty")
+        tokens[host] = value
+    return tokens
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load and check everything, then serve until interrupted."""
+    from agentguard._httputil import is_loopback
+    from agentguard.errors import ConfigurationError, SpecError
+    from agentguard.remote import attach_remote_agents
+
+    from ._agents import load_agents
+
+    if (args.ssl_certfile is None) != (args.ssl_keyfile is None):
+        return _fail("--ssl-certfile and --ssl-keyfile go together", 2)
+    token: str | None = None
+    if args.token_env:
+        token = os.environ.get(args.token_env)
+        if not token:
+            return _fail(f"${args.token_env} is not set or empty", 2)
+    try:
+        tokens = _remote_tokens(args.remote_token)
+    except ValueError as error:
+        return _fail(str(error), 2)
+    try:
+        agents = load_agents(args.spec_dir)
+    except SpecError as error:
+        print(error, file=sys.stderr)
+        return 1
+    try:
+        runner = _load_runner(args.runner)
+    except (ImportError, AttributeError, ValueError) as error:
+        return _fail(f"cannot load the runner {args.runner}: {error}")
+    try:
+        for agent in agents:
+            if agent.guard.policy.remote_agents:
+                attach_remote_agents(agent.guard, allow_hosts=args.allow_remote_host, tokens=tokens)
+    except ConfigurationError as error:
+        return _fail(f"{error} (use --allow-remote-host)")
+    try:
+        import uvicorn
+
+        from ._app import create_app
+    except ImportError as error:
+        return _fail(str(error))
+    try:
+        app = create_app(
+            agents,
+            runner,
+            token=token,
+            max_body_bytes=args.max_body_bytes,
+            max_concurrency=args.max_concurrency,
+            run_timeout=args.run_timeout,
+        )
+    except ValueError as error:
+        return _fail(str(error), 2)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if token is None and not is_loopback(args.host):
+        logging.getLogger("agentguard.server").warning(
+            "serving on %s without a token: anyone who can reach it can start engagements", args.host
+        )
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        ssl_certfile=args.ssl_certfile,
+        ssl_keyfile=args.ssl_keyfile,
+    )
+    return 0

@@ -1,0 +1,46 @@
+"""What the middleware is guarding in this thread or asyncio task right now.
+
+One context variable, set around each model call and each tool call the middleware runs. The callback handler
+reads it to record nothing twice; the interrupt reviewer reads the tool call's name and counts the interrupts
+it raises (see :mod:`agentguard_langchain._review`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from contextvars import Token
+
+__all__ = ["Scope", "current_scope", "is_guarded"]
+
+
+class Scope:
+    """A model call (``name`` is ``None``) or a tool call the middleware is guarding. Use with ``with``."""
+
+    __slots__ = ("_token", "call_id", "interrupts", "name")
+
+    def __init__(self, name: str | None = None, call_id: str | None = None) -> None:
+        self.name = name
+        self.call_id = call_id
+        self.interrupts = 0
+        self._token: Token[Scope | None] | None = None
+
+    def __enter__(self) -> Scope:
+        self._token = _current.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+            self._token = None
+
+
+_current: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("agentguard_lc_scope", default=None)
+
+
+def current_scope() -> Scope | None:
+    return _current.get()
+
+
+def is_guarded() -> bool:
+    """Is the middleware guarding the model or tool call running in this context?"""
+    return _current.get() is not None
