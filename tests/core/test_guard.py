@@ -915,9 +915,9 @@ def test_a_host_runner_keeps_the_registered_settings_and_gets_flat_kwargs() -> N
         received.append(kwargs)
         return "ran"
 
-    with guard.engagement(user=User(id="ann")):
-        with pytest.raises(IdentityError):  # needs_credentials survived the host runner
-            guard.call("wiki", {"page": "home"}, runner)
+    # needs_credentials survived the host runner
+    with guard.engagement(user=User(id="ann")), pytest.raises(IdentityError):
+        guard.call("wiki", {"page": "home"}, runner)
     guard2 = make_guard(IDENTITY)
     guard2.register("mailbox", lambda folder: folder)
     with guard2.engagement(user=User(id="ann")):
