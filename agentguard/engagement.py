@@ -163,10 +163,14 @@ class StepRecord:
 
     @property
     def outcome(self) -> Outcome:
-        """The step's final outcome: the first blocking decision, else modify, else allow."""
+        """The step's final outcome: the first blocking decision, else a review still pending, else modify,
+        else no-decision, else allow."""
         for d in self.decisions:
             if d.blocked:
                 return d.outcome
+        reviews = [d for d in self.decisions if d.rule is Rule.REVIEW]
+        if reviews and reviews[-1].outcome is Outcome.REVIEW_PENDING:
+            return Outcome.REVIEW_PENDING
         if any(d.outcome is Outcome.MODIFY for d in self.decisions):
             return Outcome.MODIFY
         if any(d.outcome is Outcome.NO_DECISION for d in self.decisions):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentguard import Approval, Guard, PolicyViolation, ReviewRequest, User
+from agentguard.timeline import format_timeline
 
 SPEC = Path(__file__).parent / "support-agent" / "agent.yaml"
 
@@ -81,6 +82,8 @@ def main() -> None:
         print(f"\nexposed: {eng.exposed()}")
         print(f"status:  {eng.status.value} ({eng.state.status_reason})")
         print(f"history: {eng.view()['history']['_list']}")
+        print("\ntimeline:")
+        print(format_timeline(eng))
 
 
 if __name__ == "__main__":

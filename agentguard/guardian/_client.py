@@ -256,7 +256,7 @@ class _Core:
             try:
                 listener(event, data)
             except Exception:  # telemetry never breaks the agent
-                self._event_log.warning("guardian event listener raised on %r", event, exc_info=True)
+                self._event_log.warning("guardian on_event callback raised on %r", event, exc_info=True)
 
     def stats(self) -> GuardianStats:
         with self._lock:

@@ -441,7 +441,10 @@ def _review(
             approval = coerce_approval(answer, rid)
         except ctx.passthrough:  # the host paused for the review (e.g. a LangGraph interrupt)
             reason = f"waiting for {rid!r}: the host paused the run for review"
-            ctx.decide(state, step, Decision(Rule.REVIEW, Outcome.REVIEW_PENDING, phase, reason, capability))
+            pending = Decision(
+                Rule.REVIEW, Outcome.REVIEW_PENDING, phase, reason, capability, data={"reviewer": rid}
+            )
+            ctx.decide(state, step, pending)
             raise
         except TimeoutError:
             auto = config.auto_approve_on_timeout

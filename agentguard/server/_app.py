@@ -272,9 +272,9 @@ def create_app(
     if max_body_bytes < 1 or max_concurrency < 1 or run_timeout <= 0:
         raise ValueError("max_body_bytes, max_concurrency and run_timeout must be positive")
     served = _served(agents)
-    runs = Runs(
-        runner, store or MemoryEngagementStore(), max_concurrency=max_concurrency, run_timeout=run_timeout
-    )
+    if store is None:  # not `store or ...`: an empty store is falsy
+        store = MemoryEngagementStore()
+    runs = Runs(runner, store, max_concurrency=max_concurrency, run_timeout=run_timeout)
     for agent in served.values():
         for reviewer_id, reviewer in (reviewers or {}).items():
             agent.guard.add_reviewer(reviewer_id, runs.tracked(reviewer))

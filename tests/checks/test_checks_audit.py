@@ -12,13 +12,18 @@ import pytest
 
 from agentguard import (
     Approval,
+    Decision,
     Guard,
     GuardrailViolation,
+    Outcome,
+    Phase,
     RestrictionViolation,
     ReviewDenied,
+    Rule,
     ShortCircuitViolation,
     User,
 )
+from agentguard._steps import new_step
 from agentguard.checks import (
     Audit,
     AuditEntry,
@@ -31,6 +36,7 @@ from agentguard.checks import (
     build_report,
     write_report,
 )
+from agentguard.engagement import EngagementState
 from agentguard.guardian import GuardianClient
 from tests.conftest import spec_text
 
@@ -381,3 +387,16 @@ def test_one_report_per_engagement(tmp_path: Path) -> None:
         ids.append(eng.id)
     assert sorted(str(r.entry.execution_id) for r in Audit.query(tmp_path)) == sorted(ids)
     assert all(r.entry.agent_id is None for r in Audit.query(tmp_path))  # no guardian, no agent_id given
+
+
+def test_failed_judgments_carrying_their_data_are_named_and_reported() -> None:
+    state = EngagementState()
+    step = new_step(state, "steps/toolCallRequest", name="search", call_id="c1")
+    for score, outcome in ((0.9, Outcome.ALLOW), (0.2, Outcome.DENY)):
+        judge = {"score": score, "passed": score >= 0.5, "reasoning": f"scored {score}"}
+        data = {"rule": "judge:tone", "judge": judge}
+        step.decisions.append(Decision(Rule.RULE, outcome, Phase.OUTPUT, "judged", "search", data=data))
+    entry = build_report(state).entry
+    assert [r.rule_name for r in entry.rule_results or []] == ["rule:judge:tone", "rule:judge:tone"]
+    assert entry.judge_result == JudgeResult(score=0.2, passed=False, reasoning="scored 0.2")
+    assert (entry.opinion, entry.findings) == ("adverse", _findings(major=1))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from agentguard_langchain import format_timeline
-from agentguard_langchain._timeline import describe_step
+from agentguard.timeline import describe_step
 
 from agentguard import Decision, Outcome, Phase, Rule, StepRecord
 

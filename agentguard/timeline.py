@@ -2,15 +2,16 @@
 
 ::
 
-    from agentguard_langchain import print_timeline
+    from agentguard.timeline import print_timeline
 
-    print_timeline(middleware.engagement_for("t1"))
+    print_timeline(eng)          # an Engagement, or any iterable of StepRecord
     #  1  user message            allowed   guardrail pii-check passed
     #  2  tool lookup-order       allowed   {"order_id": "A-1"}
     #  3  tool send-email         DENIED    restriction (input): assertion is false [recent["send-email"]...]
     #  4  tool refund             allowed   reviewed (input) by supervisor: approved
 
-It reads only the public step records (kind, name, decisions, outcome), so it works for any adapter.
+It reads only the public step records (kind, name, decisions, outcome), so it works for any adapter, the
+command line's ``agentguard demo`` and the audit report alike.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import TextIO
 
-from agentguard import Decision, Engagement, Outcome, Rule, StepRecord
-from agentguard.engagement import CallRecord
+from agentguard.engagement import CallRecord, Decision, Outcome, StepRecord
+from agentguard.errors import Rule
+from agentguard.guard import Engagement
 
 __all__ = ["describe_step", "format_timeline", "print_timeline"]
 
@@ -42,6 +44,7 @@ _VERDICTS = {
     Outcome.NO_DECISION: "no-decision",
     Outcome.WARN: "warned",
     Outcome.REVIEW_APPROVED: "allowed",
+    Outcome.REVIEW_PENDING: "paused",
 }
 
 
@@ -63,7 +66,10 @@ def _review(decision: Decision) -> str:
     people = [a.get("approvedBy") for a in data.get("approvals") or () if isinstance(a, dict)]
     who = ", ".join(p for p in people if p and p != reviewer)
     by = f"{reviewer} ({who})" if who else reviewer
-    verdict = "approved" if decision.outcome is Outcome.REVIEW_APPROVED else "rejected"
+    verdict = {
+        Outcome.REVIEW_APPROVED: "approved",
+        Outcome.REVIEW_PENDING: "pending (run paused)",
+    }.get(decision.outcome, "rejected")
     return f"reviewed{' (' + decision.phase.value + ')' if decision.phase else ''} by {by}: {verdict}"
 
 
@@ -101,8 +107,7 @@ def describe_step(step: StepRecord) -> tuple[str, str, str]:
 def format_timeline(source: Engagement | Iterable[StepRecord], *, inputs: bool = True) -> str:
     """The timeline as text, one line per step; ``inputs``: show a tool call's inputs if nothing else is said.
 
-    Given an engagement, a tool step is matched with its call record: a call taken back without any blocking
-    decision was interrupted (a LangGraph pause for review) and is shown as ``paused``.
+    Given an engagement, a tool step is matched with its call record for its inputs.
     """
     steps: Sequence[StepRecord]
     records: dict[str, list[CallRecord]] = {}
@@ -118,9 +123,7 @@ def format_timeline(source: Engagement | Iterable[StepRecord], *, inputs: bool =
         what, verdict, why = describe_step(step)
         queue = records.get(step.call_id or "") if step.kind == "steps/toolCallRequest" else None
         record = queue.pop(0) if queue else None
-        if record is not None and record.status == "denied" and not any(d.blocked for d in step.decisions):
-            verdict, why = "paused", "interrupted before a decision"
-        elif inputs and not why and record is not None:
+        if inputs and not why and record is not None:
             why = json.dumps(record.inputs, default=str, ensure_ascii=False)
         lines.append(f"{number:>3}  {what:<{width}}  {verdict:<10}  {why}".rstrip())
     return "\n".join(lines)

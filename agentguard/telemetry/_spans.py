@@ -1,0 +1,159 @@
+"""What agentguard's spans are called and what they carry, as plain functions of the step records.
+
+The OpenTelemetry GenAI conventions (development status) name the pieces. An engagement turn is an
+``invoke_agent {agent}`` span; a tool or sub-agent call is an ``execute_tool {tool}`` span, which encloses the
+tool's own run. Every other step -- a user message or agent answer (guardrailed or only reported), retrieved
+knowledge or memory, memory about to be stored, a trigger, an A2A or MCP message -- is agentguard judging
+content before the host lets it move on: the conventions call that ``apply_guardrail {target type}``, with the
+target type saying what is judged (``llm_input``, ``knowledge_result``, ...).
+
+Every decision about a step is an ``agentguard.decision`` event on the step's span. Content (tool arguments
+and results, message text, retrieved documents) goes into opt-in attributes only; the functions that read
+content are the ones named ``*_content`` and the observer calls them only when capture is on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.util.types import AttributeValue
+
+from agentguard.aos import A2A_METHODS
+from agentguard.engagement import CallRecord, Decision, EngagementState, Outcome, StepRecord
+
+__all__ = [
+    "DECISION_EVENT",
+    "TOOL_STEP",
+    "decision_attributes",
+    "guardrail_decision",
+    "step_content",
+    "step_span",
+    "tool_content",
+    "turn_span",
+]
+
+TOOL_STEP = "steps/toolCallRequest"
+DECISION_EVENT = "agentguard.decision"
+
+_TARGETS = {
+    "steps/knowledgeRetrieval": "knowledge_result",
+    "steps/memoryStore": "memory_store",
+    "steps/memoryContextRetrieval": "memory_retrieve",
+    "steps/agentTrigger": "agent_trigger",
+    "protocols/MCP": "mcp_message",
+}
+_MESSAGE_TARGETS = {"user": "llm_input", "agent": "llm_output"}
+
+
+def _target(step: StepRecord) -> str:
+    """``gen_ai.security.target.type`` of a non-tool step (free-form in the conventions; theirs where one fits)."""
+    if step.kind == "steps/message":
+        return _MESSAGE_TARGETS.get(step.payload.get("role") or step.name or "", "message")
+    if step.kind in A2A_METHODS:
+        return "a2a_message"
+    return _TARGETS.get(step.kind, step.kind)
+
+
+def turn_span(agent_name: str, agent_id: str, state: EngagementState) -> tuple[str, dict[str, AttributeValue]]:
+    """Name and attributes of the span of one engagement turn."""
+    return f"invoke_agent {agent_name}", {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": agent_name,
+        "gen_ai.agent.id": agent_id,
+        "gen_ai.conversation.id": state.id,
+        "agentguard.turn.id": state.turn_id,
+    }
+
+
+def step_span(
+    agent_name: str, agent_id: str, state: EngagementState, step: StepRecord
+) -> tuple[str, dict[str, AttributeValue]]:
+    """Name and attributes of a step's span, as known when the step starts (samplers see these)."""
+    attributes: dict[str, AttributeValue] = {
+        "gen_ai.agent.name": agent_name,
+        "gen_ai.agent.id": agent_id,
+        "gen_ai.conversation.id": state.id,
+        "agentguard.step.kind": step.kind,
+        "agentguard.step.id": step.step_id,
+        "agentguard.turn.id": step.turn_id,
+    }
+    if step.kind == TOOL_STEP:
+        tool = step.name or "unknown"
+        attributes["gen_ai.operation.name"] = "execute_tool"
+        attributes["gen_ai.tool.name"] = tool
+        if step.call_id:
+            attributes["gen_ai.tool.call.id"] = step.call_id
+        return f"execute_tool {tool}", attributes
+    target = _target(step)
+    attributes["gen_ai.operation.name"] = "apply_guardrail"
+    attributes["gen_ai.security.target.type"] = target
+    return f"apply_guardrail {target}", attributes
+
+
+def decision_attributes(decision: Decision) -> dict[str, AttributeValue]:
+    """The attributes of the ``agentguard.decision`` event of one decision (no content: reasons are ours)."""
+    attributes: dict[str, AttributeValue] = {
+        "agentguard.decision.rule": decision.rule.value,
+        "agentguard.decision.outcome": decision.outcome.value,
+        "agentguard.decision.severity": decision.severity,
+    }
+    if decision.phase is not None:
+        attributes["agentguard.decision.phase"] = decision.phase.value
+    if decision.reason:
+        attributes["agentguard.decision.reason"] = decision.reason
+    if decision.capability is not None:
+        attributes["agentguard.decision.capability"] = decision.capability
+    if decision.expression is not None:
+        attributes["agentguard.decision.expression"] = decision.expression
+    return attributes
+
+
+def guardrail_decision(step: StepRecord, blocked: Decision | None) -> tuple[str, str | None]:
+    """``gen_ai.security.decision.type`` of a non-tool step and the reason to give when it is not ``allow``."""
+    if blocked is not None:
+        return "deny", blocked.reason or None
+    modified = next((d for d in step.decisions if d.outcome is Outcome.MODIFY), None)
+    if modified is not None:
+        return "modify", modified.reason or None
+    warned = next((d for d in step.decisions if d.outcome is Outcome.WARN), None)
+    if warned is not None:
+        return "warn", warned.reason or None
+    return "allow", None
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def tool_content(record: CallRecord, *, with_result: bool) -> dict[str, AttributeValue]:
+    """CONTENT. The arguments of a call and, when ``with_result``, its result.
+
+    The caller decides ``with_result``: a withheld or failed output is never passed on (decision 3).
+    """
+    attributes: dict[str, AttributeValue] = {"gen_ai.tool.call.arguments": _text(record.inputs)}
+    if with_result and record.outputs is not None:
+        attributes["gen_ai.tool.call.result"] = _text(record.outputs)
+    return attributes
+
+
+def step_content(step: StepRecord) -> dict[str, AttributeValue]:
+    """CONTENT. What a non-tool step judged, from the AOS request built for it (when one was built).
+
+    A message gives its text; other steps their AOS ``params`` without the ``context`` (agent and user
+    descriptors are not content of the step).
+    """
+    if not step.aos:
+        return {}
+    params = step.aos[0].get("params")
+    if not isinstance(params, Mapping):
+        return {}
+    message = params.get("message")
+    if step.kind == "steps/message" and isinstance(message, Mapping):
+        parts = message.get("content")
+        if isinstance(parts, list):
+            text = "".join(p["text"] for p in parts if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+            return {"gen_ai.security.content.input.value": text}
+    judged = {key: value for key, value in params.items() if key != "context"}
+    return {"gen_ai.security.content.input.value": _text(judged)}

@@ -1,0 +1,223 @@
+"""Agents, runners and servers shared by the OpenAgentSpec server's tests.
+
+``shop-agent`` is the agent most tests serve: a tool with a restriction and a review, an input guardrail
+and ``exposes``. Its runner does what the input's ``action`` says, so one server answers every scenario;
+``gate`` names a :class:`threading.Event` the runner waits on, so a test decides when a run ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agentguard import Approval, Engagement, Guard, GuardrailViolation, ReviewRequest
+from agentguard.server import ServedAgent, load_agents
+from agentguard.server._store import EngagementRecord, MemoryEngagementStore
+from tests.conftest import spec_text
+
+SHOP_SPEC = spec_text(
+    """
+    capabilities:
+      lookup-order:
+      refund:
+        input_restriction:
+          require_review: supervisor
+          assertion: recent["refund"].inputs.amount <= 100
+    guardrails:
+      input:
+        tool_name: pii-check
+        assertion: output.ok == true
+    exposes:
+      lookups: history._total
+      last: recent._name
+    """,
+    name="shop-agent",
+)
+
+ORDER_SCHEMA = """{
+  "type": "object",
+  "properties": {
+    "order_id": {"type": "string", "pattern": "^[A-Z]-[0-9]+$"},
+    "amount": {"type": "integer", "minimum": 0}
+  }
+}
+"""
+
+GATES: dict[str, threading.Event] = {}
+"""Events runners wait on, by the name an input gives as ``gate``."""
+
+CALLED: list[str] = []
+"""Tools actually invoked, in order (a refused call never gets here)."""
+
+
+def gate(name: str) -> threading.Event:
+    return GATES.setdefault(name, threading.Event())
+
+
+def lookup_order(order_id: str) -> dict[str, Any]:
+    CALLED.append("lookup-order")
+    return {"order_id": order_id, "status": "shipped"}
+
+
+def refund(amount: int) -> dict[str, Any]:
+    CALLED.append("refund")
+    return {"refunded": amount}
+
+
+def pii_check(text: str) -> dict[str, Any]:
+    return {"ok": "ssn" not in text}
+
+
+def shop_runner(guard: Guard, engagement: Engagement, input: dict[str, Any]) -> Any:
+    """A sync runner doing what ``input["action"]`` says."""
+    action = input.get("action", "lookup")
+    if input.get("gate"):
+        gate(input["gate"]).wait(10)
+    if action == "lookup":
+        return guard.call("lookup-order", {"order_id": input.get("order_id", "A-1")}, lookup_order)
+    if action == "refund":
+        return guard.call("refund", {"amount": input["amount"]}, refund)
+    if action == "guardrail":
+        engagement.check_input(input["text"])
+        return "passed"
+    if action == "guardrail-swallowed":
+        try:
+            engagement.check_input(input["text"])
+        except GuardrailViolation:
+            return "the model answer the guardrail should have stopped"
+    if action == "crash":
+        raise RuntimeError("database password is hunter2")
+    return None
+
+
+async def async_shop_runner(guard: Guard, engagement: Engagement, input: dict[str, Any]) -> Any:
+    """An async runner: waits ``seconds`` (cancellable), then looks an order up."""
+    import asyncio
+
+    try:
+        await asyncio.sleep(input.get("seconds", 0))
+    except asyncio.CancelledError:
+        CALLED.append("async-runner-cancelled")
+        raise
+    return await guard.acall("lookup-order", {"order_id": "A-1"}, lookup_order)
+
+
+def approve_when_gate_opens(request: ReviewRequest) -> Approval:
+    gate("review").wait(10)
+    return Approval(True, "looks fine", "supervisor")
+
+
+def write_shop_dir(directory: Path, *, schema: bool = False) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "shop.yaml").write_text(SHOP_SPEC)
+    if schema:
+        (directory / "shop.input_schema.json").write_text(ORDER_SCHEMA)
+    return directory
+
+
+def shop_agents(directory: Path, *, schema: bool = False) -> list[ServedAgent]:
+    agents = load_agents(write_shop_dir(directory, schema=schema))
+    agents[0].guard.register("pii-check", pii_check)
+    return agents
+
+
+def wait_for(client: httpx.Client, location: str, *, until: str | None = None, seconds: float = 10) -> Any:
+    """The engagement state once it finished (long polling), or once its status is ``until``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        state = client.get(location, params={"wait": 0 if until else 5}).json()
+        if (state["status"] == until) if until else state["status"] not in ("running", "awaiting-review"):
+            return state
+        assert time.monotonic() < deadline, f"engagement still {state['status']}"
+        time.sleep(0.02)
+
+
+def start(client: httpx.Client, agent: str, body: Any) -> str:
+    """POST ``body`` to the agent; the Location of the engagement (asserting the 303)."""
+    response = client.post(f"/agents/{agent}", json=body)
+    assert response.status_code == 303, response.text
+    location: str = response.headers["location"]
+    return location
+
+
+class RecordingStore(MemoryEngagementStore):
+    """The in-memory store, keeping every record saved, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saved: list[EngagementRecord] = []
+
+    async def save(self, record: EngagementRecord) -> None:
+        self.saved.append(record)
+        await super().save(record)
+
+
+class Recorder:
+    """ASGI middleware noting every request: (method, path with query, status, request headers)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.requests: list[tuple[str, str, int, httpx.Headers]] = []
+        self._lock = threading.Lock()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 0
+
+        async def note(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        await self.app(scope, receive, note)
+        path = scope["path"] + (("?" + scope["query_string"].decode()) if scope["query_string"] else "")
+        headers = httpx.Headers([(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]])
+        with self._lock:
+            self.requests.append((scope["method"], path, status, headers))
+
+    def seen(self, method: str | None = None) -> list[tuple[str, str, int, httpx.Headers]]:
+        with self._lock:
+            return [r for r in self.requests if method is None or r[0] == method]
+
+    def clear(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+
+@contextlib.contextmanager
+def serve_tls(app: Any, certfile: Path, keyfile: Path) -> Iterator[str]:
+    """``app`` over HTTPS on a free 127.0.0.1 port (uvicorn's own TLS); yields the base URL."""
+    import uvicorn
+
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        ssl_certfile=str(certfile),
+        ssl_keyfile=str(keyfile),
+        log_config=None,
+        log_level="warning",
+        lifespan="off",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn (TLS) did not start"
+        time.sleep(0.005)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"https://127.0.0.1:{port}/"
+    finally:
+        server.should_exit = True
+        thread.join(10)
