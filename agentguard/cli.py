@@ -4,10 +4,13 @@ Usage::
 
     agentguard validate examples/support-agent/agent.yaml other-agent.yaml
     agentguard validate --format json --cel-backend cel-python agent.yaml
+    agentguard validate --strict support.agentspec.json mailcomposer.json SUPPORT-OS.md
 
-``validate`` checks agent documents the way the library loads them (YAML, schema, names, CEL), so a spec
-can be checked in CI before it is deployed. Exit status: 0 when every file is valid, 1 when any is not,
-2 for a usage error.
+``validate`` checks agent documents the way the library loads them, so they can be checked in CI before
+they are deployed: OpenAgentSpec agents (YAML, schema, names, CEL) and the descriptor formats of
+:mod:`agentguard.formats` -- Agent Spec configurations, Agent Manifests, OS Protocol app files -- told apart
+by their content. Warnings (an unknown provider, a secret written in a file) are printed but do not fail
+the check. Exit status: 0 when every file is valid, 1 when any is not, 2 for a usage error.
 
 Each subcommand is one ``_add_<name>`` function that adds its parser and sets ``run`` to the function
 carrying it out; adding a subcommand means writing one and listing it in :data:`_SUBCOMMANDS`.
@@ -19,14 +22,16 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeAlias
 
 from agentguard.cel import BACKEND_ENV_VAR, DEFAULT_BACKEND, get_backend
 from agentguard.checks._cli import add_parser as _add_audit
-from agentguard.errors import SpecError, SpecProblem
+from agentguard.errors import ConfigurationError, SpecError, SpecProblem
+from agentguard.formats import Format, LoadOptions, descriptor_of, read_document, read_file
 from agentguard.guardian.server._cli import add_parser as _add_guardian
 from agentguard.server._cli import add_parser as _add_serve
-from agentguard.spec import load_spec
+from agentguard.spec import load_spec_text
 
 __all__ = ["main"]
 
@@ -57,11 +62,17 @@ def _build_parser() -> argparse.ArgumentParser:
 def _add_validate(subparsers: _Subparsers) -> None:
     parser = subparsers.add_parser(
         "validate",
-        help="check OpenAgentSpec agent files",
-        description="Check OpenAgentSpec agent files: YAML, schema, names and CEL expressions. "
+        help="check agent files (OpenAgentSpec, Agent Spec, Agent Manifest, OS Protocol app)",
+        description="Check OpenAgentSpec agent files (YAML, schema, names and CEL expressions) and agent "
+        "descriptors (Agent Spec, Agent Manifest, OS Protocol app), told apart by their content. "
         "Exits 0 when every file is valid, 1 otherwise.",
     )
-    parser.add_argument("files", nargs="+", metavar="FILE", help="agent YAML file to check")
+    parser.add_argument("files", nargs="+", metavar="FILE", help="agent file to check")
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="also validate Agent Spec files with pyagentspec (pip install 'agentguard[agentspec]')",
+    )
     parser.add_argument(
         "--format", choices=("text", "json"), default="text", help="output format (default: text)"
     )
@@ -74,44 +85,74 @@ def _add_validate(subparsers: _Subparsers) -> None:
     parser.set_defaults(run=_validate)
 
 
+@dataclass
+class _Checked:
+    file: str
+    format: Format | None
+    problems: tuple[SpecProblem, ...] = ()
+    warnings: tuple[SpecProblem, ...] = ()
+
+
 def _validate(args: argparse.Namespace) -> int:
     try:
         backend = get_backend(args.cel_backend)
     except (ValueError, ImportError) as error:  # unknown backend name, or its engine is not installed
         print(f"agentguard validate: error: {error}", file=sys.stderr)
         return 2
-    results: list[tuple[str, tuple[SpecProblem, ...]]] = []
+    results: list[_Checked] = []
     for file in args.files:
+        checked = _Checked(file, None)
         try:
-            load_spec(file, backend=backend)
+            text, source = read_file(file)
+            doc = read_document(text, source)
+            checked.format = doc.format
+            if doc.format == "openagentspec":
+                load_spec_text(text, backend=backend, source=source)
+            else:
+                checked.warnings = descriptor_of(doc, LoadOptions(strict=args.strict, secrets_known=False)).warnings
         except SpecError as error:
-            results.append((file, error.problems))
-        else:
-            results.append((file, ()))
+            checked.problems = error.problems
+        except ConfigurationError as error:  # --strict without pyagentspec installed
+            print(f"agentguard validate: error: {error}", file=sys.stderr)
+            return 2
+        results.append(checked)
 
     if args.format == "json":
-        document = [
-            {"file": file, "valid": not problems, "problems": [problem.as_dict() for problem in problems]}
-            for file, problems in results
-        ]
-        print(json.dumps(document, indent=2))
+        print(json.dumps([_as_json(checked) for checked in results], indent=2))
     else:
-        for file, problems in results:
-            if not problems:
-                print(f"{file}: ok")
-            for problem in problems:
+        for checked in results:
+            if not checked.problems:
+                print(f"{checked.file}: ok")
+            for problem in checked.problems:
                 print(problem)
+            for warning in checked.warnings:
+                print(f"{warning} (warning)")
         print(_summary(results))
-    return 1 if any(problems for _, problems in results) else 0
+    return 1 if any(checked.problems for checked in results) else 0
 
 
-def _summary(results: Sequence[tuple[str, Sequence[SpecProblem]]]) -> str:
-    invalid = sum(1 for _, problems in results if problems)
-    count = sum(len(problems) for _, problems in results)
+def _as_json(checked: _Checked) -> dict[str, object]:
+    """One file's result; descriptor formats also carry their format and warnings."""
+    entry: dict[str, object] = {
+        "file": checked.file,
+        "valid": not checked.problems,
+        "problems": [problem.as_dict() for problem in checked.problems],
+    }
+    if checked.format not in (None, "openagentspec"):
+        entry["format"] = checked.format
+        entry["warnings"] = [warning.as_dict() for warning in checked.warnings]
+    return entry
+
+
+def _summary(results: Sequence[_Checked]) -> str:
+    invalid = sum(1 for checked in results if checked.problems)
+    count = sum(len(checked.problems) for checked in results)
+    warned = sum(len(checked.warnings) for checked in results)
     files = f"{len(results)} file{'s' if len(results) != 1 else ''}"
+    warnings = f" ({warned} warning{'s' if warned != 1 else ''})" if warned else ""
     if not invalid:
-        return f"{files} checked: all valid"
-    return f"{files} checked: {invalid} invalid, {count} problem{'s' if count != 1 else ''}"
+        return f"{files} checked: all valid{warnings}"
+    return f"{files} checked: {invalid} invalid, {count} problem{'s' if count != 1 else ''}{warnings}"
 
 
 _SUBCOMMANDS: tuple[Callable[[_Subparsers], None], ...] = (

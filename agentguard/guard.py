@@ -35,6 +35,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import TracerProvider
+
 from agentguard._drivers import run_async, run_sync
 from agentguard._steps import AgentInfo, StepBuilder, new_step, tool_definition
 from agentguard.cel import CelBackend, get_backend
@@ -67,6 +70,7 @@ from agentguard.policy._rules import Rules, Severity, SeverityMap
 from agentguard.runs import Cancel, Retry, Timeout
 from agentguard.spec import AgentSpec, CompiledSpec, compile_spec, is_valid_name, load_spec, load_spec_text
 from agentguard.steps import MCP, KnowledgeRetrieval, Message, Step
+from agentguard.telemetry._observer import GuardTelemetry, guard_observers
 
 __all__ = ["Engagement", "Guard"]
 
@@ -502,6 +506,15 @@ class Guard:
     ``severity``
         per-rule severity, ``error`` (blocks), ``warning`` or ``info`` (record only: shadow mode); keys like
         ``"restriction"``, ``"restriction:refund"``, ``"rule:<name>"`` (see :mod:`agentguard.policy._rules`).
+    ``telemetry``
+        OpenTelemetry spans, decision events and metrics of every turn, step and decision (see
+        :mod:`agentguard.telemetry`): ``True`` (default; nothing is exported until an SDK is configured),
+        ``False``, or a :class:`~agentguard.telemetry.GuardTelemetry` of one's own.
+    ``capture_content``
+        record tool arguments and results and message text on spans (opt-in; ``None`` reads
+        ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``). A withheld output is never recorded.
+    ``tracer_provider`` / ``meter_provider``
+        where the default telemetry records (default: the global OpenTelemetry providers).
     """
 
     def __init__(
@@ -521,6 +534,10 @@ class Guard:
         observers: Iterable[Observer] = (),
         severity: Mapping[str, Severity] | None = None,
         source: str | None = None,
+        telemetry: bool | GuardTelemetry = True,
+        capture_content: bool | None = None,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
     ) -> None:
         if unknown_capability not in ("deny", "allow", "observe"):
             raise ConfigurationError(
@@ -565,7 +582,20 @@ class Guard:
             credential_resolver=credential_resolver,
             guardian=guardian,
             tools={name: reg.fn for name, reg in self._registry.items()},
-            observers=Observers(observers),
+            observers=Observers(
+                [
+                    *guard_observers(
+                        telemetry,
+                        agent_name=self.agent_info.name or compiled.spec.name,
+                        agent_id=self.agent_info.id or compiled.spec.name,
+                        guardian=guardian,
+                        capture_content=capture_content,
+                        tracer_provider=tracer_provider,
+                        meter_provider=meter_provider,
+                    ),
+                    *observers,
+                ]
+            ),
             severity=SeverityMap(severity),
         )
         self.rules: Rules = self._flow.rules
@@ -729,6 +759,10 @@ class Guard:
     def reviewer_ids(self) -> frozenset[str]:
         """Ids of the reviewers registered with this guard."""
         return frozenset(self._reviewers)
+
+    def reviewer_for(self, reviewer_id: str) -> tuple[Reviewer | None, ApprovalConfig]:
+        """The reviewer registered as ``reviewer_id`` (``None`` if none) and the approval config it runs under."""
+        return self._reviewers.get(reviewer_id), self._approvals.get(reviewer_id, self._flow.approval)
 
     def required_reviewers(self) -> frozenset[str]:
         """Every reviewer id the spec's ``require_review`` fields and the added review gates name."""

@@ -299,7 +299,7 @@ class RemoteAgent:
         yield from self._resolve(token, deadline)
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         start = self._request("POST", self._origin, token, deadline, headers=headers, content=body)
-        reply = yield from self._exchange(start, "starting an engagement")
+        reply = yield from self._exchange(start, "starting an engagement", deadline)
         if reply.status != 303:
             raise self._refused("starting an engagement", reply)
         location = self._same_origin(reply.headers.get("location"))
@@ -317,7 +317,7 @@ class RemoteAgent:
         if cached is not None:
             headers["If-None-Match"] = cached.etag
         request = self._request("GET", self._origin, token, deadline, headers=headers)
-        reply = yield from self._exchange(request, "fetching the definition")
+        reply = yield from self._exchange(request, "fetching the definition", deadline)
         if reply.status == 304 and cached is not None:
             return cached.spec
         if reply.status != 200:
@@ -343,13 +343,14 @@ class RemoteAgent:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise self._error(f"the remote engagement did not finish within {limits.call_timeout:g} s")
-            wait = min(limits.poll_wait, remaining)
-            url = location.copy_merge_params({"wait": f"{wait:g}"})
+                raise self._error(f"the call did not finish within {limits.call_timeout:g} s")
+            # Ask the server to answer well before the deadline, so its answer is not cut off by it.
+            wait = min(limits.poll_wait, remaining / 2)
+            url = location.copy_merge_params({"wait": f"{wait:.3g}"})
             request = self._request(
                 "GET", url, token, deadline, headers={"Accept": "application/json"}, extra=wait
             )
-            reply = yield from self._exchange(request, "reading the engagement")
+            reply = yield from self._exchange(request, "reading the engagement", deadline)
             if reply.status != 200:
                 raise self._refused("reading the engagement", reply)
             state = self._json_object(reply, "the engagement state")
@@ -406,11 +407,15 @@ class RemoteAgent:
             extensions={"timeout": httpx.Timeout(seconds).as_dict()},
         )
 
-    def _exchange(self, request: httpx.Request, what: str) -> _Flow[_Reply]:
+    def _exchange(self, request: httpx.Request, what: str, deadline: float) -> _Flow[_Reply]:
         try:
             reply: _Reply = yield _Send(request)
         except httpx.TimeoutException as exc:
-            raise self._error(f"no answer in time when {what}") from exc
+            if time.monotonic() >= deadline:
+                raise self._error(
+                    f"the call did not finish within {self.limits.call_timeout:g} s ({what})"
+                ) from exc
+            raise self._error(f"no answer within {self.limits.request_timeout:g} s when {what}") from exc
         except httpx.HTTPError as exc:
             raise self._error(f"cannot reach the server when {what}: {type(exc).__name__}: {exc}") from exc
         except _TooLarge as exc:
@@ -545,7 +550,8 @@ def attach_remote_agents(
             f"remote agent host not in allow_hosts {sorted(allowed)}: {', '.join(refused)}"
         )
     token_map = dict(tokens or {})
-    stray = sorted(host for host in token_map if _entry_for(host, allowed) is None)
+    allowed_names = {_split_host(entry)[0] for entry in allowed}
+    stray = sorted(host for host in token_map if _split_host(host)[0] not in allowed_names)
     if stray:
         raise ConfigurationError(f"tokens given for hosts that are not in allow_hosts: {', '.join(stray)}")
     backend = get_backend(guard.compiled.backend_name)

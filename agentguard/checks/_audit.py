@@ -44,7 +44,7 @@ import re
 import tempfile
 import time
 import uuid
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,9 +55,10 @@ from pydantic import Field, JsonValue, ValidationError
 
 from agentguard.checks._judge import JudgeResult
 from agentguard.checks._rules import CheckModel, RuleResult, json_safe, rule_results, state_of
-from agentguard.engagement import EngagementState
+from agentguard.engagement import EngagementState, StepRecord
 from agentguard.errors import AgentGuardError
 from agentguard.observers import Observer
+from agentguard.timeline import format_timeline
 
 if TYPE_CHECKING:
     from agentguard.guard import Engagement
@@ -211,12 +212,16 @@ def _recorded_agent_id(state: EngagementState) -> str | None:
 
 
 def _lowest_judgment(results: Sequence[RuleResult]) -> JudgeResult | None:
+    """The lowest-scoring judgment in the decisions' data (a rule's own ``judge`` metadata is skipped if it is
+    not a ``JudgeResult``: a report is written whatever user rules put in their metadata)."""
     judgments = []
     for result in results:
         data = _meta(result, "data")
         judge = data.get("judge") if isinstance(data, dict) else None
-        if isinstance(judge, dict):
+        try:
             judgments.append(JudgeResult.model_validate(judge))
+        except ValidationError:
+            continue
     return min(judgments, key=lambda j: j.score, default=None)
 
 
@@ -264,7 +269,7 @@ def build_report(
         judge_result=_lowest_judgment(results),
         metadata={"engagement": engagement, **(extra if isinstance(extra, dict) else {})},
     )
-    return AuditReport(entry, render_body(entry))
+    return AuditReport(entry, render_body(entry, state.steps))
 
 
 def _scope(state: EngagementState) -> list[str]:
@@ -274,10 +279,14 @@ def _scope(state: EngagementState) -> list[str]:
 def write_report(
     source: Engagement | EngagementState,
     directory: str | os.PathLike[str],
-    **options: Any,
+    *,
+    agent_id: str | None = None,
+    objectives: str | None = None,
+    scope: Sequence[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Build the engagement's report (``options`` as for :func:`build_report`) and write it to ``directory``."""
-    report = build_report(source, **options)
+    """Build the engagement's report (see :func:`build_report`) and write it to ``directory``; its path."""
+    report = build_report(source, agent_id=agent_id, objectives=objectives, scope=scope, metadata=metadata)
     return Audit.write(report.entry, directory, body=report.body)
 
 
@@ -308,8 +317,12 @@ def _reviews(results: Sequence[RuleResult]) -> Iterator[tuple[RuleResult, Mappin
                 yield result, approval
 
 
-def render_body(entry: AuditEntry) -> str:
-    """The markdown body of a report, from its entry alone (so a parsed entry renders the same way)."""
+def render_body(entry: AuditEntry, steps: Iterable[StepRecord]) -> str:
+    """The markdown body of a report: findings and reviews from the entry, the timeline from the steps.
+
+    The timeline has one line per step (:mod:`agentguard.timeline`, without tool inputs); every single
+    decision is in the entry's ``ruleResults``.
+    """
     results = entry.rule_results or []
     engagement = (entry.metadata or {}).get("engagement")
     engagement = engagement if isinstance(engagement, dict) else {}
@@ -357,21 +370,8 @@ def render_body(entry: AuditEntry) -> str:
         j = entry.judge_result
         verdict = "passed" if j.passed else "failed"
         lines += ["## Judgment", "", f"Lowest score {j.score:.2f} ({verdict}): {_one_line(j.reasoning)}", ""]
-    lines += ["## Timeline", ""]
-    previous: JsonValue = None
-    number = 0
-    for result in results:
-        step = _meta(result, "step")
-        step_id = step.get("id") if isinstance(step, dict) else None
-        if step_id != previous or step_id is None:
-            previous, number = step_id, number + 1
-            lines.append(f"{number}. {_where(result)}")
-        mark = "pass" if result.passed else f"**FAIL** ({result.severity})"
-        detail = f"`{result.rule_name}` {_meta(result, 'outcome')}, {mark}: {_one_line(result.message)}"
-        expression = _meta(result, "expression")
-        lines.append(f"   - {detail}" + (f" — `{_one_line(expression)}`" if expression else ""))
-    if not results:
-        lines.append("No decisions were recorded.")
+    timeline = format_timeline(steps, inputs=False)
+    lines += ["## Timeline", "", "```text", timeline, "```"] if timeline else ["## Timeline", "", "No steps."]
     return "\n".join(lines) + "\n"
 
 

@@ -180,9 +180,8 @@ class GuardianJudge:
         outcome = verdict.outcome
         if outcome is GuardianOutcome.NO_DECISION:
             score = 1.0 if verdict.proceeded else 0.0
-            reasoning = f"no guardian decision ({verdict.failure}); on_failure let it " + (
-                "proceed" if verdict.proceeded else "fail"
-            )
+            policy = "allow" if verdict.proceeded else "deny"
+            reasoning = f"no guardian decision ({verdict.failure}); on_failure={policy}"
         else:
             score = 1.0 if outcome is GuardianOutcome.ALLOW else 0.0
             sent = (verdict.data or {}).get("score")

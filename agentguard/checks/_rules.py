@@ -6,17 +6,18 @@ on which capability and phase). Audit trails, judges and dashboards that speak t
 is that translation, and nothing else: it does no I/O and decides nothing.
 
 **ruleName.** One name per check, built so that it is also the key that sets the check's severity in
-``Guard(severity=...)`` (see :mod:`agentguard.policy._rules`):
+``Guard(severity=...)`` where that can be set (see :mod:`agentguard.policy._rules`):
 
 ====================================  =====================================================================
 ``<kind>:<capability>:<phase>``       a spec check on one capability: ``restriction:send-email:input``,
                                       ``capability:shell:input``, ``short-circuit:search:input``,
                                       ``review:refund:output``, ``identity:crm:input``,
-                                      ``guardian:send-email:output``; for guardrails the capability is the
+                                      ``guardian:send-email:output``, ``run:fetch:input`` (a timeout or a
+                                      retry); for guardrails the capability is the
                                       guardrail tool (``guardrail:pii-check:input``); for reported steps
                                       it is the step's name (``engagement:agent:output``)
-``<kind>:<phase>``                    no capability is involved (``guardrail:output`` in a stopped
-                                      engagement)
+``<kind>:<phase>``                    no capability is involved (``short-circuit:input``: a message
+                                      refused in a stopped engagement)
 ``rule:<name>`` / ``schema:<name>``   a Python rule registered with ``guard.rules`` whose decision carries
                                       its name in ``data["rule"]`` (``rule:judge:tone`` for a judge);
                                       without it, ``rule:<capability>:<phase>``
@@ -25,7 +26,9 @@ is that translation, and nothing else: it does no I/O and decides nothing.
 **passed and severity.** ``allow``, ``modify`` and ``review-approved`` pass (severity: the decision's);
 ``deny`` and ``review-rejected`` fail with severity ``error`` (they blocked the step); ``warn`` fails with the
 severity it was recorded at, ``warning`` or ``info`` (shadow mode: the step went on); ``no-decision`` (the
-guardian could not be asked and the step proceeded) fails with severity ``warning``.
+guardian could not be asked and the step proceeded) fails with severity ``warning``; ``review-pending`` (the
+host paused the run for a review; the step has not happened yet) fails with severity ``info``. Any outcome
+added later counts as a blocking ``error`` until it is mapped here: a check never passes by default.
 
 **metadata.** ``kind``, ``outcome``, ``capability``, ``phase``, ``expression``, ``at`` (ISO 8601 UTC), the step
 (``step``: ``id``, ``kind``, ``name``, ``turnId``, ``callId``) and the decision's ``data`` (approvals, a
@@ -132,6 +135,8 @@ def _pass_and_severity(decision: Decision) -> tuple[bool, RuleSeverity]:
         return False, "warning" if severity == "error" else severity
     if outcome is Outcome.NO_DECISION:
         return False, "warning"
+    if outcome is Outcome.REVIEW_PENDING:  # nothing is known yet; the step has not been carried out
+        return False, "info"
     return False, "error"
 
 

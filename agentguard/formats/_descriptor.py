@@ -70,7 +70,9 @@ class Descriptor:
     observers: tuple[Observer, ...] = ()
     option_factories: Mapping[str, Callable[[], Any]] = field(default_factory=dict)
     warnings: tuple[SpecProblem, ...] = ()
-    _applied: weakref.WeakSet[Guard] = field(default_factory=weakref.WeakSet, init=False, repr=False, compare=False)
+    _applied: weakref.WeakSet[Guard] = field(
+        default_factory=weakref.WeakSet, init=False, repr=False, compare=False
+    )
 
     # -- checks the host calls ----------------------------------------------------------------------
 
@@ -167,7 +169,11 @@ class Descriptor:
     def _misfits(self, guard: Guard) -> tuple[SpecProblem, ...]:
         callable_names = {ref.name for ref in guard.compiled.references.values()}
         named = dict.fromkeys(
-            [*(tool["id"] for tool in self.tools), *self.review_gates, *(r.capability for r in self.schema_rules)]
+            [
+                *(tool["id"] for tool in self.tools),
+                *self.review_gates,
+                *(r.capability for r in self.schema_rules),
+            ]
         )
         problems = [
             SpecProblem(self.source, f"tools.{name}", f"{name!r} is not a capability of the spec")
@@ -191,3 +197,5 @@ class LoadOptions:
     reviewer: str = "user"
     autonomous_reviewer: str | None = None
     names: Mapping[str, str] = field(default_factory=dict)
+    secrets_known: bool = True
+    """False when the secrets are not at hand (``agentguard validate``): a missing one is then a warning."""

@@ -9,7 +9,8 @@ the same builder when it can read the text, which it can for all but tab-indente
 The format is told from the content, never from the file name (``agent.json`` may hold any of them):
 
 * YAML frontmatter between ``---`` lines followed by a body: an OS Protocol app file;
-* ``kind: openagentspec:...``: an OpenAgentSpec agent (a policy, not a descriptor);
+* ``kind: openagentspec:...`` (or ``capabilities``, ``intent``, ``guardrails``, ``lifespan``, ``exposes``):
+  an OpenAgentSpec agent (a policy, not a descriptor);
 * ``component_type``, ``agentspec_version`` or ``$referenced_components``: an Agent Spec configuration;
 * ``metadata.ref`` or ``specs``: an Agent Manifest (ACP descriptor).
 """
@@ -56,6 +57,9 @@ FORMAT_NAMES: Mapping[Format, str] = {
     "manifest": "Agent Manifest",
     "osp-app": "OS Protocol app",
 }
+
+# Fields only an OpenAgentSpec agent has: a policy missing its `kind` is still reported as one.
+_OPENAGENTSPEC_ONLY = ("capabilities", "intent", "guardrails", "lifespan", "exposes")
 
 # An app file: `---` on the first line, the frontmatter, a closing `---` (or `...`) line, the markdown body.
 _FRONTMATTER = re.compile(r"\A---[ \t]*\r?\n(?P<yaml>.*?)^(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S | re.M)
@@ -142,9 +146,14 @@ def detect_format(data: object) -> Format | None:
     if not isinstance(data, Mapping):
         return None
     kind = data.get("kind")
-    if isinstance(kind, str) and kind.startswith("openagentspec:"):
+    if (isinstance(kind, str) and kind.startswith("openagentspec:")) or any(
+        key in data for key in _OPENAGENTSPEC_ONLY
+    ):
         return "openagentspec"
-    if any(key in data for key in ("component_type", "agentspec_version", "air_version", "$referenced_components")):
+    if any(
+        key in data
+        for key in ("component_type", "agentspec_version", "air_version", "$referenced_components")
+    ):
         return "agentspec"
     metadata = data.get("metadata")
     if (isinstance(metadata, Mapping) and isinstance(metadata.get("ref"), Mapping)) or isinstance(
@@ -171,7 +180,9 @@ def _read_yaml(text: str, source: str) -> Document:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         position = (mark.line + 1, mark.column + 1) if mark is not None else None
-        return Document(source, None, problems=[_problem(source, (), f"invalid YAML: {_yaml_reason(exc)}", position)])
+        return Document(
+            source, None, problems=[_problem(source, (), f"invalid YAML: {_yaml_reason(exc)}", position)]
+        )
     except yaml.reader.ReaderError as exc:
         line = text.count("\n", 0, exc.position) + 1
         column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
@@ -181,7 +192,9 @@ def _read_yaml(text: str, source: str) -> Document:
         reason = f"the document expands to more than {_MAX_NODES} YAML nodes (through aliases?)"
         return Document(source, None, problems=[SpecProblem(source, "", reason, 1, 1)])
     except RecursionError:
-        return Document(source, None, problems=[SpecProblem(source, "", "the document is nested too deeply", 1, 1)])
+        return Document(
+            source, None, problems=[SpecProblem(source, "", "the document is nested too deeply", 1, 1)]
+        )
     finally:
         loader.dispose()
     return Document(source, data, builder.positions, dict(builder.labels), list(builder.problems))
@@ -208,12 +221,20 @@ def _read_json(text: str, source: str) -> Document:
     try:
         data = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        return Document(source, None, problems=[SpecProblem(source, "", f"invalid JSON: {exc.msg}", exc.lineno, exc.colno)])
+        return Document(
+            source,
+            None,
+            problems=[SpecProblem(source, "", f"invalid JSON: {exc.msg}", exc.lineno, exc.colno)],
+        )
     except _DuplicateKey as exc:
-        return Document(source, None, problems=[SpecProblem(source, "", f"invalid JSON: duplicate key {exc.args[0]!r}")])
+        return Document(
+            source, None, problems=[SpecProblem(source, "", f"invalid JSON: duplicate key {exc.args[0]!r}")]
+        )
     except (ValueError, RecursionError) as exc:
         return Document(source, None, problems=[SpecProblem(source, "", f"invalid JSON: {exc}")])
     if not isinstance(data, dict):
-        return Document(source, None, problems=[SpecProblem(source, "", "the document must be a JSON object", 1, 1)])
+        return Document(
+            source, None, problems=[SpecProblem(source, "", "the document must be a JSON object", 1, 1)]
+        )
     positions = _read_yaml(text, source)
     return Document(source, data, positions.positions if not positions.problems else {})

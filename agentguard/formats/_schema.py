@@ -22,7 +22,7 @@ import abc
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -167,7 +167,8 @@ class _Validator:
             names.append("null")
         if not any(_is_type(name, value) for name in names):
             expected = " or ".join(names)
-            yield f"{_where(path)}: expected {'an' if expected[0] in 'aeiou' else 'a'} {expected}, got {_describe(value)}"
+            article = "an" if expected[0] in "aeiou" else "a"
+            yield f"{_where(path)}: expected {article} {expected}, got {_describe(value)}"
 
     def _string(self, schema: Mapping[str, Any], value: str, path: str) -> Iterator[str]:
         if "minLength" in schema and len(value) < schema["minLength"]:
@@ -178,7 +179,7 @@ class _Validator:
             yield f"{_where(path)}: {_describe(value)} does not match the pattern {schema['pattern']!r}"
 
     def _number(self, schema: Mapping[str, Any], value: float, path: str) -> Iterator[str]:
-        checks = (
+        checks: tuple[tuple[str, Callable[[float], bool], str], ...] = (
             ("minimum", lambda bound: value >= bound, "less than"),
             ("maximum", lambda bound: value <= bound, "greater than"),
             ("exclusiveMinimum", lambda bound: value > bound, "not greater than"),
@@ -192,7 +193,9 @@ class _Validator:
             if not math.isclose(quotient, round(quotient), rel_tol=0, abs_tol=1e-9):
                 yield f"{_where(path)}: {value!r} is not a multiple of {schema['multipleOf']!r}"
 
-    def _object(self, schema: Mapping[str, Any], value: Mapping[str, Any], path: str, depth: int) -> Iterator[str]:
+    def _object(
+        self, schema: Mapping[str, Any], value: Mapping[str, Any], path: str, depth: int
+    ) -> Iterator[str]:
         properties: Mapping[str, Any] = schema.get("properties", {})
         for name in schema.get("required", ()):
             if name not in value:
@@ -274,14 +277,20 @@ def _problems(schema: object, path: tuple[str | int, ...], root: object) -> Iter
         elif key == "type":
             names = [value] if isinstance(value, str) else value
             if not isinstance(names, list) or not names or any(n not in JSON_TYPES for n in names):
-                yield where, f"type must be one of {', '.join(sorted(JSON_TYPES))} (or a list of them)", "error"
+                yield (
+                    where,
+                    f"type must be one of {', '.join(sorted(JSON_TYPES))} (or a list of them)",
+                    "error",
+                )
         elif key == "$ref":
             if not isinstance(value, str) or not (value == "#" or value.startswith("#/")):
                 yield where, "only local references ($ref: '#/...') are supported", "error"
             elif isinstance(root, Mapping) and _Validator(root).resolve(value) is False:
                 yield where, f"$ref {value!r} points at nothing in this schema", "error"
         elif key in ("enum", "required"):
-            if not isinstance(value, list) or (key == "required" and not all(isinstance(v, str) for v in value)):
+            if not isinstance(value, list) or (
+                key == "required" and not all(isinstance(v, str) for v in value)
+            ):
                 yield where, f"{key} must be a list{' of member names' if key == 'required' else ''}", "error"
         elif key == "pattern":
             yield from _pattern_problems(value, where)
@@ -289,7 +298,11 @@ def _problems(schema: object, path: tuple[str | int, ...], root: object) -> Iter
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 yield where, f"{key} must be a non-negative integer", "error"
         elif key in _BOUNDS:
-            if isinstance(value, bool) or not isinstance(value, int | float) or (key == "multipleOf" and value <= 0):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or (key == "multipleOf" and value <= 0)
+            ):
                 yield where, f"{key} must be a{' positive' if key == 'multipleOf' else ''} number", "error"
         elif key == "properties":
             if not isinstance(value, Mapping):
@@ -337,10 +350,10 @@ class Schema(abc.ABC):
         """A :class:`CheckResult` naming ``what`` was checked and, on failure, the first few reasons."""
         errors = self.errors(value)
         if not errors:
-            return CheckResult(True, f"{what} match the declared schema")
+            return CheckResult(True, f"schema check of {what} passed")
         shown = "; ".join(errors[:_MAX_MESSAGES])
         more = f" (and {len(errors) - _MAX_MESSAGES} more)" if len(errors) > _MAX_MESSAGES else ""
-        return CheckResult(False, f"{what} do not match the declared schema: {shown}{more}", {"errors": errors})
+        return CheckResult(False, f"schema check of {what} failed: {shown}{more}", {"errors": errors})
 
 
 @dataclass(frozen=True)
@@ -377,7 +390,9 @@ class ArgumentsSchema(Schema):
             schema = self.properties.get(key)
             if schema is None:
                 if not self.additional:
-                    errors.append(f"{key}: not a declared name (declared: {', '.join(self.properties) or 'none'})")
+                    errors.append(
+                        f"{key}: not a declared name (declared: {', '.join(self.properties) or 'none'})"
+                    )
                 continue
             errors.extend(_Validator(schema).errors(schema, item, key))
         return errors

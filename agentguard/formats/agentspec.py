@@ -77,7 +77,9 @@ KNOWN_VERSIONS: tuple[str, ...] = ("25.4.1", "25.4.2", "26.1.0", "26.1.2", "26.3
 _LATEST = KNOWN_VERSIONS[-1]
 _PRERELEASE = frozenset({"25.3.0", "25.3.1", "25.4.0"})  # read as 25.4.1, as pyagentspec does
 
-SENSITIVE_FIELDS = frozenset({"api_key", "sensitive_headers", "key_file", "cert_file", "ca_file", "auth_file_location"})
+SENSITIVE_FIELDS = frozenset(
+    {"api_key", "sensitive_headers", "key_file", "cert_file", "ca_file", "auth_file_location"}
+)
 """Fields Agent Spec calls sensitive: never exported, supplied at load time, never copied by agentguard."""
 
 AUTONOMOUS_DENY = "agentguard:autonomous"
@@ -97,21 +99,31 @@ _LLM_PROVIDERS = {
     "GeminiConfig": "google",
 }
 
-_COMMON = frozenset({"component_type", "id", "name", "description", "metadata", "agentspec_version", "air_version"})
+_COMMON = frozenset(
+    {"component_type", "id", "name", "description", "metadata", "agentspec_version", "air_version"}
+)
 _IO = _COMMON | {"inputs", "outputs"}
 _TOOL = _IO | {"requires_confirmation"}
 # The fields of the components that carry policy; anything else there is a mistake, not an extension.
 _FIELDS: Mapping[str, frozenset[str]] = {
     "Agent": _IO | {"llm_config", "system_prompt", "tools", "toolboxes", "human_in_the_loop", "transforms"},
     "SpecializedAgent": _IO | {"agent", "agent_specialization_parameters"},
-    "AgentSpecializationParameters": _IO | {"additional_instructions", "additional_tools", "human_in_the_loop"},
+    "AgentSpecializationParameters": _IO
+    | {"additional_instructions", "additional_tools", "human_in_the_loop"},
     "ServerTool": _TOOL,
     "ClientTool": _TOOL,
     "RemoteTool": _TOOL
     | {
-        "url", "http_method", "api_spec_uri", "data", "query_params", "headers", "sensitive_headers",
-        "url_allow_list", "retry_policy",
-    },  # fmt: skip
+        "url",
+        "http_method",
+        "api_spec_uri",
+        "data",
+        "query_params",
+        "headers",
+        "sensitive_headers",
+        "url_allow_list",
+        "retry_policy",
+    },
     "MCPTool": _TOOL | {"client_transport", "retry_policy"},
     "BuiltinTool": _TOOL | {"tool_type", "configuration", "executor_name", "tool_version"},
     "MCPToolBox": _COMMON | {"requires_confirmation", "client_transport", "tool_filter", "retry_policy"},
@@ -229,11 +241,15 @@ class _Reader:
                 "with secrets= (load_referenced_components reads them)",
             )
             return None
-        top = self.component(_Node(data, ()), "the top-level component", frozenset({"Agent", "SpecializedAgent"}))
+        top = self.component(
+            _Node(data, ()), "the top-level component", frozenset({"Agent", "SpecializedAgent"})
+        )
         return self._agent(top) if top is not None else None
 
     def _read_version(self, data: Mapping[str, Any]) -> str:
-        key = "agentspec_version" if "agentspec_version" in data or "air_version" not in data else "air_version"
+        key = (
+            "agentspec_version" if "agentspec_version" in data or "air_version" not in data else "air_version"
+        )
         version = data.get(key)
         if key == "air_version":
             self.doc.warn((key,), "air_version is the pre-release name of agentspec_version")
@@ -241,16 +257,22 @@ class _Reader:
             self.doc.warn((), f"agentspec_version is missing: the file is read as Agent Spec {_LATEST}")
             return _LATEST
         if not isinstance(version, str) or not re.fullmatch(r"\d+\.\d+\.\d+", version):
-            self.doc.error((key,), f"must be a version YEAR.QUARTER.PATCH such as {_LATEST!r}, not {version!r}")
+            self.doc.error(
+                (key,), f"must be a version YEAR.QUARTER.PATCH such as {_LATEST!r}, not {version!r}"
+            )
             return _LATEST
         if version in _PRERELEASE:
-            self.doc.warn((key,), f"{version} is a pre-release version: the file is read as Agent Spec 25.4.1")
+            self.doc.warn(
+                (key,), f"{version} is a pre-release version: the file is read as Agent Spec 25.4.1"
+            )
             return "25.4.1"
         if version not in KNOWN_VERSIONS:
             newest = _version_key(version) > _version_key(_LATEST)
             reason = f"newer than the versions this reader knows ({', '.join(KNOWN_VERSIONS)})"
             if not newest:
-                self.doc.error((key,), f"unknown Agent Spec version {version!r}; known: {', '.join(KNOWN_VERSIONS)}")
+                self.doc.error(
+                    (key,), f"unknown Agent Spec version {version!r}; known: {', '.join(KNOWN_VERSIONS)}"
+                )
                 return _LATEST
             self.doc.warn((key,), f"{version} is {reason}: it is read as {_LATEST}")
             return _LATEST
@@ -262,10 +284,14 @@ class _Reader:
             if isinstance(value.get("component_type"), str) and isinstance(value.get("id"), str):
                 first = self.ids.setdefault(value["id"], path)
                 if first != path:
-                    self.doc.error((*path, "id"), f"the id {value['id']!r} is also used at {self._where(first)}")
+                    self.doc.error(
+                        (*path, "id"), f"the id {value['id']!r} is also used at {self._where(first)}"
+                    )
             referenced = value.get("$referenced_components")
             if referenced is not None and not isinstance(referenced, Mapping):
-                self.doc.error((*path, "$referenced_components"), "must be a mapping of id to component or value")
+                self.doc.error(
+                    (*path, "$referenced_components"), "must be a mapping of id to component or value"
+                )
             elif isinstance(referenced, Mapping):
                 for key, item in referenced.items():
                     where = (*path, "$referenced_components", key)
@@ -322,7 +348,9 @@ class _Reader:
         if found is None:
             return None
         if not isinstance(found.value, Mapping):
-            self.doc.error(found.path, f"{what} must be a component (a mapping), not {type(found.value).__name__}")
+            self.doc.error(
+                found.path, f"{what} must be a component (a mapping), not {type(found.value).__name__}"
+            )
             return None
         kind = found.value.get("component_type")
         if not isinstance(kind, str):
@@ -330,7 +358,8 @@ class _Reader:
             return None
         if allowed is not None and kind not in allowed:
             self.doc.error(
-                (*found.path, "component_type"), f"{what} must be one of {', '.join(sorted(allowed))}, not {kind!r}"
+                (*found.path, "component_type"),
+                f"{what} must be one of {', '.join(sorted(allowed))}, not {kind!r}",
             )
             return None
         component = _Component(kind, found.value, found.path)
@@ -357,12 +386,16 @@ class _Reader:
                 f"{component.type} needs agentspec_version {since} or later (the file says {self.version})",
             )
         for gate in _GATES:
-            if component.type in gate.types and gate.field in component.data:
-                if gate.used(component.data[gate.field]) and version < _version_key(gate.since):
-                    self.doc.error(
-                        (*component.path, gate.field),
-                        f"{gate.field} needs agentspec_version {gate.since} or later (the file says {self.version})",
-                    )
+            if (
+                component.type in gate.types
+                and gate.field in component.data
+                and gate.used(component.data[gate.field])
+                and version < _version_key(gate.since)
+            ):
+                self.doc.error(
+                    (*component.path, gate.field),
+                    f"{gate.field} needs agentspec_version {gate.since} or later (the file says {self.version})",
+                )
 
     def text(self, component: _Component, key: str, *, required: bool = False) -> str | None:
         node = self.resolve(component.node(key))
@@ -648,7 +681,9 @@ class _Reader:
         confirm = confirm_all or self.flag(spec, "requires_confirmation", False) is True
         outputs = self.properties(spec, "outputs")
         if outputs and (len(outputs) != 1 or next(iter(outputs.values())).get("type") != "string"):
-            self.doc.error((*spec.path, "outputs"), "an MCPToolSpec declares at most one output, of type string")
+            self.doc.error(
+                (*spec.path, "outputs"), "an MCPToolSpec declares at most one output, of type string"
+            )
         if name is None:
             return None
         return self._make_tool(spec, name, self.text(spec, "description"), confirm, metadata)
@@ -658,7 +693,9 @@ class _Reader:
         transport = self.component(component.node("client_transport"), "client_transport")
         if transport is None:
             if component.data.get("client_transport") is None:
-                self.doc.error((*component.path, "client_transport"), f"{component.type} needs a client_transport")
+                self.doc.error(
+                    (*component.path, "client_transport"), f"{component.type} needs a client_transport"
+                )
             return None
         name = self.text(transport, "name", required=True)
         for key in sorted(SENSITIVE_FIELDS & transport.data.keys()):
@@ -784,8 +821,11 @@ def _strict(doc: Document, secrets: Mapping[str, object]) -> None:
             "strict Agent Spec validation needs pyagentspec: pip install 'agentguard[agentspec]'"
         ) from exc
     deserializer = AgentSpecDeserializer()
+    assert isinstance(doc.data, dict)  # an Agent Spec document is a mapping (see detect_format)
+    # A disaggregated component belongs to the configuration it completes: read it at that version.
+    version = {key: doc.data[key] for key in ("agentspec_version",) if key in doc.data}
     registry = {
-        key: deserializer.from_dict(copy.deepcopy(value))
+        key: deserializer.from_dict({**version, **copy.deepcopy(dict(value))})
         if isinstance(value, Mapping) and "component_type" in value
         else value
         for key, value in secrets.items()
@@ -815,4 +855,3 @@ def load_referenced_components(path: str | os.PathLike[str]) -> dict[str, object
     doc.raise_for_problems()
     assert isinstance(referenced, Mapping)
     return dict(referenced)
-

@@ -124,7 +124,9 @@ class Interrupt:
             payload = self.payload_for(request)
             checked = self.check_payload(payload)
             if not checked.passed:
-                return Approval(False, f"cannot ask through the interrupt: {checked.message}", request.reviewer)
+                return Approval(
+                    False, f"cannot ask through the interrupt: {checked.message}", request.reviewer
+                )
             answer = ask(payload)
             if inspect.isawaitable(answer):
                 return self._resume_later(answer, request.reviewer)
@@ -184,7 +186,9 @@ def with_review_interrupt(manifest: Mapping[str, Any]) -> dict[str, Any]:
     Adds :data:`REVIEW_INTERRUPT` to ``specs.interrupts`` (once) and sets ``specs.capabilities.interrupts``.
     """
     specs = dict(manifest.get("specs") or {})
-    interrupts = [i for i in specs.get("interrupts") or [] if i.get("interrupt_type") != REVIEW_INTERRUPT_TYPE]
+    interrupts = [
+        i for i in specs.get("interrupts") or [] if i.get("interrupt_type") != REVIEW_INTERRUPT_TYPE
+    ]
     specs["interrupts"] = [*interrupts, REVIEW_INTERRUPT.as_dict()]
     specs["capabilities"] = {**(specs.get("capabilities") or {}), "interrupts": True}
     return {**manifest, "specs": specs}
@@ -205,12 +209,16 @@ class _Reader:
             return None
         return value
 
-    def text(self, data: Mapping[str, Any], key: str, path: FieldPath, *, required: bool = True) -> str | None:
+    def text(
+        self, data: Mapping[str, Any], key: str, path: FieldPath, *, required: bool = True
+    ) -> str | None:
         value = data.get(key)
         if value is None and not required:
             return None
         if not isinstance(value, str) or not value:
-            self.doc.error((*path, key), "required, a string" if value is None else "must be a non-empty string")
+            self.doc.error(
+                (*path, key), "required, a string" if value is None else "must be a non-empty string"
+            )
             return None
         return value
 
@@ -253,7 +261,9 @@ class _Reader:
                 found.append(Interrupt(kind, payload, resume))
         capabilities = specs.get("capabilities")
         if found and isinstance(capabilities, Mapping) and capabilities.get("interrupts") is False:
-            self.doc.warn((*path, "capabilities", "interrupts"), "interrupts are declared but the capability is off")
+            self.doc.warn(
+                (*path, "capabilities", "interrupts"), "interrupts are declared but the capability is off"
+            )
         return found
 
     def dependencies(self, data: Mapping[str, Any]) -> list[tuple[str, str | None]] | None:
@@ -276,7 +286,10 @@ class _Reader:
                 continue
             reason = validate_name(name)
             if reason is not None:
-                self.doc.warn((*where, "name"), f"{name!r} cannot be a capability name ({reason}): calls to it are denied")
+                self.doc.warn(
+                    (*where, "name"),
+                    f"{name!r} cannot be a capability name ({reason}): calls to it are denied",
+                )
             found.append((name, version))
         return found
 
@@ -316,7 +329,8 @@ def from_document(doc: Document) -> Descriptor:
     dependencies = reader.dependencies(data)
     deployments = reader.deployments(data)
     doc.raise_for_problems()
-    assert name is not None and version is not None  # a missing one is a problem, raised just above
+    assert name is not None  # a missing name or version is a problem, raised just above
+    assert version is not None
     acp: dict[str, Any] = {
         "capabilities": dict(specs.get("capabilities") or {}),
         "deployments": deployments,

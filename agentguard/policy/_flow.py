@@ -208,6 +208,8 @@ def _deny(
 ) -> PolicyViolation:
     """Record the denial on the step and hand back the error to raise."""
     error.engagement_id = state.id
+    if isinstance(error, GuardianDenied) and error.reason_code:
+        data = {**(data or {}), "reason_code": error.reason_code}
     decision = Decision(
         error.rule, outcome, error.phase, error.reason, error.capability, error.expression, data=data
     )
@@ -222,6 +224,7 @@ def _blocks(
     error: PolicyViolation,
     *,
     name: str | None = None,
+    data: Mapping[str, Any] | None = None,
 ) -> bool:
     """Record a failed check at its severity; ``True`` when it blocks (severity ``error``).
 
@@ -229,11 +232,18 @@ def _blocks(
     """
     severity = ctx.severity.of(error.rule, error.capability, error.phase, name) if ctx.severity else "error"
     if severity == "error":
-        _deny(ctx, state, step, error)
+        _deny(ctx, state, step, error, data=data)
         return True
     reason = f"would deny ({severity}): {error.reason}"
     decision = Decision(
-        error.rule, Outcome.WARN, error.phase, reason, error.capability, error.expression, severity=severity
+        error.rule,
+        Outcome.WARN,
+        error.phase,
+        reason,
+        error.capability,
+        error.expression,
+        data=data,
+        severity=severity,
     )
     ctx.decide(state, step, decision)
     return False
@@ -534,12 +544,16 @@ def _capability(
         if _blocks(ctx, state, step, error):
             raise error
         return None
-    outcome = Outcome.WARN if mode == "observe" else Outcome.ALLOW
-    ctx.decide(
-        state,
-        step,
-        Decision(Rule.CAPABILITY, outcome, Phase.INPUT, reason + f" (unknown_capability={mode})", name),
+    observe = mode == "observe"
+    decision = Decision(
+        Rule.CAPABILITY,
+        Outcome.WARN if observe else Outcome.ALLOW,
+        Phase.INPUT,
+        reason + f" (unknown_capability={mode})",
+        name,
+        severity="warning" if observe else "error",
     )
+    ctx.decide(state, step, decision)
     return None
 
 

@@ -125,6 +125,3 @@ class MemoryEngagementStore:
 
     async def load(self, engagement_id: str) -> EngagementRecord | None:
         return self._records.get(engagement_id)
-
-    def __len__(self) -> int:
-        return len(self._records)

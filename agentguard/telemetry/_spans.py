@@ -56,29 +56,33 @@ def _target(step: StepRecord) -> str:
     return _TARGETS.get(step.kind, step.kind)
 
 
-def turn_span(agent_name: str, agent_id: str, state: EngagementState) -> tuple[str, dict[str, AttributeValue]]:
+def _agent(agent_name: str | None, agent_id: str | None, state: EngagementState) -> dict[str, AttributeValue]:
+    attributes: dict[str, AttributeValue] = {"gen_ai.conversation.id": state.id}
+    if agent_name is not None:
+        attributes["gen_ai.agent.name"] = agent_name
+    if agent_id is not None:
+        attributes["gen_ai.agent.id"] = agent_id
+    return attributes
+
+
+def turn_span(
+    agent_name: str | None, agent_id: str | None, state: EngagementState
+) -> tuple[str, dict[str, AttributeValue]]:
     """Name and attributes of the span of one engagement turn."""
-    return f"invoke_agent {agent_name}", {
-        "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.agent.name": agent_name,
-        "gen_ai.agent.id": agent_id,
-        "gen_ai.conversation.id": state.id,
-        "agentguard.turn.id": state.turn_id,
-    }
+    attributes = _agent(agent_name, agent_id, state)
+    attributes["gen_ai.operation.name"] = "invoke_agent"
+    attributes["agentguard.turn.id"] = state.turn_id
+    return ("invoke_agent" if agent_name is None else f"invoke_agent {agent_name}"), attributes
 
 
 def step_span(
-    agent_name: str, agent_id: str, state: EngagementState, step: StepRecord
+    agent_name: str | None, agent_id: str | None, state: EngagementState, step: StepRecord
 ) -> tuple[str, dict[str, AttributeValue]]:
     """Name and attributes of a step's span, as known when the step starts (samplers see these)."""
-    attributes: dict[str, AttributeValue] = {
-        "gen_ai.agent.name": agent_name,
-        "gen_ai.agent.id": agent_id,
-        "gen_ai.conversation.id": state.id,
-        "agentguard.step.kind": step.kind,
-        "agentguard.step.id": step.step_id,
-        "agentguard.turn.id": step.turn_id,
-    }
+    attributes = _agent(agent_name, agent_id, state)
+    attributes["agentguard.step.kind"] = step.kind
+    attributes["agentguard.step.id"] = step.step_id
+    attributes["agentguard.turn.id"] = step.turn_id
     if step.kind == TOOL_STEP:
         tool = step.name or "unknown"
         attributes["gen_ai.operation.name"] = "execute_tool"
@@ -153,7 +157,9 @@ def step_content(step: StepRecord) -> dict[str, AttributeValue]:
     if step.kind == "steps/message" and isinstance(message, Mapping):
         parts = message.get("content")
         if isinstance(parts, list):
-            text = "".join(p["text"] for p in parts if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+            text = "".join(
+                p["text"] for p in parts if isinstance(p, Mapping) and isinstance(p.get("text"), str)
+            )
             return {"gen_ai.security.content.input.value": text}
     judged = {key: value for key, value in params.items() if key != "context"}
     return {"gen_ai.security.content.input.value": _text(judged)}

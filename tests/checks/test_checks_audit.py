@@ -12,6 +12,7 @@ import pytest
 
 from agentguard import (
     Approval,
+    CheckResult,
     Decision,
     Guard,
     GuardrailViolation,
@@ -400,3 +401,11 @@ def test_failed_judgments_carrying_their_data_are_named_and_reported() -> None:
     assert [r.rule_name for r in entry.rule_results or []] == ["rule:judge:tone", "rule:judge:tone"]
     assert entry.judge_result == JudgeResult(score=0.2, passed=False, reasoning="scored 0.2")
     assert (entry.opinion, entry.findings) == ("adverse", _findings(major=1))
+
+
+def test_rule_metadata_that_only_looks_like_a_judgment_is_ignored() -> None:
+    guard = _guard()
+    guard.rules.add("odd", lambda ctx: CheckResult(True, "ok", {"judge": {"score": "high"}}))
+    with guard.engagement() as eng:
+        guard.call("search", {"q": "x"})
+    assert build_report(eng).entry.judge_result is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from agentguard import (
 from agentguard._steps import new_step
 from agentguard.checks import RuleResult, rule_result, rule_results
 from agentguard.engagement import EngagementState
+from agentguard.runs import Timeout, ToolTimeout
 from tests.conftest import spec_text
 
 SPEC = spec_text(
@@ -296,6 +298,14 @@ def _step() -> StepRecord:
             ("guardrail:output", False, "error"),
         ),
         (Decision(Rule.ENGAGEMENT, Outcome.ALLOW), ("engagement", True, "error")),
+        (
+            Decision(Rule.REVIEW, Outcome.REVIEW_PENDING, Phase.INPUT, "waiting", "refund"),
+            ("review:refund:input", False, "info"),
+        ),
+        (
+            Decision(Rule.RUN, Outcome.WARN, Phase.INPUT, "slow", "search"),
+            ("run:search:input", False, "warning"),
+        ),
     ],
 )
 def test_decision_mapping(decision: Decision, expected: tuple[str, bool, str]) -> None:
@@ -315,3 +325,19 @@ def test_data_that_is_not_json_is_kept_as_text() -> None:
     assert result.metadata["data"] == {"x": "opaque", "n": 1}
     assert RuleResult.model_validate(result.wire()) == result
     assert set(result.wire()) == {"ruleName", "passed", "severity", "message", "metadata"}
+
+
+async def test_run_control_decisions_map_to_run_results() -> None:
+    guard = Guard.from_yaml(spec_text("capabilities:\n  slow:\n"))
+
+    @guard.tool(timeout=Timeout(ms=20))
+    async def slow(q: str) -> str:
+        await asyncio.sleep(5)
+        return "late"
+
+    async with guard.engagement() as eng:
+        with pytest.raises(ToolTimeout):
+            await slow("x")
+    result = rule_results(eng)[-1]
+    assert (result.rule_name, result.passed, result.severity) == ("run:slow:input", False, "error")
+    assert result.message == "did not finish within 20 ms (on_timeout: fail)"

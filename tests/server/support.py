@@ -159,34 +159,45 @@ class RecordingStore(MemoryEngagementStore):
 
 
 class Recorder:
-    """ASGI middleware noting every request: (method, path with query, status, request headers)."""
+    """ASGI middleware noting every request: (method, path with query, status, request headers).
+
+    A request is noted when it arrives and its status when the answer starts, so by the time a client
+    has an answer, the request is in :meth:`seen` with its status.
+    """
 
     def __init__(self, app: Any) -> None:
         self.app = app
-        self.requests: list[tuple[str, str, int, httpx.Headers]] = []
+        self.requests: list[list[Any]] = []
         self._lock = threading.Lock()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        status = 0
+        path = scope["path"] + (("?" + scope["query_string"].decode()) if scope["query_string"] else "")
+        headers = httpx.Headers([(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]])
+        entry = [scope["method"], path, 0, headers]
+        with self._lock:
+            self.requests.append(entry)
 
         async def note(message: Any) -> None:
-            nonlocal status
             if message["type"] == "http.response.start":
-                status = message["status"]
+                entry[2] = message["status"]
             await send(message)
 
         await self.app(scope, receive, note)
-        path = scope["path"] + (("?" + scope["query_string"].decode()) if scope["query_string"] else "")
-        headers = httpx.Headers([(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]])
-        with self._lock:
-            self.requests.append((scope["method"], path, status, headers))
 
     def seen(self, method: str | None = None) -> list[tuple[str, str, int, httpx.Headers]]:
         with self._lock:
-            return [r for r in self.requests if method is None or r[0] == method]
+            return [(m, p, s, h) for m, p, s, h in self.requests if method is None or m == method]
+
+    def wait_seen(self, method: str, count: int = 1) -> list[tuple[str, str, int, httpx.Headers]]:
+        """Like :meth:`seen`, once ``count`` such requests were noted (a client may see the answer first)."""
+        deadline = time.monotonic() + 5
+        while len(found := self.seen(method)) < count:
+            assert time.monotonic() < deadline, f"{count} {method} request(s) expected, saw {len(found)}"
+            time.sleep(0.01)
+        return found
 
     def clear(self) -> None:
         with self._lock:
@@ -213,7 +224,8 @@ def serve_tls(app: Any, certfile: Path, keyfile: Path) -> Iterator[str]:
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn (TLS) did not start"
+        assert thread.is_alive(), "uvicorn (TLS) stopped"
+        assert time.monotonic() < deadline, "uvicorn (TLS) did not start"
         time.sleep(0.005)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:

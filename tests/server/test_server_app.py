@@ -43,7 +43,11 @@ def store() -> RecordingStore:
 def server(tmp_path_factory: pytest.TempPathFactory, store: RecordingStore) -> Iterator[RunningServer]:
     agents = shop_agents(tmp_path_factory.mktemp("specs"), schema=True)
     app = create_app(
-        agents, shop_runner, store=store, max_body_bytes=4096, reviewers={"supervisor": approve_when_gate_opens}
+        agents,
+        shop_runner,
+        store=store,
+        max_body_bytes=4096,
+        reviewers={"supervisor": approve_when_gate_opens},
     )
     with serve_in_thread(app) as running:
         yield running
@@ -168,7 +172,9 @@ def test_a_failed_guardrail_denies_even_when_the_runner_carries_on(client: httpx
     assert stopped["status"] == "denied"
     assert stopped["error"]["type"] == "GuardrailViolation"
     # The runner swallowed the violation and returned an answer: the spec says the execution fails.
-    swallowed = wait_for(client, start(client, "shop-agent", {"action": "guardrail-swallowed", "text": "ssn"}))
+    swallowed = wait_for(
+        client, start(client, "shop-agent", {"action": "guardrail-swallowed", "text": "ssn"})
+    )
     assert swallowed["status"] == "denied"
     assert swallowed["output"] is None
     assert swallowed["error"]["rule"] == "guardrail"
@@ -266,7 +272,9 @@ def test_body_size_limit_declared_and_streamed(client: httpx.Client) -> None:
         yield big[:3000]
         yield big[3000:]
 
-    streamed = client.post("/agents/shop-agent", content=chunks(), headers={"Content-Type": "application/json"})
+    streamed = client.post(
+        "/agents/shop-agent", content=chunks(), headers={"Content-Type": "application/json"}
+    )
     assert streamed.status_code == 413
     assert "4096 bytes" in streamed.json()["error"]
 
