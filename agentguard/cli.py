@@ -109,7 +109,9 @@ def _validate(args: argparse.Namespace) -> int:
             if doc.format == "openagentspec":
                 load_spec_text(text, backend=backend, source=source)
             else:
-                checked.warnings = descriptor_of(doc, LoadOptions(strict=args.strict, secrets_known=False)).warnings
+                checked.warnings = descriptor_of(
+                    doc, LoadOptions(strict=args.strict, secrets_known=False)
+                ).warnings
         except SpecError as error:
             checked.problems = error.problems
         except ConfigurationError as error:  # --strict without pyagentspec installed

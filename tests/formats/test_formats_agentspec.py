@@ -11,7 +11,7 @@ from agentguard import Approval, Guard, ReviewDenied, Rule, RuleViolation, SpecE
 from agentguard.formats import Descriptor, load_descriptor, parse_descriptor
 from agentguard.formats.agentspec import AUTONOMOUS_DENY, load_referenced_components
 
-from .conftest import SUPPORT_SECRETS, fixture
+from tests.formats.conftest import SUPPORT_SECRETS, fixture
 
 
 def support() -> Descriptor:
@@ -187,7 +187,10 @@ def test_disaggregated_components_come_from_a_second_file() -> None:
 def test_secrets_win_over_referenced_components() -> None:
     descriptor = load_descriptor(
         fixture("support.agentspec.yaml"),
-        secrets={**SUPPORT_SECRETS, "crm-transport": {"component_type": "SSETransport", "name": "other", "url": "u"}},
+        secrets={
+            **SUPPORT_SECRETS,
+            "crm-transport": {"component_type": "SSETransport", "name": "other", "url": "u"},
+        },
     )
     assert descriptor.agent_info is not None
     assert descriptor.agent_info.mcp_servers[0]["name"] == "other"
@@ -256,13 +259,15 @@ def test_more_version_gates(extra: str, version: str, field: str) -> None:
 
 
 def test_unused_gated_fields_are_fine_in_old_files() -> None:
-    descriptor = agent("tools: [{component_type: ServerTool, name: t, requires_confirmation: false}]\n", version="25.4.1")
+    descriptor = agent(
+        "tools: [{component_type: ServerTool, name: t, requires_confirmation: false}]\n", version="25.4.1"
+    )
     assert descriptor.review_gates == {}
 
 
 def test_specialized_agent_needs_25_4_2() -> None:
     text = fixture("specialized.agentspec.yaml").read_text().replace("25.4.2", "25.4.1")
-    with pytest.raises(SpecError, match="SpecializedAgent needs agentspec_version 25.4.2"):
+    with pytest.raises(SpecError, match=r"SpecializedAgent needs agentspec_version 25\.4\.2"):
         parse_descriptor(text)
 
 
@@ -288,7 +293,10 @@ def test_a_misspelled_policy_field_is_an_error() -> None:
         load_descriptor(fixture("misspelled-field.agentspec.yaml"))
     (problem,) = info.value.problems
     assert problem.line == 15
-    assert problem.reason == "unknown field 'requires_confirmaton' of ServerTool (did you mean 'requires_confirmation'?)"
+    assert (
+        problem.reason
+        == "unknown field 'requires_confirmaton' of ServerTool (did you mean 'requires_confirmation'?)"
+    )
 
 
 def test_unknown_tool_types_are_read_as_tools_with_a_warning() -> None:
@@ -336,7 +344,9 @@ def test_toolbox_confirmation_without_a_filter_is_a_warning() -> None:
 
 
 def test_property_schemas_are_checked_at_load() -> None:
-    problems = problems_of("tools: [{component_type: ClientTool, name: t, inputs: [{title: a, type: strng}]}]\n")
+    problems = problems_of(
+        "tools: [{component_type: ClientTool, name: t, inputs: [{title: a, type: strng}]}]\n"
+    )
     assert any("tools.0.inputs.0.type: type must be one of" in p for p in problems)
     descriptor = agent(
         "tools: [{component_type: ClientTool, name: t, inputs: [{title: a, type: object, propertyNames: {}}]}]\n"
@@ -360,8 +370,10 @@ def test_specialized_agent_merges_instructions_and_tools() -> None:
 
 
 def test_specialization_can_take_the_human_out_of_the_loop() -> None:
-    text = fixture("specialized.agentspec.yaml").read_text().replace(
-        "  name: refunds\n", "  name: refunds\n  human_in_the_loop: false\n"
+    text = (
+        fixture("specialized.agentspec.yaml")
+        .read_text()
+        .replace("  name: refunds\n", "  name: refunds\n  human_in_the_loop: false\n")
     )
     assert parse_descriptor(text).review_gates == {"lookup-order": AUTONOMOUS_DENY}
 
@@ -403,7 +415,7 @@ def test_schema_violating_results_are_withheld(guard: Guard) -> None:
     with guard.engagement() as eng, pytest.raises(RuleViolation) as info:
         lookup_order("A-1")
     assert info.value.rule_name == "schema:lookup-order:result"
-    assert "status: the string 'lost' is not one of \"open\", \"shipped\", \"cancelled\"" in str(info.value)
+    assert 'status: the string \'lost\' is not one of "open", "shipped", "cancelled"' in str(info.value)
     assert eng.view()["history"]["lookup-order"][0]["outputs"] is None
 
 
@@ -429,7 +441,9 @@ def test_without_a_human_confirmations_are_denied_or_go_to_the_autonomous_review
 
     other = Guard.from_file(fixture("agent.yaml"))
     load_descriptor(
-        fixture("autonomous.agentspec.json"), names={"archive_ticket": "refund"}, autonomous_reviewer="policy-bot"
+        fixture("autonomous.agentspec.json"),
+        names={"archive_ticket": "refund"},
+        autonomous_reviewer="policy-bot",
     ).apply(other)
     other.add_reviewer("policy-bot", lambda request: Approval(True, "archiving is routine"))
     with other.engagement():

@@ -10,7 +10,7 @@ import pytest
 
 from agentguard.cli import main
 
-from .conftest import fixture
+from tests.formats.conftest import fixture
 
 VALID = [
     "agent.yaml",
@@ -27,7 +27,7 @@ def test_all_four_formats_in_one_run(capsys: pytest.CaptureFixture[str]) -> None
     assert [line for line in out if line.endswith(": ok")] == [f"{name}: ok" for name in files]
     # validate has no secrets: one it cannot check is a warning, not an error
     assert any(
-        line.startswith(f"{files[-1]}:14:")
+        line.startswith(f"{files[-1]}:15:112:")
         and "token_secret: the secret 'guardian-token' is not supplied" in line
         and line.endswith("(warning)")
         for line in out
@@ -40,7 +40,9 @@ def test_valid_descriptors_with_warnings(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["validate", path]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"{path}: ok"
-    assert out[1].startswith(f"{path}:16:3: llm_config.api_key: the secret 'support-llm.api_key' is not supplied")
+    assert out[1].startswith(
+        f"{path}:16:3: llm_config.api_key: the secret 'support-llm.api_key' is not supplied"
+    )
     assert out[1].endswith("(warning)")
     assert out[-1] == "1 file checked: all valid (2 warnings)"
 
@@ -48,7 +50,10 @@ def test_valid_descriptors_with_warnings(capsys: pytest.CaptureFixture[str]) -> 
 @pytest.mark.parametrize(
     ("name", "where"),
     [
-        ("broken-reference.agentspec.yaml", ":15:5: tools.0.client_transport: $component_ref 'crm-transprot'"),
+        (
+            "broken-reference.agentspec.yaml",
+            ":15:5: tools.0.client_transport: $component_ref 'crm-transprot'",
+        ),
         ("version-gated.agentspec.yaml", ":16:5: tools.0.requires_confirmation: requires_confirmation needs"),
         ("misspelled-field.agentspec.yaml", ":15:5: tools.0.requires_confirmaton: unknown field"),
         ("misconfigured-os.md", ":6:16: providers.checks.guardian.provider: unknown agentguard provider"),
@@ -68,9 +73,18 @@ def test_json_output_names_the_format(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["validate", "--format", "json", spec, manifest, support]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document[0] == {"file": spec, "valid": True, "problems": []}
-    assert document[1] == {"file": manifest, "valid": True, "problems": [], "format": "manifest", "warnings": []}
+    assert document[1] == {
+        "file": manifest,
+        "valid": True,
+        "problems": [],
+        "format": "manifest",
+        "warnings": [],
+    }
     assert document[2]["format"] == "agentspec"
-    assert [w["field"] for w in document[2]["warnings"]] == ["llm_config.api_key", "tools.2.sensitive_headers"]
+    assert [w["field"] for w in document[2]["warnings"]] == [
+        "llm_config.api_key",
+        "tools.2.sensitive_headers",
+    ]
     assert document[2]["warnings"][0]["line"] == 16
 
 
@@ -82,7 +96,9 @@ def test_unknown_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_strict(capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("pyagentspec", reason="pyagentspec is not installed (pip install 'agentguard[agentspec]')")
+    pytest.importorskip(
+        "pyagentspec", reason="pyagentspec is not installed (pip install 'agentguard[agentspec]')"
+    )
     path = str(fixture("support.agentspec.yaml"))
     assert main(["validate", "--strict", path]) == 1  # pyagentspec needs the secrets, agentguard does not
     assert "pyagentspec rejects the configuration" in capsys.readouterr().out

@@ -9,7 +9,7 @@ import pytest
 from agentguard.errors import SpecError
 from agentguard.formats import detect_format, load_descriptor, parse_descriptor, read_document
 
-from .conftest import fixture
+from tests.formats.conftest import fixture
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def test_unknown_format_is_a_problem_with_the_file_name() -> None:
 
 
 def test_an_openagentspec_policy_is_not_a_descriptor() -> None:
-    with pytest.raises(SpecError, match="OpenAgentSpec agent, a policy: load it with Guard.from_file"):
+    with pytest.raises(SpecError, match=r"OpenAgentSpec agent, a policy: load it with Guard\.from_file"):
         load_descriptor(fixture("agent.yaml"))
 
 

@@ -19,7 +19,7 @@ from agentguard.formats import (
     with_review_interrupt,
 )
 
-from .conftest import fixture
+from tests.formats.conftest import fixture
 
 MAILER_SPEC = """\
 kind: openagentspec:v1/agent
@@ -41,8 +41,13 @@ def mailcomposer() -> Descriptor:
 def test_identity_and_description() -> None:
     info = mailcomposer().agent_info
     assert info is not None
-    assert (info.name, info.id, info.version) == ("org.agntcy.mailcomposer", "org.agntcy.mailcomposer@0.0.1", "0.0.1")
-    assert info.description is not None and info.description.startswith("This agent is able to collect")
+    assert (info.name, info.id, info.version) == (
+        "org.agntcy.mailcomposer",
+        "org.agntcy.mailcomposer@0.0.1",
+        "0.0.1",
+    )
+    assert info.description is not None
+    assert info.description.startswith("This agent is able to collect")
     assert info.metadata["acp"] == {
         "capabilities": {"threads": True, "interrupts": True, "callbacks": True},
         "deployments": ["source_code"],
@@ -83,7 +88,9 @@ def test_dependencies_are_the_only_sub_agents(guard: Guard) -> None:
         ("dependencies", "sub-agent 'org.agntcy.sample-agent-3' is not a capability of the spec")
     ]
     with guard.engagement():
-        assert guard.call("org.agntcy.sample-agent-2", {"q": "hi"}, lambda q: "hello", kind="agent") == "hello"
+        assert (
+            guard.call("org.agntcy.sample-agent-2", {"q": "hi"}, lambda q: "hello", kind="agent") == "hello"
+        )
         with pytest.raises(RuleViolation) as info:
             guard.call("billing-agent", {"q": "hi"}, lambda q: "hello", kind="agent")
     assert info.value.rule is Rule.RULE
@@ -196,7 +203,11 @@ def test_agentguards_review_gate_as_an_acp_interrupt() -> None:
     assert asyncio.run(run()) == "sent"
     (payload,) = raised
     assert REVIEW_INTERRUPT.check_payload(payload).passed
-    assert (payload["reviewer"], payload["capability"], payload["phase"]) == ("mail-approver", "send-email", "input")
+    assert (payload["reviewer"], payload["capability"], payload["phase"]) == (
+        "mail-approver",
+        "send-email",
+        "input",
+    )
     assert payload["inputs"] == {"subject": "Hi"}
 
 
@@ -204,9 +215,14 @@ def test_publishing_the_review_interrupt_in_a_manifest() -> None:
     data = json.loads(fixture("mailcomposer.manifest.json").read_text())
     published = with_review_interrupt(data)
     assert with_review_interrupt(published) == published  # once
-    assert [i["interrupt_type"] for i in published["specs"]["interrupts"]] == ["mail_send_approval", REVIEW_INTERRUPT_TYPE]
+    assert [i["interrupt_type"] for i in published["specs"]["interrupts"]] == [
+        "mail_send_approval",
+        REVIEW_INTERRUPT_TYPE,
+    ]
     assert published["specs"]["capabilities"]["interrupts"] is True
-    assert data["specs"]["interrupts"][0]["interrupt_type"] == "mail_send_approval"  # the input is not changed
+    assert (
+        data["specs"]["interrupts"][0]["interrupt_type"] == "mail_send_approval"
+    )  # the input is not changed
     descriptor = parse_descriptor(json.dumps(published))
     assert [i.interrupt_type for i in descriptor.interrupts] == ["mail_send_approval", REVIEW_INTERRUPT_TYPE]
 

@@ -12,7 +12,7 @@ from agentguard.checks import Audit, AuditObserver
 from agentguard.formats import Descriptor, load_descriptor, parse_descriptor
 from agentguard.guardian import GuardianClient
 
-from .conftest import fixture
+from tests.formats.conftest import fixture
 
 SECRETS = {"guardian-token": "t0ken"}
 
@@ -40,12 +40,18 @@ def test_agentguard_providers_become_guard_options() -> None:
     assert options["unknown_capability"] == "deny"
     assert options["approval"] == ApprovalConfig(timeout_ms=60000, auto_approve_on_timeout=False)
     assert options["approvals"] == {
-        "supervisor": ApprovalConfig(approvers=("alice@corp.example", "bob@corp.example"), required_approvals=2)
+        "supervisor": ApprovalConfig(
+            approvers=("alice@corp.example", "bob@corp.example"), required_approvals=2
+        )
     }
     client = options["guardian"]
     assert isinstance(client, GuardianClient)
     assert client is not descriptor.guard_options()["guardian"]  # a fresh client per guard
-    assert (client.url, client.mode, client.on_failure) == ("https://guardian.corp.example/aos", "observe", "allow")
+    assert (client.url, client.mode, client.on_failure) == (
+        "https://guardian.corp.example/aos",
+        "observe",
+        "allow",
+    )
 
 
 def test_the_options_build_a_guard(tmp_path: Path) -> None:
@@ -56,7 +62,9 @@ def test_the_options_build_a_guard(tmp_path: Path) -> None:
 
 
 def test_audit_provider_writes_a_report_per_engagement(tmp_path: Path) -> None:
-    descriptor = app(f"checks:\n  audit: {{provider: agentguard/audit, metadata: {{directory: '{tmp_path}'}}}}\n")
+    descriptor = app(
+        f"checks:\n  audit: {{provider: agentguard/audit, metadata: {{directory: '{tmp_path}'}}}}\n"
+    )
     (observer,) = descriptor.observers
     assert isinstance(observer, AuditObserver)
     guard = Guard.from_file(fixture("agent.yaml"))
@@ -80,7 +88,10 @@ def test_other_providers_are_warnings_with_their_line() -> None:
         ("providers.checks.judge.provider", 17),
         ("providers.system.sandbox.provider", 27),
     ]
-    assert descriptor.warnings[0].reason == "'@braintrust/judge' is not an agentguard provider: the host binds it"
+    assert (
+        descriptor.warnings[0].reason
+        == "'@braintrust/judge' is not an agentguard provider: the host binds it"
+    )
 
 
 def test_misconfigured_agentguard_providers_are_errors() -> None:
@@ -109,7 +120,10 @@ def test_guardian_metadata_problems() -> None:
         ["providers.checks.guardian.metadata.url", "must be an http:// or https:// URL, not 'ftp://x'"],
         ["providers.checks.guardian.metadata.mode", "must be 'enforce' or 'observe', not 'loud'"],
         ["providers.checks.guardian.metadata.timeout_ms", "must be a positive integer, not 0"],
-        ["providers.checks.guardian.metadata.token_secret", "the secret 'missing' is not supplied (secrets={...})"],
+        [
+            "providers.checks.guardian.metadata.token_secret",
+            "the secret 'missing' is not supplied (secrets={...})",
+        ],
     ]
 
 
@@ -120,7 +134,9 @@ def test_approval_metadata_problems() -> None:
           approval: {provider: agentguard/approval, metadata: {requiredApprovals: 0, reviewers: {x: {timeoutMS: 1}}}}
         """
     )
-    assert any("requiredApprovals" not in p and "required_approvals must be at least 1" in p for p in problems)
+    assert any(
+        "requiredApprovals" not in p and "required_approvals must be at least 1" in p for p in problems
+    )
     assert any("takes no metadata field 'timeoutMS' (did you mean 'timeoutMs'?)" in p for p in problems)
 
 
@@ -137,7 +153,9 @@ def test_a_provider_bound_twice_is_an_error() -> None:
 
 
 def test_disabled_bindings_configure_nothing() -> None:
-    descriptor = app("checks:\n  rules: {provider: agentguard/rules, enabled: false, metadata: {unknown_capability: allow}}\n")
+    descriptor = app(
+        "checks:\n  rules: {provider: agentguard/rules, enabled: false, metadata: {unknown_capability: allow}}\n"
+    )
     assert descriptor.guard_options() == {}
 
 

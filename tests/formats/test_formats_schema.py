@@ -17,7 +17,12 @@ ORDER = {
         "id": {"type": "string", "pattern": "^A-[0-9]+$"},
         "amount": {"type": "number", "minimum": 0, "exclusiveMaximum": 1000, "multipleOf": 0.01},
         "count": {"type": "integer", "maximum": 10},
-        "tags": {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 3, "uniqueItems": True},
+        "tags": {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1},
+            "maxItems": 3,
+            "uniqueItems": True,
+        },
         "status": {"enum": ["open", "shipped"]},
         "note": {"type": ["string", "null"], "maxLength": 5},
         "kind": {"const": "order"},
@@ -94,13 +99,17 @@ def test_messages_say_where_and_why() -> None:
 
 
 def test_booleans_are_not_numbers_and_one_equals_one_point_zero() -> None:
-    assert JSONSchema({"type": "integer"}).errors(True) == ["value: expected an integer, got the boolean true"]
+    assert JSONSchema({"type": "integer"}).errors(True) == [
+        "value: expected an integer, got the boolean true"
+    ]
     assert JSONSchema({"enum": [1]}).errors(1.0) == []
     assert JSONSchema({"enum": [1]}).errors(True) != []
 
 
 def test_arguments_schema_requires_what_has_no_default_and_refuses_the_undeclared() -> None:
-    schema = ArgumentsSchema({"a": {"type": "string"}, "b": {"type": "integer", "default": 1}}, frozenset({"a"}))
+    schema = ArgumentsSchema(
+        {"a": {"type": "string"}, "b": {"type": "integer", "default": 1}}, frozenset({"a"})
+    )
     assert schema.errors({"a": "x"}) == []
     assert schema.errors({"b": 2}) == ["a: required, but missing"]
     assert schema.errors({"a": "x", "c": 1}) == ["c: not a declared name (declared: a, b)"]

@@ -20,9 +20,11 @@ from agentguard import ConfigurationError, SpecError
 from agentguard.formats import Descriptor, load_descriptor, parse_descriptor
 from agentguard.formats.agentspec import load_referenced_components
 
-from .conftest import FIXTURES, SUPPORT_SECRETS, fixture
+from tests.formats.conftest import FIXTURES, SUPPORT_SECRETS, fixture
 
-AGENTSPEC_FIXTURES = sorted(p.name for p in FIXTURES.glob("*.agentspec.*") if p.name != "components.agentspec.yaml")
+AGENTSPEC_FIXTURES = sorted(
+    p.name for p in FIXTURES.glob("*.agentspec.*") if p.name != "components.agentspec.yaml"
+)
 REFUSED_ONLY_BY_AGENTGUARD = {"misspelled-field.agentspec.yaml"}
 
 
@@ -44,7 +46,8 @@ def ours(name: str) -> dict[str, Any] | None:
 
 def summary_of_descriptor(descriptor: Descriptor) -> dict[str, Any]:
     info = descriptor.agent_info
-    assert info is not None and info.model is not None
+    assert info is not None
+    assert info.model is not None
     confirmations = {tool["id"]: tool["id"] in descriptor.review_gates for tool in descriptor.tools}
     confirmations.update(dict.fromkeys(descriptor.review_gates, True))
     return {
@@ -61,7 +64,8 @@ def summary_of_descriptor(descriptor: Descriptor) -> dict[str, Any]:
 
 def theirs(name: str) -> dict[str, Any] | None:
     deserializer = pytest.importorskip(
-        "pyagentspec.serialization", reason="pyagentspec is not installed (pip install 'agentguard[agentspec]')"
+        "pyagentspec.serialization",
+        reason="pyagentspec is not installed (pip install 'agentguard[agentspec]')",
     ).AgentSpecDeserializer()
     path = fixture(name)
     data = yaml.safe_load(path.read_text())  # JSON is YAML here: the fixtures hold no exponent numbers
@@ -93,7 +97,9 @@ def summary_of_component(component: Any) -> dict[str, Any]:
         tools = [*agent.tools, *(params.additional_tools or [])]
         extra = params.additional_instructions
         instructions = f"{agent.system_prompt}\n\n{extra}" if extra else agent.system_prompt
-        human_in_the_loop = agent.human_in_the_loop if params.human_in_the_loop is None else params.human_in_the_loop
+        human_in_the_loop = (
+            agent.human_in_the_loop if params.human_in_the_loop is None else params.human_in_the_loop
+        )
     else:
         agent, tools = component, list(component.tools)
         instructions, human_in_the_loop = component.system_prompt, component.human_in_the_loop
@@ -102,7 +108,9 @@ def summary_of_component(component: Any) -> dict[str, Any]:
     for toolbox in agent.toolboxes:
         for entry in toolbox.tool_filter or []:
             if isinstance(entry, MCPToolSpec):
-                confirmations[_capability(entry.name)] = toolbox.requires_confirmation or entry.requires_confirmation
+                confirmations[_capability(entry.name)] = (
+                    toolbox.requires_confirmation or entry.requires_confirmation
+                )
                 arguments[_capability(entry.name)] = [p.title for p in entry.inputs or []]
             else:
                 confirmations[_capability(entry)] = toolbox.requires_confirmation
@@ -123,7 +131,8 @@ def summary_of_component(component: Any) -> dict[str, Any]:
 def test_builtin_reader_and_pyagentspec_agree(name: str) -> None:
     reference = theirs(name)
     if name in REFUSED_ONLY_BY_AGENTGUARD:
-        assert reference is not None and ours(name) is None
+        assert reference is not None
+        assert ours(name) is None
         return
     assert ours(name) == reference
 
@@ -137,7 +146,9 @@ def test_every_kind_of_fixture_is_compared() -> None:
 
 @pytest.mark.parametrize("name", AGENTSPEC_FIXTURES)
 def test_strict_mode_accepts_what_both_accept(name: str) -> None:
-    pytest.importorskip("pyagentspec", reason="pyagentspec is not installed (pip install 'agentguard[agentspec]')")
+    pytest.importorskip(
+        "pyagentspec", reason="pyagentspec is not installed (pip install 'agentguard[agentspec]')"
+    )
     if ours(name) is None:
         with pytest.raises(SpecError):
             load_descriptor(fixture(name), secrets=secrets_for(name), strict=True)
@@ -147,7 +158,9 @@ def test_strict_mode_accepts_what_both_accept(name: str) -> None:
 
 
 def test_strict_mode_catches_what_only_pyagentspec_checks() -> None:
-    pytest.importorskip("pyagentspec", reason="pyagentspec is not installed (pip install 'agentguard[agentspec]')")
+    pytest.importorskip(
+        "pyagentspec", reason="pyagentspec is not installed (pip install 'agentguard[agentspec]')"
+    )
     text = """\
 component_type: Agent
 id: a
@@ -170,4 +183,3 @@ def test_strict_mode_without_pyagentspec_says_how_to_install_it(monkeypatch: pyt
     monkeypatch.setitem(sys.modules, "pyagentspec.serialization", None)
     with pytest.raises(ConfigurationError, match=r"pip install 'agentguard\[agentspec\]'"):
         load_descriptor(fixture("specialized.agentspec.yaml"), strict=True)
-

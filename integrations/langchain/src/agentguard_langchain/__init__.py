@@ -13,10 +13,11 @@
 
 :class:`AgentGuardMiddleware` enforces (tool calls, guardrails, reviews, loops);
 :class:`AgentGuardCallbackHandler` records what any runnable does and, with ``raise_error=True``, enforces
-the guardrails on chat models.
+the guardrails on chat models; :class:`ChatModelJudge` is an OS Protocol judge backed by any chat model.
 """
 
 from agentguard_langchain._callbacks import AgentGuardCallbackHandler
+from agentguard_langchain._judge import ChatModelJudge
 from agentguard_langchain._middleware import AgentGuardMiddleware, AgentGuardState
 from agentguard_langchain._review import approval_from_resume, interrupt_reviewer, review_payload
 from agentguard_langchain._sessions import thread_of, user_from_context
@@ -28,6 +29,7 @@ __all__ = [
     "AgentGuardCallbackHandler",
     "AgentGuardMiddleware",
     "AgentGuardState",
+    "ChatModelJudge",
     "__version__",
     "approval_from_resume",
     "format_timeline",

@@ -17,7 +17,15 @@ try:
     from langchain.agents.middleware.types import PrivateStateAttr
     from langchain_core.callbacks import BaseCallbackHandler
     from langchain_core.documents import Document
-    from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import (
+        AIMessage,
+        AnyMessage,
+        BaseMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+    )
     from langchain_core.outputs import ChatGeneration, LLMResult
     from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import BaseTool
@@ -37,6 +45,7 @@ __all__ = [
     "AgentState",
     "AnyMessage",
     "BaseCallbackHandler",
+    "BaseChatModel",
     "BaseMessage",
     "BaseTool",
     "ChatGeneration",
@@ -50,6 +59,7 @@ __all__ = [
     "ModelResponse",
     "PrivateStateAttr",
     "RunnableConfig",
+    "SystemMessage",
     "Runtime",
     "ToolCallRequest",
     "ToolMessage",
