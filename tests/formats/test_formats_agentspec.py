@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from agentguard import Approval, Guard, ReviewDenied, Rule, RuleViolation, SpecError, aos
+from agentguard import Approval, Guard, ReviewDenied, ReviewRequest, Rule, RuleViolation, SpecError, aos
 from agentguard.formats import Descriptor, load_descriptor, parse_descriptor
 from agentguard.formats.agentspec import AUTONOMOUS_DENY, load_referenced_components
-
 from tests.formats.conftest import SUPPORT_SECRETS, fixture
 
 
@@ -422,7 +421,12 @@ def test_schema_violating_results_are_withheld(guard: Guard) -> None:
 def test_review_gate_asks_the_user_reviewer(guard: Guard) -> None:
     support().apply(guard)
     asked: list[str] = []
-    guard.add_reviewer("user", lambda request: asked.append(request.capability) or False)
+
+    def user(request: ReviewRequest) -> bool:
+        asked.append(request.capability)
+        return False
+
+    guard.add_reviewer("user", user)
 
     @guard.tool
     def refund(order_id: str, amount: str) -> dict[str, str]:

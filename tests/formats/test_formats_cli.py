@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from agentguard.cli import main
-
 from tests.formats.conftest import fixture
 
 VALID = [

@@ -8,7 +8,6 @@ import pytest
 
 from agentguard.errors import SpecError
 from agentguard.formats import detect_format, load_descriptor, parse_descriptor, read_document
-
 from tests.formats.conftest import fixture
 
 

@@ -18,7 +18,6 @@ from agentguard.formats import (
     parse_descriptor,
     with_review_interrupt,
 )
-
 from tests.formats.conftest import fixture
 
 MAILER_SPEC = """\
@@ -197,6 +196,7 @@ def test_agentguards_review_gate_as_an_acp_interrupt() -> None:
         async with guard.engagement() as eng:
             result = await send_email("Hi")
             review = next(d for d in eng.decisions if d.rule is Rule.REVIEW)
+            assert review.data is not None
             assert review.data["approvals"][0]["approvedBy"] == "ann@corp.example"
             return str(result)
 

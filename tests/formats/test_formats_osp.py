@@ -11,7 +11,6 @@ from agentguard import ApprovalConfig, Guard, SpecError
 from agentguard.checks import Audit, AuditObserver
 from agentguard.formats import Descriptor, load_descriptor, parse_descriptor
 from agentguard.guardian import GuardianClient
-
 from tests.formats.conftest import fixture
 
 SECRETS = {"guardian-token": "t0ken"}

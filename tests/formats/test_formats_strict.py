@@ -19,7 +19,6 @@ import yaml
 from agentguard import ConfigurationError, SpecError
 from agentguard.formats import Descriptor, load_descriptor, parse_descriptor
 from agentguard.formats.agentspec import load_referenced_components
-
 from tests.formats.conftest import FIXTURES, SUPPORT_SECRETS, fixture
 
 AGENTSPEC_FIXTURES = sorted(
@@ -106,7 +105,7 @@ def summary_of_component(component: Any) -> dict[str, Any]:
     confirmations = {_capability(tool.name): tool.requires_confirmation for tool in tools}
     arguments = {_capability(tool.name): [p.title for p in tool.inputs or []] for tool in tools}
     for toolbox in agent.toolboxes:
-        for entry in toolbox.tool_filter or []:
+        for entry in getattr(toolbox, "tool_filter", None) or []:  # MCPToolBox is the only toolbox
             if isinstance(entry, MCPToolSpec):
                 confirmations[_capability(entry.name)] = (
                     toolbox.requires_confirmation or entry.requires_confirmation

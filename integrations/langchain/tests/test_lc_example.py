@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from agentguard_langchain import format_timeline
-from agentguard.timeline import describe_step
 
 from agentguard import Decision, Outcome, Phase, Rule, StepRecord
+from agentguard.timeline import describe_step
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "langchain_support_agent" / "agent.py"
 

@@ -16,12 +16,12 @@
 the guardrails on chat models; :class:`ChatModelJudge` is an OS Protocol judge backed by any chat model.
 """
 
+from agentguard.timeline import format_timeline, print_timeline
 from agentguard_langchain._callbacks import AgentGuardCallbackHandler
 from agentguard_langchain._judge import ChatModelJudge
 from agentguard_langchain._middleware import AgentGuardMiddleware, AgentGuardState
 from agentguard_langchain._review import approval_from_resume, interrupt_reviewer, review_payload
 from agentguard_langchain._sessions import thread_of, user_from_context
-from agentguard.timeline import format_timeline, print_timeline
 
 __version__ = "0.1.0"
 

@@ -19,7 +19,6 @@ import json
 import re
 
 from agentguard.checks import JudgeConfig, JudgeResult
-
 from agentguard_langchain._host import BaseChatModel, HumanMessage, SystemMessage
 
 __all__ = ["ChatModelJudge"]
