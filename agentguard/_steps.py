@@ -43,6 +43,7 @@ class AgentInfo:
     resources: Sequence[Mapping[str, Any]] = ()
     organization: Mapping[str, Any] | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    tools: Sequence[Mapping[str, Any]] = ()  # declared AOS ToolDefinitions; they win over signatures
 
 
 _JSON_TYPES: dict[Any, str] = {

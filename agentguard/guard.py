@@ -33,7 +33,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
@@ -71,6 +71,9 @@ from agentguard.runs import Cancel, Retry, Timeout
 from agentguard.spec import AgentSpec, CompiledSpec, compile_spec, is_valid_name, load_spec, load_spec_text
 from agentguard.steps import MCP, KnowledgeRetrieval, Message, Step
 from agentguard.telemetry._observer import GuardTelemetry, guard_observers
+
+if TYPE_CHECKING:
+    from agentguard.formats import Descriptor
 
 __all__ = ["Engagement", "Guard"]
 
@@ -555,7 +558,7 @@ class Guard:
         self.compiled = compiled
         self.policy = Policy(compiled)
         self.guardian = guardian
-        self.agent_info = agent or AgentInfo()
+        self._agent_info = agent or AgentInfo()
         self.auto_engagement = auto_engagement
         self._registry: dict[str, _Registered] = {}
         self._agents: dict[str, _Registered] = {}
@@ -586,8 +589,8 @@ class Guard:
                 [
                     *guard_observers(
                         telemetry,
-                        agent_name=self.agent_info.name or compiled.spec.name,
-                        agent_id=self.agent_info.id or compiled.spec.name,
+                        agent_name=self._agent_info.name or compiled.spec.name,
+                        agent_id=self._agent_info.id or compiled.spec.name,
                         guardian=guardian,
                         capture_content=capture_content,
                         tracer_provider=tracer_provider,
@@ -604,11 +607,34 @@ class Guard:
     # -- construction ---------------------------------------------------------------------------------
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str], **options: Any) -> Guard:
-        """Load, validate and compile an OpenAgentSpec file (a :class:`~agentguard.SpecError` lists every problem)."""
+    def from_file(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        descriptor: str | os.PathLike[str] | Descriptor | None = None,
+        **options: Any,
+    ) -> Guard:
+        """Load, validate and compile an OpenAgentSpec file (a :class:`~agentguard.SpecError` lists every problem).
+
+        ``descriptor``: an Agent Spec, Agent Manifest or OS Protocol app file (or a loaded
+        :class:`~agentguard.formats.Descriptor`) that describes the agent to guardians and adds the checks it
+        implies (review gates, schema checks, guardian and audit settings); see :mod:`agentguard.formats`.
+        Options given here win over the descriptor's.
+        """
         backend = options.pop("cel_backend", None)
         backend_obj = get_backend(backend) if isinstance(backend, str) or backend is None else backend
-        return cls(load_spec(path, backend=backend_obj), cel_backend=backend_obj, **options)
+        if descriptor is None:
+            return cls(load_spec(path, backend=backend_obj), cel_backend=backend_obj, **options)
+        from agentguard.formats import Descriptor, load_descriptor  # layer 7, loaded only when asked for
+
+        loaded = descriptor if isinstance(descriptor, Descriptor) else load_descriptor(descriptor)
+        guard = cls(
+            load_spec(path, backend=backend_obj),
+            cel_backend=backend_obj,
+            **{**loaded.guard_options(), **options},
+        )
+        loaded.apply(guard)
+        return guard
 
     @classmethod
     def from_yaml(cls, text: str, *, source: str = "<string>", **options: Any) -> Guard:
@@ -618,6 +644,16 @@ class Guard:
         return cls(
             load_spec_text(text, backend=backend_obj, source=source), cel_backend=backend_obj, **options
         )
+
+    @property
+    def agent_info(self) -> AgentInfo:
+        """The AOS ``Agent`` descriptor fields the spec does not carry (name, version, provider, model, ...)."""
+        return self._agent_info
+
+    @agent_info.setter
+    def agent_info(self, info: AgentInfo) -> None:
+        self._agent_info = info
+        self._agent_descriptor = None  # rebuilt on next use
 
     @property
     def spec(self) -> AgentSpec:
@@ -940,7 +976,7 @@ class Guard:
                 "instructions": info.instructions or spec.intent,
                 "version": info.version,
                 "provider": {"name": info.provider_name or spec.owner, "url": info.provider_url},
-                "tools": [tool_definition(r.name, r.fn, kind=r.kind) for r in self._iter_registered()],
+                "tools": self._tool_definitions(info),
             }
             if info.model:
                 descriptor["model"] = to_plain(info.model)
@@ -954,6 +990,16 @@ class Guard:
                 descriptor["metadata"] = to_plain(info.metadata)
             self._agent_descriptor = descriptor
         return self._agent_descriptor
+
+    def _tool_definitions(self, info: AgentInfo) -> list[dict[str, Any]]:
+        """Declared tool definitions (from a descriptor) win over those read from Python signatures."""
+        declared = {str(t["id"]): to_plain(t) for t in info.tools}
+        derived = [
+            tool_definition(r.name, r.fn, kind=r.kind)
+            for r in self._iter_registered()
+            if r.name not in declared
+        ]
+        return [*declared.values(), *derived]
 
     def _iter_registered(self) -> Iterable[_Registered]:
         yield from self._registry.values()

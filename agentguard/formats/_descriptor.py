@@ -119,7 +119,6 @@ class Descriptor:
             return self._misfits(guard)
         if self.agent_info is not None:
             guard.agent_info = self.agent_info
-            guard._agent_descriptor = None  # rebuilt from the new agent info on next use
         for reviewer_id, reviewer in self.reviewers.items():
             guard.add_reviewer(reviewer_id, reviewer)
         for capability, reviewer_id in self.review_gates.items():

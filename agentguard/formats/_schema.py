@@ -427,6 +427,9 @@ class OutputsSchema(Schema):
 class SchemaRule:
     """A guard rule (``kind=Rule.SCHEMA``) checking one capability's arguments or result against a schema.
 
+    Named ``<capability>:arguments`` or ``<capability>:result``, so that its severity key and its OS Protocol
+    ``ruleName`` read ``schema:refund:result``.
+
     Registered by :meth:`agentguard.formats.Descriptor.apply` with ``guard.rules.add``; it runs where the
     capability's restriction of the same phase runs, and a failure raises
     :class:`~agentguard.RuleViolation` with the reasons (``kind`` is ``Rule.SCHEMA``).
@@ -439,7 +442,7 @@ class SchemaRule:
 
     @property
     def name(self) -> str:
-        return f"schema:{self.capability}:{'arguments' if self.phase is Phase.INPUT else 'result'}"
+        return f"{self.capability}:{'arguments' if self.phase is Phase.INPUT else 'result'}"
 
     @property
     def kind(self) -> Rule:

@@ -52,7 +52,7 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from agentguard._steps import AgentInfo
@@ -202,15 +202,15 @@ class _Tool:
 
 @dataclass
 class _Agent:
+    """What the agent itself says; its tools and MCP servers are collected by the reader."""
+
     component: _Component
     name: str
     id: str
     description: str | None
     instructions: str
     human_in_the_loop: bool
-    tools: list[_Tool] = field(default_factory=list)
     model: dict[str, Any] | None = None
-    servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     inputs: ArgumentsSchema | None = None
     outputs: ArgumentsSchema | None = None
 
@@ -773,9 +773,11 @@ def from_document(doc: Document, options: LoadOptions) -> Descriptor:
     component = agent.component
     metadata = component.data.get("metadata")
     version = metadata.get("version") if isinstance(metadata, Mapping) else None
+    tools = tuple(tool.definition for tool in reader.tools.values() if tool.arguments is not None)
     info = AgentInfo(
         name=agent.name,
         id=agent.id,
+        tools=tools,
         version=version if isinstance(version, str) else AgentInfo.version,
         description=agent.description,
         instructions=agent.instructions,
@@ -802,7 +804,7 @@ def from_document(doc: Document, options: LoadOptions) -> Descriptor:
         format="agentspec",
         source=doc.source,
         agent_info=info,
-        tools=tuple(tool.definition for tool in reader.tools.values() if tool.arguments is not None),
+        tools=tools,
         review_gates=gates,
         schema_rules=tuple(rules),
         reviewers={AUTONOMOUS_DENY: _deny_without_human} if gates and reviewer == AUTONOMOUS_DENY else {},

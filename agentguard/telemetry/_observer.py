@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +33,7 @@ from opentelemetry.trace import (
     Tracer,
     TracerProvider,
 )
+from opentelemetry.util.types import AttributeValue
 
 from agentguard.engagement import CallRecord, Decision, EngagementState, EngagementStatus, Outcome, StepRecord
 from agentguard.errors import ConfigurationError, PolicyViolation
@@ -106,25 +106,6 @@ def global_metrics() -> bool:
     return provider is not None and not isinstance(provider, NoOpMeterProvider)
 
 
-class _Switch:
-    """Is there an SDK behind a provider? Fixed for an injected provider; for the global one, asked until
-    the answer is yes (a global provider can be set only once, so yes stays yes)."""
-
-    __slots__ = ("_on", "_probe")
-
-    def __init__(self, on: bool | None, probe: Callable[[], bool]) -> None:
-        self._on = on
-        self._probe = probe
-
-    def __call__(self) -> bool:
-        on = self._on
-        if on is None:
-            if not self._probe():
-                return False
-            self._on = on = True
-        return on
-
-
 @dataclass(slots=True)
 class _Turn:
     span: Span
@@ -193,27 +174,26 @@ class GuardTelemetry(Observer):
         self._meter_provider = meter_provider
         self._turns: dict[str, _Turn] = {}  # engagement id -> its open turn
         self._steps: dict[int, _Step] = {}  # id(step) -> the step's open segment
+        # Is there an SDK behind the tracer / the instruments? True or False for an injected provider; None
+        # for the global one: asked at each step until the answer is yes (a global provider is set only once).
         self._tracer: Tracer | None = None
-        self._tracing = _Switch(False, global_tracing)
+        self._tracing: bool | None = False
         self._instruments: Instruments | None = None
-        self._measuring = _Switch(False, global_metrics)
+        self._measuring: bool | None = False
         try:
             if tracer_provider is None or isinstance(tracer_provider, ProxyTracerProvider):
                 trace.get_tracer_provider()  # loads a provider named by OTEL_PYTHON_TRACER_PROVIDER, if any
                 self._tracer = trace.get_tracer("agentguard")  # a proxy until a global provider is set
-                self._tracing = _Switch(None, global_tracing)
+                self._tracing = None
             elif not isinstance(tracer_provider, NoOpTracerProvider):
                 self._tracer = tracer_provider.get_tracer("agentguard")
-                self._tracing = _Switch(True, global_tracing)
+                self._tracing = True
         except Exception:
             logger.exception("agentguard telemetry: no tracer (spans are off for this guard)")
         try:
             global_meter = meter_provider is None or type(meter_provider).__name__ == "_ProxyMeterProvider"
             self._instruments = Instruments.for_provider(None if global_meter else meter_provider)
-            if global_meter:
-                self._measuring = _Switch(None, global_metrics)
-            elif not isinstance(meter_provider, NoOpMeterProvider):
-                self._measuring = _Switch(True, global_metrics)
+            self._measuring = None if global_meter else not isinstance(meter_provider, NoOpMeterProvider)
         except Exception:
             logger.exception("agentguard telemetry: no meter (metrics are off for this guard)")
 
@@ -236,9 +216,20 @@ class GuardTelemetry(Observer):
 
     # -- turns --------------------------------------------------------------------------------------------
 
+    def _traced(self) -> Tracer | None:
+        """The tracer, if an SDK is behind it (checked cheaply: this runs at every step)."""
+        if self._tracing is None and global_tracing():
+            self._tracing = True
+        return self._tracer if self._tracing else None
+
+    def _measured(self) -> bool:
+        if self._measuring is None and global_metrics():
+            self._measuring = True
+        return bool(self._measuring)
+
     def turn_started(self, state: EngagementState) -> _Turn | None:
-        tracer = self._tracer
-        if tracer is None or not self._tracing():
+        tracer = self._traced()
+        if tracer is None:
             return None
         name, attributes = turn_span(self.agent_name, self.agent_id, state)
         span = tracer.start_span(name, kind=SpanKind.INTERNAL, attributes=attributes)
@@ -272,8 +263,8 @@ class GuardTelemetry(Observer):
     # -- steps --------------------------------------------------------------------------------------------
 
     def step_started(self, state: EngagementState, step: StepRecord) -> _Step | None:
-        tracer = self._tracer if self._tracing() else None
-        measured = self._measuring()
+        tracer = self._traced()
+        measured = self._measured()
         if tracer is None and not measured:
             return None  # no SDK: nothing to record
         entry = _Step(time.time(), len(step.decisions), measured)
@@ -304,6 +295,8 @@ class GuardTelemetry(Observer):
         return turn.context
 
     def decision(self, state: EngagementState, step: StepRecord, decision: Decision) -> None:
+        if not self._steps:
+            return  # no SDK: the common case, first
         entry = self._steps.get(id(step))
         if entry is None or entry.span is None or not entry.span.is_recording():
             return
@@ -340,29 +333,30 @@ class GuardTelemetry(Observer):
         blocked = next((d for d in decisions if d.blocked), None)
         # A host that pauses the run for a review (a LangGraph interrupt) raises through the step: not an error.
         paused = error is not None and bool(decisions) and decisions[-1].outcome is Outcome.REVIEW_PENDING
-        span.set_attribute(
-            "agentguard.outcome", Outcome.REVIEW_PENDING.value if paused else step.outcome.value
-        )
+        outcome = Outcome.REVIEW_PENDING if paused else step.outcome
+        attributes: dict[str, AttributeValue] = {"agentguard.outcome": outcome.value}
         if blocked is not None:
-            span.set_attribute("agentguard.denied", True)
-            span.set_attribute("agentguard.denied.rule", blocked.rule.value)
+            attributes["agentguard.denied"] = True
+            attributes["agentguard.denied.rule"] = blocked.rule.value
         if any(d.outcome is Outcome.WARN for d in decisions):
-            span.set_attribute("agentguard.warned", True)
+            attributes["agentguard.warned"] = True
         if step.kind == TOOL_STEP:
             if step.call_id:
-                span.set_attribute("gen_ai.tool.call.id", step.call_id)
+                attributes["gen_ai.tool.call.id"] = step.call_id
             if call is not None:
-                span.set_attribute("gen_ai.tool.type", "agent" if call.kind == "agent" else "function")
+                attributes["gen_ai.tool.type"] = "agent" if call.kind == "agent" else "function"
         else:
             decision_type, reason = guardrail_decision(step, blocked)
-            span.set_attribute("gen_ai.security.decision.type", decision_type)
+            attributes["gen_ai.security.decision.type"] = decision_type
             if reason:
-                span.set_attribute("gen_ai.security.decision.reason", reason)
+                attributes["gen_ai.security.decision.reason"] = reason
+        if error is not None and not paused:
+            attributes["error.type"] = type(error).__qualname__
+        span.set_attributes(attributes)
         if self.capture_content:
             self._record_content(span, step, call, error)
         if error is None or paused:
             return
-        span.set_attribute("error.type", type(error).__qualname__)
         if isinstance(error, PolicyViolation):
             span.set_status(Status(StatusCode.ERROR, error.reason))  # agentguard's own words: no content
         elif self.capture_content:  # a tool's error message may quote its inputs: it is content

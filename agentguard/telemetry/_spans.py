@@ -82,7 +82,6 @@ def step_span(
     attributes = _agent(agent_name, agent_id, state)
     attributes["agentguard.step.kind"] = step.kind
     attributes["agentguard.step.id"] = step.step_id
-    attributes["agentguard.turn.id"] = step.turn_id
     if step.kind == TOOL_STEP:
         tool = step.name or "unknown"
         attributes["gen_ai.operation.name"] = "execute_tool"
@@ -107,8 +106,6 @@ def decision_attributes(decision: Decision) -> dict[str, AttributeValue]:
         attributes["agentguard.decision.phase"] = decision.phase.value
     if decision.reason:
         attributes["agentguard.decision.reason"] = decision.reason
-    if decision.capability is not None:
-        attributes["agentguard.decision.capability"] = decision.capability
     if decision.expression is not None:
         attributes["agentguard.decision.expression"] = decision.expression
     return attributes

@@ -111,15 +111,15 @@ def test_a_toolbox_wide_confirmation_covers_every_listed_tool() -> None:
 def test_schema_rules_for_declared_arguments_and_results() -> None:
     names = {rule.name for rule in support().schema_rules}
     assert names == {
-        "schema:lookup-order:arguments",
-        "schema:lookup-order:result",
-        "schema:ask-customer:arguments",
-        "schema:refund:arguments",
-        "schema:refund:result",
-        "schema:web-search:arguments",
-        "schema:web-search:result",
-        "schema:crm-get:arguments",
-        "schema:crm-delete:arguments",
+        "lookup-order:arguments",
+        "lookup-order:result",
+        "ask-customer:arguments",
+        "refund:arguments",
+        "refund:result",
+        "web-search:arguments",
+        "web-search:result",
+        "crm-get:arguments",
+        "crm-delete:arguments",
     }
     assert all(rule.kind is Rule.SCHEMA for rule in support().schema_rules)
 
@@ -395,7 +395,7 @@ def test_schema_violating_arguments_are_rejected_through_the_guard(guard: Guard)
             lookup_order("B-7")
     error = info.value
     assert error.rule is Rule.SCHEMA
-    assert error.rule_name == "schema:lookup-order:arguments"
+    assert error.rule_name == "lookup-order:arguments"
     assert str(error) == (
         "[schema input] lookup-order: schema check of the arguments of 'lookup-order' (declared in "
         f"{fixture('support.agentspec.yaml')}) failed: order_id: the string 'B-7' does not match the "
@@ -413,7 +413,7 @@ def test_schema_violating_results_are_withheld(guard: Guard) -> None:
 
     with guard.engagement() as eng, pytest.raises(RuleViolation) as info:
         lookup_order("A-1")
-    assert info.value.rule_name == "schema:lookup-order:result"
+    assert info.value.rule_name == "lookup-order:result"
     assert 'status: the string \'lost\' is not one of "open", "shipped", "cancelled"' in str(info.value)
     assert eng.view()["history"]["lookup-order"][0]["outputs"] is None
 
@@ -480,4 +480,35 @@ def test_apply_is_idempotent_and_reports_what_the_spec_does_not_allow() -> None:
         "tools.crm-get",
         "tools.crm-delete",
     ]
-    assert len([rule for rule in guard.rules if rule.name.startswith("schema:lookup-order")]) == 2
+    assert len([rule for rule in guard.rules if rule.name.startswith("lookup-order:")]) == 2
+
+
+def test_schema_checks_can_run_in_shadow_mode() -> None:
+    guard = Guard.from_file(fixture("agent.yaml"), severity={"schema:lookup-order:result": "warning"})
+    support().apply(guard)
+
+    @guard.tool
+    def lookup_order(order_id: str) -> dict[str, Any]:
+        return {"status": "lost"}
+
+    with guard.engagement() as eng:
+        assert lookup_order("A-1") == {"status": "lost"}  # recorded, not blocked
+        with pytest.raises(RuleViolation):
+            lookup_order("B-1")  # the arguments check still blocks
+    warned = [d for d in eng.decisions if d.rule is Rule.SCHEMA and d.reason.startswith("would deny")]
+    assert len(warned) == 1
+
+
+def test_guard_from_file_with_a_descriptor_uses_its_declared_tools() -> None:
+    guard = Guard.from_file(fixture("agent.yaml"), descriptor=support())
+
+    @guard.tool(name="lookup-order")
+    def lookup(order_id: str, verbose: bool = False) -> dict[str, str]:
+        """What the Python signature says (the descriptor's declaration wins)."""
+        return {}
+
+    tools = {t["id"]: t for t in guard.agent_descriptor()["tools"]}
+    declared = {t["id"]: t for t in support().tools}
+    assert tools["lookup-order"] == declared["lookup-order"]
+    assert guard.agent_descriptor()["name"] == "support"
+    assert guard.required_reviewers() >= set(support().review_gates.values())

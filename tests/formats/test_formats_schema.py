@@ -173,5 +173,5 @@ def test_a_schema_without_errors_never_makes_the_validator_raise() -> None:
 
 def test_schema_rule_names_and_phases() -> None:
     rule = SchemaRule("refund", Phase.OUTPUT, JSONSchema({}), "declared in x")
-    assert rule.name == "schema:refund:result"
-    assert SchemaRule("refund", Phase.INPUT, JSONSchema({}), "x").name == "schema:refund:arguments"
+    assert rule.name == "refund:result"
+    assert SchemaRule("refund", Phase.INPUT, JSONSchema({}), "x").name == "refund:arguments"

@@ -6,7 +6,6 @@ no test here changes what another test's process sees.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -57,7 +56,9 @@ class Otel:
         """Spans ended on another thread (the guardian's server, the observe worker) arrive a little later."""
         deadline = time.monotonic() + WAIT
         while len(self.named(name)) < count:
-            assert time.monotonic() < deadline, f"no {count} spans named {name!r}: {[s.name for s in self.spans()]}"
+            assert time.monotonic() < deadline, (
+                f"no {count} spans named {name!r}: {[s.name for s in self.spans()]}"
+            )
             time.sleep(0.005)
         return self.named(name)
 
@@ -99,8 +100,10 @@ def decision_events(span: ReadableSpan) -> list[dict[str, Any]]:
 
 def is_child(child: ReadableSpan, parent: ReadableSpan) -> bool:
     assert child.parent is not None, f"{child.name} has no parent"
-    assert parent.context is not None and child.context is not None
-    return child.parent.span_id == parent.context.span_id and child.context.trace_id == parent.context.trace_id
+    assert parent.context is not None
+    assert child.context is not None
+    same_trace: bool = child.context.trace_id == parent.context.trace_id
+    return same_trace and child.parent.span_id == parent.context.span_id
 
 
 def wait_until(check: Callable[[], bool]) -> None:
@@ -108,7 +111,3 @@ def wait_until(check: Callable[[], bool]) -> None:
     while not check():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.005)
-
-
-def as_json(value: Any) -> str:
-    return json.dumps(value)

@@ -34,7 +34,7 @@ SPEC = spec_text(
 
 def _lookup(otel: Otel, **options: object) -> None:
     guard = otel.guard(SPEC, **options)
-    lookup = guard.tool(lambda query: f"result for {query}", name="lookup")
+    lookup = guard.tool(name="lookup")(lambda query: f"result for {query}")
     with guard.engagement() as eng:
         lookup(query="INPUT-MARK")
         eng.report_message("user", "MESSAGE-MARK")
@@ -44,9 +44,11 @@ def test_no_content_is_recorded_by_default(otel: Otel, monkeypatch: pytest.Monke
     monkeypatch.delenv(CAPTURE_CONTENT_ENV, raising=False)
     _lookup(otel)
     text = otel.text()
-    assert "INPUT-MARK" not in text and "MESSAGE-MARK" not in text
+    assert "INPUT-MARK" not in text
+    assert "MESSAGE-MARK" not in text
     attributes = dict(otel.span("execute_tool lookup").attributes or {})
-    assert "gen_ai.tool.call.arguments" not in attributes and "gen_ai.tool.call.result" not in attributes
+    assert "gen_ai.tool.call.arguments" not in attributes
+    assert "gen_ai.tool.call.result" not in attributes
 
 
 def test_content_is_recorded_when_asked_for(otel: Otel) -> None:
@@ -58,7 +60,9 @@ def test_content_is_recorded_when_asked_for(otel: Otel) -> None:
     assert message["gen_ai.security.content.input.value"] == "MESSAGE-MARK"
 
 
-@pytest.mark.parametrize(("value", "captured"), [("true", True), ("TRUE", True), ("false", False), ("", False)])
+@pytest.mark.parametrize(
+    ("value", "captured"), [("true", True), ("TRUE", True), ("false", False), ("", False)]
+)
 def test_the_environment_variable_turns_capture_on(
     otel: Otel, monkeypatch: pytest.MonkeyPatch, value: str, captured: bool
 ) -> None:
@@ -76,7 +80,7 @@ def test_an_explicit_no_wins_over_the_environment(otel: Otel, monkeypatch: pytes
 def test_a_telemetry_object_carries_its_own_capture_flag(otel: Otel) -> None:
     telemetry = GuardTelemetry(capture_content=True, tracer_provider=otel.tracer_provider)
     guard = Guard.from_yaml(SPEC, telemetry=telemetry)
-    lookup = guard.tool(lambda query: "found", name="lookup")
+    lookup = guard.tool(name="lookup")(lambda query: "found")
     with guard.engagement():
         lookup(query="INPUT-MARK")
     attributes = dict(otel.span("execute_tool lookup").attributes or {})
@@ -86,7 +90,7 @@ def test_a_telemetry_object_carries_its_own_capture_flag(otel: Otel) -> None:
 
 def test_a_withheld_output_is_never_recorded(otel: Otel) -> None:
     guard = otel.guard(SPEC, capture_content=True)
-    lookup = guard.tool(lambda query: "SECRET-OUTPUT", name="lookup")
+    lookup = guard.tool(name="lookup")(lambda query: "SECRET-OUTPUT")
     with guard.engagement(), pytest.raises(RestrictionViolation):
         lookup(query="INPUT-MARK")
     span = otel.span("execute_tool lookup")
@@ -105,7 +109,7 @@ def test_an_output_rejected_in_review_is_never_recorded(otel: Otel) -> None:
         return Approval(False, "not for the model", "auditor")
 
     guard = otel.guard(SPEC, capture_content=True, reviewers={"auditor": auditor})
-    approve = guard.tool(lambda: "REVIEWED-OUTPUT", name="approve")
+    approve = guard.tool(name="approve")(lambda: "REVIEWED-OUTPUT")
     with guard.engagement(), pytest.raises(ReviewDenied):
         approve()
     assert seen == ["REVIEWED-OUTPUT"]  # the reviewer saw it; telemetry does not
@@ -144,7 +148,7 @@ def guardian(otel: Otel) -> Iterator[RunningServer]:
 def test_an_output_the_guardian_denies_is_never_recorded(otel: Otel, guardian: RunningServer) -> None:
     client = GuardianClient(guardian.url, tracer_provider=otel.tracer_provider)
     guard = otel.guard(SPEC, capture_content=True, guardian=client)
-    fetch = guard.tool(lambda: "SECRET-FROM-GUARDIAN", name="fetch")
+    fetch = guard.tool(name="fetch")(lambda: "SECRET-FROM-GUARDIAN")
     with client, guard.engagement(), pytest.raises(GuardianDenied):
         fetch()
     otel.wait_for("aos steps/toolCallResult")

@@ -28,14 +28,15 @@ SPEC = spec_text(
 
 def test_a_denied_call_is_an_error_span_with_its_decisions(otel: Otel) -> None:
     guard = otel.guard(SPEC)
-    refund = guard.tool(lambda amount: "refunded", name="refund")
+    refund = guard.tool(name="refund")(lambda amount: "refunded")
     with guard.engagement():
         assert refund(amount=10) == "refunded"
         with pytest.raises(RestrictionViolation):
             refund(amount=500)
     allowed, denied = sorted(otel.named("execute_tool refund"), key=lambda s: s.start_time or 0)
     assert allowed.status.status_code is StatusCode.UNSET
-    assert allowed.attributes is not None and "agentguard.denied" not in allowed.attributes
+    assert allowed.attributes is not None
+    assert "agentguard.denied" not in allowed.attributes
 
     assert denied.status.status_code is StatusCode.ERROR
     assert denied.status.description == "assertion is false"
@@ -51,7 +52,6 @@ def test_a_denied_call_is_an_error_span_with_its_decisions(otel: Otel) -> None:
             "agentguard.decision.severity": "error",
             "agentguard.decision.phase": "input",
             "agentguard.decision.reason": "capability 'refund'",
-            "agentguard.decision.capability": "refund",
         },
         {
             "agentguard.decision.rule": "restriction",
@@ -59,7 +59,6 @@ def test_a_denied_call_is_an_error_span_with_its_decisions(otel: Otel) -> None:
             "agentguard.decision.severity": "error",
             "agentguard.decision.phase": "input",
             "agentguard.decision.reason": "assertion is false",
-            "agentguard.decision.capability": "refund",
             "agentguard.decision.expression": 'recent["refund"].inputs.amount <= 100',
         },
     ]
@@ -79,7 +78,7 @@ def test_a_call_outside_the_capabilities_is_denied_by_capability(otel: Otel) -> 
 
 def test_shadow_mode_warns_without_denying(otel: Otel) -> None:
     guard = otel.guard(SPEC, severity={"restriction": "warning"})
-    refund = guard.tool(lambda amount: "refunded", name="refund")
+    refund = guard.tool(name="refund")(lambda amount: "refunded")
     with guard.engagement():
         assert refund(amount=500) == "refunded"
     span = otel.span("execute_tool refund")
@@ -107,7 +106,7 @@ def test_a_rejected_review_is_a_review_denial(otel: Otel) -> None:
         return Approval(False, "over budget", "manager")
 
     guard = otel.guard(spec, reviewers={"manager": manager})
-    refund = guard.tool(lambda amount: "refunded", name="refund")
+    refund = guard.tool(name="refund")(lambda amount: "refunded")
     with guard.engagement(), pytest.raises(Exception, match="did not approve"):
         refund(amount=5)
     attributes = dict(otel.span("execute_tool refund").attributes or {})
@@ -145,7 +144,7 @@ def test_a_failed_guardrail_is_a_denied_guardrail_span(otel: Otel) -> None:
         """
     )
     guard = otel.guard(spec)
-    guard.tool(lambda text: {"safe": "ignore" not in text}, name="classify")
+    guard.tool(name="classify")(lambda text: {"safe": "ignore" not in text})
     with guard.engagement() as eng:
         assert eng.check_input("hello") == "hello"
         with pytest.raises(GuardrailViolation):

@@ -46,14 +46,14 @@ def guardian(otel: Otel) -> Iterator[RunningServer]:
 def _server_span_of(otel: Otel, client: ReadableSpan) -> ReadableSpan:
     method = dict(client.attributes or {})["rpc.method"]
     spans = otel.wait_for(f"aos {method}")
-    return next(s for s in spans if s.parent is not None and s.parent.span_id == client.context.span_id)  # type: ignore[union-attr]
+    return next(s for s in spans if s.parent is not None and s.parent.span_id == client.context.span_id)
 
 
 def test_the_guardian_continues_the_agents_trace(otel: Otel, guardian: RunningServer) -> None:
     client = GuardianClient(guardian.url, tracer_provider=otel.tracer_provider)
     guard = otel.guard(SPEC, guardian=client)
-    lookup = guard.tool(lambda order_id: "shipped", name="lookup")
-    shell = guard.tool(lambda cmd: "", name="shell")
+    lookup = guard.tool(name="lookup")(lambda order_id: "shipped")
+    shell = guard.tool(name="shell")(lambda cmd: "")
     with client, guard.engagement(engagement_id="eng-7"):
         assert lookup(order_id="A-1") == "shipped"
         with pytest.raises(GuardianDenied):
@@ -77,7 +77,8 @@ def test_the_guardian_continues_the_agents_trace(otel: Otel, guardian: RunningSe
         assert str(attributes["rpc.jsonrpc.request_id"]).startswith("ag-")
         server_span = _server_span_of(otel, client_span)
         assert server_span.kind is SpanKind.SERVER
-        assert server_span.context is not None and turn.context is not None
+        assert server_span.context is not None
+        assert turn.context is not None
         assert server_span.context.trace_id == turn.context.trace_id
         server_attributes = dict(server_span.attributes or {})
         assert server_attributes["rpc.method"] == method
@@ -86,7 +87,9 @@ def test_the_guardian_continues_the_agents_trace(otel: Otel, guardian: RunningSe
 
     denied = otel.span("execute_tool shell")
     (denied_request,) = [s for s in otel.spans() if s.kind is SpanKind.CLIENT and is_child(s, denied)]
-    assert dict(_server_span_of(otel, denied_request).attributes or {})["agentguard.guardian.decision"] == "deny"
+    assert (
+        dict(_server_span_of(otel, denied_request).attributes or {})["agentguard.guardian.decision"] == "deny"
+    )
     assert dict(denied.attributes or {})["agentguard.denied.rule"] == "guardian"
     assert denied.status.status_code is StatusCode.ERROR
     guardian_event = decision_events(denied)[-1]
@@ -106,14 +109,17 @@ async def test_async_steps_carry_the_trace_too(otel: Otel, guardian: RunningServ
         assert await lookup(order_id="A-1") == "shipped"
     step = otel.span("execute_tool lookup")
     clients = [s for s in otel.spans() if s.kind is SpanKind.CLIENT]
-    assert len(clients) == 2 and all(is_child(s, step) for s in clients)
+    assert len(clients) == 2
+    assert all(is_child(s, step) for s in clients)
     assert all(is_child(_server_span_of(otel, s), s) for s in clients)
 
 
-def test_observed_steps_are_traced_from_where_they_were_submitted(otel: Otel, guardian: RunningServer) -> None:
+def test_observed_steps_are_traced_from_where_they_were_submitted(
+    otel: Otel, guardian: RunningServer
+) -> None:
     client = GuardianClient(guardian.url, mode="observe", tracer_provider=otel.tracer_provider)
     guard = otel.guard(SPEC, guardian=client)
-    lookup = guard.tool(lambda order_id: "shipped", name="lookup")
+    lookup = guard.tool(name="lookup")(lambda order_id: "shipped")
     with client, guard.engagement():
         assert lookup(order_id="A-1") == "shipped"
     step = otel.span("execute_tool lookup")
@@ -145,16 +151,20 @@ def test_every_request_carries_the_w3c_traceparent(otel: Otel) -> None:
         tracer_provider=otel.tracer_provider,
     )
     guard = otel.guard(SPEC, guardian=client)
-    lookup = guard.tool(lambda order_id: "shipped", name="lookup")
+    lookup = guard.tool(name="lookup")(lambda order_id: "shipped")
     with client, guard.engagement():
         lookup(order_id="A-1")
     wait_until(sent.is_set)
-    ping, request, _result = (s for s in sorted(otel.spans(), key=lambda s: s.start_time or 0) if s.kind is SpanKind.CLIENT)
-    assert ping.name == "ping" and "rpc.jsonrpc.request_id" not in dict(ping.attributes or {})
+    ping, request, _result = (
+        s for s in sorted(otel.spans(), key=lambda s: s.start_time or 0) if s.kind is SpanKind.CLIENT
+    )
+    assert ping.name == "ping"
+    assert "rpc.jsonrpc.request_id" not in dict(ping.attributes or {})
     assert request.name == "steps/toolCallRequest"
     assert [method for method, _ in seen[:2]] == ["ping", "steps/toolCallRequest"]
     for (_, header), span in zip(seen[:2], (ping, request), strict=True):
-        assert span.context is not None and header is not None
+        assert span.context is not None
+        assert header is not None
         assert header.startswith(f"00-{span.context.trace_id:032x}-{span.context.span_id:016x}-")
 
 
@@ -169,7 +179,7 @@ def test_a_failed_request_is_an_error_client_span(otel: Otel) -> None:
         tracer_provider=otel.tracer_provider,
     )
     guard = otel.guard(SPEC, guardian=client)
-    lookup = guard.tool(lambda order_id: "shipped", name="lookup")
+    lookup = guard.tool(name="lookup")(lambda order_id: "shipped")
     with client, guard.engagement():
         assert lookup(order_id="A-1") == "shipped"
     request = otel.span("steps/toolCallRequest")

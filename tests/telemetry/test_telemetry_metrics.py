@@ -7,7 +7,6 @@ import socket
 import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from agentguard import Approval, GuardianDenied, Outcome, Phase, ReviewRequest, Rule
@@ -34,7 +33,7 @@ SPEC = spec_text(
 
 def test_decisions_are_counted_by_outcome_and_rule(otel: Otel) -> None:
     guard = otel.guard(SPEC)
-    refund = guard.tool(lambda amount: "ok", name="refund")
+    refund = guard.tool(name="refund")(lambda amount: "ok")
     with guard.engagement():
         refund(amount=1)
         refund(amount=2)
@@ -55,8 +54,8 @@ def test_check_time_leaves_out_the_tool_and_the_reviewer(otel: Otel) -> None:
         return Approval(True, "fine", "manager")
 
     guard = otel.guard(SPEC, reviewers={"manager": manager})
-    guard.tool(lambda: time.sleep(0.05), name="slow")
-    guard.tool(lambda: "done", name="reviewed")
+    guard.tool(name="slow")(lambda: time.sleep(0.05))
+    guard.tool(name="reviewed")(lambda: "done")
     with guard.engagement():
         guard.call("slow", {})
         guard.call("reviewed", {})
@@ -93,7 +92,9 @@ def test_a_guardian_decision_without_latency_is_all_waiting() -> None:
     denied = Decision(Rule.GUARDIAN, Outcome.DENY, Phase.INPUT, at=1.030)
     follow_up = Decision(Rule.GUARDIAN, Outcome.NO_DECISION, Phase.INPUT, at=1.031)
     split = split_step_time(1.000, 1.032, [_decision(Rule.CAPABILITY, 1.010), denied, follow_up], None)
-    assert split.guardian == ((denied, pytest.approx(0.020)),)  # the follow-up is about the same exchange
+    ((waited, seconds),) = split.guardian  # the follow-up is about the same exchange
+    assert waited is denied
+    assert seconds == pytest.approx(0.020)
     assert split.check == pytest.approx(0.010 + 0.001 + 0.001)
 
 
@@ -139,7 +140,7 @@ def guardian(otel: Otel) -> Iterator[RunningServer]:
 def test_guardian_latency_is_recorded_per_exchange(otel: Otel, guardian: RunningServer) -> None:
     client = GuardianClient(guardian.url)
     guard = otel.guard(SPEC, guardian=client)
-    refund = guard.tool(lambda amount: "ok", name="refund")
+    refund = guard.tool(name="refund")(lambda amount: "ok")
     with client, guard.engagement():
         refund(amount=10)
         with pytest.raises(GuardianDenied):
@@ -172,7 +173,7 @@ def test_steps_without_a_guardian_decision_are_counted(
 ) -> None:
     client = GuardianClient(dead_url, on_failure=on_failure)  # type: ignore[arg-type]
     guard = otel.guard(SPEC, guardian=client)
-    refund = guard.tool(lambda amount: "ok", name="refund")
+    refund = guard.tool(name="refund")(lambda amount: "ok")
     with client, guard.engagement():
         if proceeded:
             assert refund(amount=1) == "ok"
@@ -195,7 +196,7 @@ def test_steps_without_a_guardian_decision_are_counted(
 def test_observed_steps_dropped_or_failed_are_counted(otel: Otel, dead_url: str) -> None:
     client = GuardianClient(dead_url, mode="observe")
     guard = otel.guard(SPEC, guardian=client)
-    refund = guard.tool(lambda amount: "ok", name="refund")
+    refund = guard.tool(name="refund")(lambda amount: "ok")
     with guard.engagement():
         refund(amount=1)  # two steps, both fail to be delivered
     client.close()
@@ -228,11 +229,13 @@ def test_a_shared_client_counts_each_drop_once(otel: Otel, dead_url: str) -> Non
 def test_delivered_observed_steps_have_their_latency_recorded(otel: Otel, guardian: RunningServer) -> None:
     client = GuardianClient(guardian.url, mode="observe")
     guard = otel.guard(SPEC, guardian=client)
-    refund = guard.tool(lambda amount: "ok", name="refund")
+    refund = guard.tool(name="refund")(lambda amount: "ok")
     with guard.engagement():
         refund(amount=1)
     client.close()
     wait_until(lambda: len(otel.points("agentguard.guardian.duration")) == 2)
-    modes = {(a["rpc.method"], a["agentguard.guardian.mode"]) for a, _ in otel.points("agentguard.guardian.duration")}
+    modes = {
+        (a["rpc.method"], a["agentguard.guardian.mode"])
+        for a, _ in otel.points("agentguard.guardian.duration")
+    }
     assert modes == {("steps/toolCallRequest", "observe"), ("steps/toolCallResult", "observe")}
-    assert httpx.URL(guardian.url).host == "127.0.0.1"

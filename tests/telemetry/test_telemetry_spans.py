@@ -60,14 +60,17 @@ def test_an_engagement_is_a_turn_span_with_a_span_per_step(otel: Otel) -> None:
     query = otel.named("database query")
     message = otel.span("apply_guardrail llm_input")
     knowledge = otel.span("apply_guardrail knowledge_result")
-    assert is_child(first, turn) and is_child(outer, turn)
+    assert is_child(first, turn)
+    assert is_child(outer, turn)
     assert is_child(inner, outer), "a guarded call inside a tool nests in that tool's span"
     assert all(any(is_child(q, t) for t in (first, inner)) for q in query), "the tool's own spans nest"
-    assert is_child(message, turn) and is_child(knowledge, turn)
-    assert {s.context.trace_id for s in otel.spans() if s.context} == {turn.context.trace_id}  # type: ignore[union-attr]
+    assert is_child(message, turn)
+    assert is_child(knowledge, turn)
+    assert {s.context.trace_id for s in otel.spans() if s.context} == {turn.context.trace_id}
 
     step = eng.steps[1]
-    assert step.kind == "steps/toolCallRequest" and step.name == "lookup"
+    assert step.kind == "steps/toolCallRequest"
+    assert step.name == "lookup"
     assert dict(first.attributes or {}) == {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": "lookup",
@@ -78,11 +81,11 @@ def test_an_engagement_is_a_turn_span_with_a_span_per_step(otel: Otel) -> None:
         "gen_ai.conversation.id": "eng-1",
         "agentguard.step.kind": "steps/toolCallRequest",
         "agentguard.step.id": step.step_id,
-        "agentguard.turn.id": step.turn_id,
         "agentguard.outcome": "allow",
     }
     assert first.status.status_code is StatusCode.UNSET
-    assert message.attributes is not None and knowledge.attributes is not None
+    assert message.attributes is not None
+    assert knowledge.attributes is not None
     assert message.attributes["gen_ai.operation.name"] == "apply_guardrail"
     assert message.attributes["gen_ai.security.target.type"] == "llm_input"
     assert message.attributes["gen_ai.security.decision.type"] == "allow"
@@ -123,7 +126,7 @@ async def test_async_tools_run_inside_their_own_step_span(otel: Otel) -> None:
         return order_id
 
     async with guard.engagement():
-        assert await asyncio.gather(lookup(order_id="A"), lookup(order_id="B")) == ["A", "B"]
+        assert list(await asyncio.gather(lookup(order_id="A"), lookup(order_id="B"))) == ["A", "B"]
         sync_result = guard.call("summarize", {"text": "x"}, lambda text: text.upper())
     assert sync_result == "X"
     steps_ = {s.context.span_id: s for s in otel.named("execute_tool lookup") if s.context}
@@ -131,7 +134,8 @@ async def test_async_tools_run_inside_their_own_step_span(otel: Otel) -> None:
         fetch = otel.span(f"fetch {order}")
         assert fetch.parent is not None
         step = steps_[fetch.parent.span_id]
-        assert step.attributes is not None and step.attributes["agentguard.outcome"] == "allow"
+        assert step.attributes is not None
+        assert step.attributes["agentguard.outcome"] == "allow"
     turn = otel.span("invoke_agent test-agent")
     assert all(is_child(s, turn) for s in otel.named("execute_tool lookup"))
     assert is_child(otel.span("execute_tool summarize"), turn)
@@ -139,21 +143,23 @@ async def test_async_tools_run_inside_their_own_step_span(otel: Otel) -> None:
 
 def test_each_turn_has_its_own_span(otel: Otel) -> None:
     guard = otel.guard(SPEC)
-    lookup = guard.tool(lambda: "x", name="lookup")
+    lookup = guard.tool(name="lookup")(lambda: "x")
     with guard.engagement() as eng:
         lookup()
         eng.new_turn()
         lookup()
     first_turn, second_turn = sorted(otel.named("invoke_agent test-agent"), key=lambda s: s.start_time or 0)
     first_step, second_step = sorted(otel.named("execute_tool lookup"), key=lambda s: s.start_time or 0)
-    assert is_child(first_step, first_turn) and is_child(second_step, second_turn)
-    assert first_turn.attributes is not None and second_turn.attributes is not None
+    assert is_child(first_step, first_turn)
+    assert is_child(second_step, second_turn)
+    assert first_turn.attributes is not None
+    assert second_turn.attributes is not None
     assert first_turn.attributes["agentguard.turn.id"] != second_turn.attributes["agentguard.turn.id"]
 
 
 def test_a_step_in_another_thread_still_belongs_to_its_turn(otel: Otel) -> None:
     guard = otel.guard(SPEC)
-    lookup = guard.tool(lambda: "x", name="lookup")
+    lookup = guard.tool(name="lookup")(lambda: "x")
     with guard.engagement() as eng:
 
         def worker() -> None:  # a plain thread: the turn span is not current here
@@ -168,16 +174,17 @@ def test_a_step_in_another_thread_still_belongs_to_its_turn(otel: Otel) -> None:
 
 def test_a_sub_agent_call_is_an_agent_tool(otel: Otel) -> None:
     guard = otel.guard(SPEC)
-    research = guard.agent(lambda topic: f"notes on {topic}", name="research")
+    research = guard.agent(name="research")(lambda topic: f"notes on {topic}")
     with guard.engagement():
         research(topic="tea")
     attributes = otel.span("execute_tool research").attributes
-    assert attributes is not None and attributes["gen_ai.tool.type"] == "agent"
+    assert attributes is not None
+    assert attributes["gen_ai.tool.type"] == "agent"
 
 
 def test_a_stopped_engagement_ends_its_turn_in_error(otel: Otel) -> None:
     guard = otel.guard(SPEC)
-    lookup = guard.tool(lambda: "x", name="lookup")
+    lookup = guard.tool(name="lookup")(lambda: "x")
     with guard.engagement():
         lookup()
         lookup()
@@ -192,7 +199,7 @@ def test_a_stopped_engagement_ends_its_turn_in_error(otel: Otel) -> None:
 
 def test_a_host_span_around_the_engagement_is_the_turn_parent(otel: Otel) -> None:
     guard = otel.guard(SPEC)
-    lookup = guard.tool(lambda: "x", name="lookup")
+    lookup = guard.tool(name="lookup")(lambda: "x")
     host = otel.tracer_provider.get_tracer("host")
     with host.start_as_current_span("POST /chat"), guard.engagement():
         lookup()
@@ -204,7 +211,7 @@ def test_a_host_span_around_the_engagement_is_the_turn_parent(otel: Otel) -> Non
 
 def test_calls_without_a_turn_nest_where_they_are_called(otel: Otel) -> None:
     guard = otel.guard(SPEC, auto_engagement=True)  # a one-call engagement has no turn
-    lookup = guard.tool(lambda: "x", name="lookup")
+    lookup = guard.tool(name="lookup")(lambda: "x")
     with otel.tracer_provider.get_tracer("host").start_as_current_span("job"):
         lookup()
     assert is_child(otel.span("execute_tool lookup"), otel.span("job"))

@@ -1,0 +1,171 @@
+"""Cost of telemetry on a guarded tool call: off, on without an SDK (the API's no-op), and on with the SDK.
+
+    .venv/bin/python benchmarks/telemetry.py [--calls 4000]
+
+Prints a table and writes ``benchmarks/results/telemetry.json``. The same guarded call as in
+``benchmarks/core.py`` (one input and one output CEL assertion, ``short_circuit: 3``) is timed, in one run,
+under three Guards:
+
+1. ``off``: ``Guard(telemetry=False)``, the pipeline alone;
+2. ``no-op API``: the default, ``telemetry=True``, with no SDK configured (what a library user who has not set up
+   OpenTelemetry pays);
+3. ``SDK``: the OpenTelemetry SDK with an in-memory span exporter (``SimpleSpanProcessor``) and an in-memory
+   metric reader, injected into the Guard: a turn span, a step span with two decision events, four metric
+   updates per call.
+
+The providers are injected, never set globally, so that (2) really runs without an SDK in the same process.
+Reported: the median µs per call of each, what (2) adds to (1), and the ratio and difference of (3) to (2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from agentguard import Guard, User
+
+RESULTS = Path(__file__).parent / "results" / "telemetry.json"
+
+SPEC = """
+kind: openagentspec:v1/agent
+name: bench-agent
+description: The agent is measured.
+intent: You are measured.
+owner: bench@corp.com
+capabilities:
+  tool-a:
+    input_restriction:
+      assertion: recent["tool-a"].inputs.x < 1000 && user.id == "u1"
+    output_restriction:
+      assertion: recent["tool-a"].outputs.ok == true
+  tool-b:
+    input_restriction:
+      assertion: recent["tool-b"].inputs.x < 1000 && user.id == "u1"
+    output_restriction:
+      assertion: recent["tool-b"].outputs.ok == true
+lifespan:
+  short_circuit: 3
+"""
+
+
+def tool_a(x: int) -> dict[str, bool]:
+    return {"ok": True}
+
+
+def tool_b(x: int) -> dict[str, bool]:
+    return {"ok": True}
+
+
+def build(**options: Any) -> tuple[Guard, list[Callable[..., Any]]]:
+    guard = Guard.from_yaml(SPEC, **options)
+    return guard, [guard.tool(tool_a), guard.tool(tool_b)]
+
+
+def per_call_us(
+    guard: Guard, tools: list[Callable[..., Any]], calls: int, rounds: int, reset: Callable[[], None]
+) -> float:
+    """Median µs of a guarded call; each round is one engagement of ``calls`` calls (alternating tools)."""
+    samples: list[int] = []
+    for _ in range(rounds):
+        with guard.engagement(user=User(id="u1")):
+            for i in range(calls):
+                fn = tools[
+                    bin(i).count("1") % 2
+                ]  # Thue-Morse: never three repeats, short-circuit never fires
+                start = time.perf_counter_ns()
+                fn(x=1)
+                samples.append(time.perf_counter_ns() - start)
+        reset()
+    return statistics.median(samples) / 1000
+
+
+def measure(calls: int) -> dict[str, Any]:
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+
+    def reset_sdk() -> None:
+        exporter.clear()
+        reader.get_metrics_data()
+
+    configurations = {
+        "off": (build(telemetry=False), lambda: None),
+        "noop_api": (build(), lambda: None),
+        "sdk": (build(tracer_provider=tracer_provider, meter_provider=meter_provider), reset_sdk),
+    }
+    rounds = max(1, calls // 20)
+    for (guard, tools), reset in configurations.values():  # warm up
+        per_call_us(guard, tools, 20, 10, reset)
+    # Interleave the configurations, so that a slow moment of the machine hits all three alike.
+    samples: dict[str, list[float]] = {name: [] for name in configurations}
+    for _ in range(5):
+        for name, ((guard, tools), reset) in configurations.items():
+            samples[name].append(per_call_us(guard, tools, 20, max(1, rounds // 5), reset))
+    off, noop, sdk = (statistics.median(samples[name]) for name in ("off", "noop_api", "sdk"))
+    (guard, tools), _ = configurations["sdk"]
+    exporter.clear()
+    per_call_us(guard, tools, 10, 1, lambda: None)  # what was recorded: one turn and ten steps
+    spans = len(exporter.get_finished_spans())
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+    return {
+        "off_us": round(off, 3),
+        "noop_api_us": round(noop, 3),
+        "sdk_us": round(sdk, 3),
+        "noop_api_added_us": round(noop - off, 3),
+        "sdk_added_us": round(sdk - noop, 3),
+        "sdk_over_noop_ratio": round(sdk / noop, 3),
+        "spans_per_10_calls": spans,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--calls", type=int, default=4000, help="guarded calls measured per configuration")
+    args = parser.parse_args(argv)
+    result = measure(args.calls)
+    print(f"{'configuration':<34}{'µs per call':>12}")
+    print(f"{'telemetry off':<34}{result['off_us']:>12.2f}")
+    print(f"{'telemetry on, no SDK (no-op API)':<34}{result['noop_api_us']:>12.2f}")
+    print(f"{'telemetry on, SDK + in-memory':<34}{result['sdk_us']:>12.2f}")
+    print(
+        f"no-op API adds {result['noop_api_added_us']:.2f} µs to a call; the SDK adds {result['sdk_added_us']:.2f} µs "
+        f"more ({result['sdk_over_noop_ratio']:.2f}x the no-op API)"
+    )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "benchmark": "telemetry",
+                "python": sys.version.split()[0],
+                "machine": platform.machine(),
+                "calls": args.calls,
+                "results": result,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"wrote {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
