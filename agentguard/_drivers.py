@@ -93,25 +93,41 @@ async def _await(value: Any) -> Any:
     return await value
 
 
+def _reviewer_timed_out(timeout_ms: int) -> TimeoutError:
+    return TimeoutError(f"reviewer did not answer within {timeout_ms} ms")
+
+
+def _within(
+    fn: Callable[[], Any],
+    timeout_ms: int | None,
+    timed_out: Callable[[concurrent.futures.Future[Any], int], BaseException],
+) -> Any:
+    """``fn()`` here, or with a timeout in a thread of its own: ``timed_out(its future, timeout_ms)`` is
+    raised when the time is up (the thread runs on: Python cannot kill it)."""
+    if timeout_ms is None:
+        return fn()
+    future = _in_thread(fn)
+    try:
+        return future.result(timeout=timeout_ms / 1000)
+    except concurrent.futures.TimeoutError:
+        raise timed_out(future, timeout_ms) from None
+
+
 def _perform_sync(effect: Effect) -> Any:
     if isinstance(effect, Invoke):
-        if effect.timeout_ms is None:
-            return _resolve_sync(_call(effect), "the tool")
-        future = _in_thread(lambda: _resolve_sync(_call(effect), "the tool"))
-        try:
-            return future.result(timeout=effect.timeout_ms / 1000)
-        except concurrent.futures.TimeoutError:
-            raise _overran(effect, future) from None
+        return _within(
+            lambda: _resolve_sync(_call(effect), "the tool"),
+            effect.timeout_ms,
+            lambda late, _: _overran(effect, late),
+        )
     if isinstance(effect, AskReviewer):
-        if effect.timeout_ms is None:
-            return _resolve_sync(effect.reviewer(effect.request), "the reviewer")
-        # A reviewer that overruns keeps its thread until it returns (Python cannot kill a thread); its late
-        # answer is ignored and the timeout decision stands.
-        answer = _in_thread(lambda: _resolve_sync(effect.reviewer(effect.request), "the reviewer"))
-        try:
-            return answer.result(timeout=effect.timeout_ms / 1000)
-        except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"reviewer did not answer within {effect.timeout_ms} ms") from None
+        # A reviewer that overruns keeps its thread until it returns; its late answer is ignored and the
+        # timeout decision stands.
+        return _within(
+            lambda: _resolve_sync(effect.reviewer(effect.request), "the reviewer"),
+            effect.timeout_ms,
+            lambda _, timeout_ms: _reviewer_timed_out(timeout_ms),
+        )
     if isinstance(effect, AskGuardian):
         return effect.client.decide(effect.request)
     if isinstance(effect, AwaitLate):
@@ -142,7 +158,7 @@ async def _perform_async(effect: Effect) -> Any:
             answer = await asyncio.wait_for(asyncio.to_thread(reviewer, request), timeout_ms / 1000)
             return await answer if inspect.isawaitable(answer) else answer
         except TimeoutError:
-            raise TimeoutError(f"reviewer did not answer within {timeout_ms} ms") from None
+            raise _reviewer_timed_out(timeout_ms) from None
     if isinstance(effect, AskGuardian):
         return await effect.client.adecide(effect.request)
     if isinstance(effect, AwaitLate):

@@ -15,7 +15,9 @@ Every error a user can catch is re-exported from :mod:`agentguard`. The tree::
         ├── EngagementClosed        the engagement was stopped or failed earlier and refuses further steps
         ├── GuardianDenied          the remote guardian answered ``deny`` (or failed under ``on_failure="deny"``)
         └── RuleViolation           a Python rule registered with ``guard.rules`` (or a schema check) failed
-    (GuardianUnavailable, in agentguard.guardian: an explicit ``ping`` found no guardian)
+    (GuardianUnavailable, in agentguard.guardian: an explicit ``ping`` found no guardian;
+     RemoteAgentError, in agentguard.remote: a remote ``oagent://`` agent could not be used;
+     ToolTimeout, in agentguard.runs: a call overran its OS Protocol Timeout)
 
 Policy errors carry the rule that fired (:attr:`PolicyViolation.rule`, a :class:`Rule` enum value), the
 capability and phase it applies to, the CEL expression where there is one, the human reason and the id of
@@ -27,7 +29,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict, Unpack
 
 __all__ = [
     "AgentGuardError",
@@ -131,6 +133,18 @@ class SpecError(AgentGuardError):
         super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in self.problems))
 
 
+class _Where(TypedDict, total=False):
+    """Where a policy error happened: the keyword arguments every :class:`PolicyViolation` takes."""
+
+    capability: str | None
+    phase: Phase | None
+    engagement_id: str | None
+
+
+class _WhereAndWhy(_Where, total=False):
+    expression: str | None
+
+
 class PolicyViolation(AgentGuardError):
     """A rule stopped a step. The step was not carried out, or its output was withheld."""
 
@@ -198,10 +212,12 @@ class RuleViolation(PolicyViolation):
 
     rule = Rule.RULE
 
-    def __init__(self, reason: str, *, rule_name: str, kind: Rule = Rule.RULE, **kwargs: Any) -> None:
+    def __init__(
+        self, reason: str, *, rule_name: str, kind: Rule = Rule.RULE, **where: Unpack[_WhereAndWhy]
+    ) -> None:
         self.rule_name = rule_name
         self.rule = kind
-        super().__init__(reason, **kwargs)
+        super().__init__(reason, **where)
 
 
 class GuardianDenied(PolicyViolation):
@@ -209,14 +225,6 @@ class GuardianDenied(PolicyViolation):
 
     rule = Rule.GUARDIAN
 
-    def __init__(
-        self,
-        reason: str,
-        *,
-        reason_code: str | None = None,
-        capability: str | None = None,
-        phase: Phase | None = None,
-        engagement_id: str | None = None,
-    ) -> None:
+    def __init__(self, reason: str, *, reason_code: str | None = None, **where: Unpack[_Where]) -> None:
         self.reason_code = reason_code
-        super().__init__(reason, capability=capability, phase=phase, engagement_id=engagement_id)
+        super().__init__(reason, **where)

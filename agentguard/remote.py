@@ -86,6 +86,7 @@ __all__ = [
 TokenSource: TypeAlias = "str | Callable[[Credentials | None], str | None]"
 """A bearer token for one host, or a function of the capability's resolved credentials giving one."""
 
+# The statuses of an engagement's state (agentguard.server.RunStatus; not imported: the server imports this).
 _FINISHED = frozenset({"completed", "failed", "denied", "cancelled"})
 _UNFINISHED = frozenset({"running", "awaiting-review"})
 _T = TypeVar("_T")
@@ -205,7 +206,7 @@ class RemoteAgent:
         self.limits = limits or RemoteLimits()
         self._origin = httpx.URL(self.url)
         self._token = token
-        self._verify = verify
+        self._verify = _tls_context(verify)  # once per agent: loading a CA store takes milliseconds
         self._backend = backend
         self._cached: _Cached | None = None
         self.definition: CompiledSpec | None = None
@@ -462,6 +463,15 @@ class RemoteAgent:
         return f"<RemoteAgent {self.name!r} {self.url}>"
 
 
+def _tls_context(verify: ssl.SSLContext | str | bool) -> ssl.SSLContext | bool:
+    """``True``: httpx's CA store (certifi); a path: that CA bundle; an SSL context or ``False`` as given."""
+    if isinstance(verify, ssl.SSLContext) or verify is False:
+        return verify
+    if verify is True:
+        return httpx.create_ssl_context()
+    return ssl.create_default_context(cafile=verify)
+
+
 def _describe(error: Mapping[str, Any] | None) -> str:
     if not error:
         return "no reason given"
@@ -539,8 +549,8 @@ def attach_remote_agents(
 
     Raises :class:`~agentguard.ConfigurationError` when a remote host of the spec is not in
     ``allow_hosts``, when ``tokens`` names a host that is not allowed, or when a callable of that name is
-    already registered (attach once per guard). ``verify`` is httpx's: ``True``, a CA bundle path or an
-    :class:`ssl.SSLContext`.
+    already registered (attach once per guard). ``verify``: ``True`` (httpx's CA store), a CA bundle path,
+    an :class:`ssl.SSLContext`, or ``False`` (no certificate check: never outside tests).
     """
     allowed = list(allow_hosts)
     references = guard.policy.remote_agents

@@ -4,17 +4,20 @@
 
 Prints a table and writes ``benchmarks/results/telemetry.json``. The same guarded call as in
 ``benchmarks/core.py`` (one input and one output CEL assertion, ``short_circuit: 3``) is timed, in one run,
-under three Guards:
+under four Guards:
 
 1. ``off``: ``Guard(telemetry=False)``, the pipeline alone;
-2. ``no-op API``: the default, ``telemetry=True``, with no SDK configured (what a library user who has not set up
+2. ``empty observer``: ``telemetry=False`` and one observer that does nothing: what the core's observer hooks
+   cost by themselves (part of what (3) costs);
+3. ``no-op API``: the default, ``telemetry=True``, with no SDK configured (what a library user who has not set up
    OpenTelemetry pays);
-3. ``SDK``: the OpenTelemetry SDK with an in-memory span exporter (``SimpleSpanProcessor``) and an in-memory
-   metric reader, injected into the Guard: a turn span, a step span with two decision events, four metric
-   updates per call.
+4. ``SDK``: the OpenTelemetry SDK with an in-memory span exporter (``SimpleSpanProcessor``) and an in-memory
+   metric reader, injected into the Guard: per call a step span with four decision events (and a twentieth
+   of a turn span), a check-duration histogram update and four decisions tallied.
 
-The providers are injected, never set globally, so that (2) really runs without an SDK in the same process.
-Reported: the median µs per call of each, what (2) adds to (1), and the ratio and difference of (3) to (2).
+The providers are injected, never set globally, so that (3) really runs without an SDK in the same process.
+Reported: the median µs per call of each, what (2) and (3) add to (1), and the ratio and difference of (4)
+to (3).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentguard import Guard, User
+from agentguard.observers import Observer
 
 RESULTS = Path(__file__).parent / "results" / "telemetry.json"
 
@@ -105,6 +109,7 @@ def measure(calls: int) -> dict[str, Any]:
 
     configurations = {
         "off": (build(telemetry=False), lambda: None),
+        "empty_observer": (build(telemetry=False, observers=[Observer()]), lambda: None),
         "noop_api": (build(), lambda: None),
         "sdk": (build(tracer_provider=tracer_provider, meter_provider=meter_provider), reset_sdk),
     }
@@ -116,7 +121,9 @@ def measure(calls: int) -> dict[str, Any]:
     for _ in range(5):
         for name, ((guard, tools), reset) in configurations.items():
             samples[name].append(per_call_us(guard, tools, 20, max(1, rounds // 5), reset))
-    off, noop, sdk = (statistics.median(samples[name]) for name in ("off", "noop_api", "sdk"))
+    off, observer, noop, sdk = (
+        statistics.median(samples[name]) for name in ("off", "empty_observer", "noop_api", "sdk")
+    )
     (guard, tools), _ = configurations["sdk"]
     exporter.clear()
     per_call_us(guard, tools, 10, 1, lambda: None)  # what was recorded: one turn and ten steps
@@ -125,8 +132,10 @@ def measure(calls: int) -> dict[str, Any]:
     meter_provider.shutdown()
     return {
         "off_us": round(off, 3),
+        "empty_observer_us": round(observer, 3),
         "noop_api_us": round(noop, 3),
         "sdk_us": round(sdk, 3),
+        "empty_observer_added_us": round(observer - off, 3),
         "noop_api_added_us": round(noop - off, 3),
         "sdk_added_us": round(sdk - noop, 3),
         "sdk_over_noop_ratio": round(sdk / noop, 3),
@@ -143,11 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     result = measure(args.calls)
     print(f"{'configuration':<34}{'µs per call':>12}")
     print(f"{'telemetry off':<34}{result['off_us']:>12.2f}")
+    print(f"{'telemetry off, an empty observer':<34}{result['empty_observer_us']:>12.2f}")
     print(f"{'telemetry on, no SDK (no-op API)':<34}{result['noop_api_us']:>12.2f}")
     print(f"{'telemetry on, SDK + in-memory':<34}{result['sdk_us']:>12.2f}")
     print(
-        f"no-op API adds {result['noop_api_added_us']:.2f} µs to a call; the SDK adds {result['sdk_added_us']:.2f} µs "
-        f"more ({result['sdk_over_noop_ratio']:.2f}x the no-op API)"
+        f"no-op API adds {result['noop_api_added_us']:.2f} µs to a call (the core's observer hooks alone: "
+        f"{result['empty_observer_added_us']:.2f} µs); the SDK adds {result['sdk_added_us']:.2f} µs more "
+        f"({result['sdk_over_noop_ratio']:.2f}x the no-op API)"
     )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(

@@ -1,10 +1,10 @@
 """Read a descriptor file into plain data that remembers where every field was, and tell its format.
 
 Every format agentguard reads reports problems the way the OpenAgentSpec loader does -- file, dotted field,
-line and column -- so the YAML front end *is* the spec loader's (:class:`agentguard.spec._loader._Builder`):
-safe loading, duplicate keys reported, aliases bounded, a position for every field. JSON documents are
-decoded by :mod:`json` (YAML 1.1 reads ``1e5`` as a string, JSON does not), and take their positions from
-the same builder when it can read the text, which it can for all but tab-indented JSON.
+line and column -- so the YAML front end *is* the spec loader's (:func:`agentguard.spec.read_yaml`): safe
+loading, duplicate keys reported, aliases bounded, a position for every field. JSON documents are decoded
+by :mod:`json` (YAML 1.1 reads ``1e5`` as a string, JSON does not), and take their positions from the same
+reader when it can read the text, which it can for all but tab-indented JSON.
 
 The format is told from the content, never from the file name (``agent.json`` may hold any of them):
 
@@ -25,28 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from yaml.nodes import MappingNode, SequenceNode
-
 from agentguard.errors import SpecError, SpecProblem
-from agentguard.spec._loader import (
-    _MAX_NODES,
-    _Builder,
-    _FieldPath,
-    _in_file_order,
-    _Labels,
-    _locate,
-    _mark,
-    _Positions,
-    _problem,
-    _TooLarge,
-    _yaml_reason,
-)
+from agentguard.spec import FieldPath, Labels, Positions, field_problem, in_file_order, locate, read_yaml
 
 __all__ = ["SECRETS", "Document", "FieldPath", "Format", "detect_format", "read_document", "read_file"]
 
 Format = Literal["openagentspec", "agentspec", "manifest", "osp-app"]
-FieldPath = _FieldPath
 
 SECRETS = "<secrets>"
 """First element of the field path of a value supplied at load time (``secrets={...}``), not read from the file."""
@@ -75,8 +59,8 @@ class Document:
 
     source: str
     data: object
-    positions: _Positions = field(default_factory=dict)
-    labels: _Labels = field(default_factory=dict)
+    positions: Positions = field(default_factory=dict)
+    labels: Labels = field(default_factory=dict)
     problems: list[SpecProblem] = field(default_factory=list)
     warnings: list[SpecProblem] = field(default_factory=list)
     format: Format | None = None
@@ -87,8 +71,8 @@ class Document:
 
         Paths under :data:`SECRETS` are values supplied at load time: they have no place in the file.
         """
-        position = None if path[:1] == (SECRETS,) else _locate(self.positions, path)
-        return _problem(self.source, path, reason, position, self.labels)
+        position = None if path[:1] == (SECRETS,) else locate(self.positions, path)
+        return field_problem(self.source, path, reason, position, self.labels)
 
     def error(self, path: FieldPath, reason: str) -> None:
         self.problems.append(self.at(path, reason))
@@ -97,12 +81,12 @@ class Document:
         self.warnings.append(self.at(path, reason))
 
     def sorted_warnings(self) -> tuple[SpecProblem, ...]:
-        return tuple(_in_file_order(list(self.warnings)))
+        return tuple(in_file_order(self.warnings))
 
     def raise_for_problems(self) -> None:
         """Raise :class:`SpecError` listing every error, in file order, when there is any."""
         if self.problems:
-            raise SpecError(_in_file_order(list(self.problems)))
+            raise SpecError(in_file_order(self.problems))
 
 
 def read_file(path: str | os.PathLike[str]) -> tuple[str, str]:
@@ -164,40 +148,9 @@ def detect_format(data: object) -> Format | None:
 
 
 def _read_yaml(text: str, source: str) -> Document:
-    """YAML text to data and positions through the spec loader's builder (safe, positions, no duplicates)."""
-    loader = yaml.SafeLoader(text)
-    try:
-        root = loader.get_single_node()
-        if root is None:
-            return Document(source, None, problems=[SpecProblem(source, "", "the document is empty", 1, 1)])
-        if not isinstance(root, MappingNode):
-            what = "a list" if isinstance(root, SequenceNode) else "a single value"
-            reason = f"the document must be a mapping of fields, not {what}"
-            return Document(source, None, problems=[_problem(source, (), reason, _mark(root))])
-        builder = _Builder(loader, source)
-        builder.positions[()] = _mark(root)
-        data = builder.build(root, ())
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        position = (mark.line + 1, mark.column + 1) if mark is not None else None
-        return Document(
-            source, None, problems=[_problem(source, (), f"invalid YAML: {_yaml_reason(exc)}", position)]
-        )
-    except yaml.reader.ReaderError as exc:
-        line = text.count("\n", 0, exc.position) + 1
-        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
-        reason = f"invalid YAML: {exc.reason} (U+{exc.character:04X})"
-        return Document(source, None, problems=[SpecProblem(source, "", reason, line, column)])
-    except _TooLarge:
-        reason = f"the document expands to more than {_MAX_NODES} YAML nodes (through aliases?)"
-        return Document(source, None, problems=[SpecProblem(source, "", reason, 1, 1)])
-    except RecursionError:
-        return Document(
-            source, None, problems=[SpecProblem(source, "", "the document is nested too deeply", 1, 1)]
-        )
-    finally:
-        loader.dispose()
-    return Document(source, data, builder.positions, dict(builder.labels), list(builder.problems))
+    """YAML text to data and positions through the spec layer's reader (safe, positions, no duplicates)."""
+    doc = read_yaml(text, source)
+    return Document(source, doc.data, doc.positions, doc.labels, doc.problems)
 
 
 class _DuplicateKey(ValueError):

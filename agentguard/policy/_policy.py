@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from agentguard.cel import CelEvaluationError, CelProgram
 from agentguard.engagement import ViewPlan
-from agentguard.spec import CompiledSpec, Reference
+from agentguard.spec import CompiledSpec, Guardrail, Reference
 
 __all__ = ["Assertion", "CapabilityRule", "GuardrailRule", "Policy", "UnknownCapability"]
 
@@ -78,6 +78,18 @@ class GuardrailRule:
     assertion: Assertion
 
 
+def _assertion(program: CelProgram | None, field: str) -> Assertion | None:
+    return Assertion.of(program, field) if program else None
+
+
+def _guardrail(
+    which: Literal["input", "output"], guardrail: Guardrail | None, program: CelProgram | None
+) -> GuardrailRule | None:
+    """The rule of the input or output guardrail, when the spec has one (and so its compiled assertion)."""
+    assertion = _assertion(program, f"guardrails.{which}.assertion")
+    return GuardrailRule(guardrail.tool_name, assertion) if guardrail and assertion else None
+
+
 class Policy:
     """The spec, compiled and indexed for lookups by name."""
 
@@ -100,12 +112,8 @@ class Policy:
                 collect_results=cap.collect_results,
                 user_identity=cap.user_identity,
                 static_identity=cap.static_identity,
-                input_assertion=Assertion.of(in_prog, f"capabilities.{key}.input_restriction.assertion")
-                if in_prog
-                else None,
-                output_assertion=Assertion.of(out_prog, f"capabilities.{key}.output_restriction.assertion")
-                if out_prog
-                else None,
+                input_assertion=_assertion(in_prog, f"capabilities.{key}.input_restriction.assertion"),
+                output_assertion=_assertion(out_prog, f"capabilities.{key}.output_restriction.assertion"),
                 input_review=inp.require_review if inp else None,
                 output_review=out.require_review if out else None,
             )
@@ -114,21 +122,11 @@ class Policy:
             else:
                 (self._agents if ref.kind == "agent" else self._bare)[ref.name] = rule
         guardrails = spec.guardrails
-        self.input_guardrail = (
-            GuardrailRule(
-                guardrails.input.tool_name,
-                Assertion.of(compiled.guardrail_input, "guardrails.input.assertion"),
-            )
-            if guardrails and guardrails.input and compiled.guardrail_input
-            else None
+        self.input_guardrail = _guardrail(
+            "input", guardrails.input if guardrails else None, compiled.guardrail_input
         )
-        self.output_guardrail = (
-            GuardrailRule(
-                guardrails.output.tool_name,
-                Assertion.of(compiled.guardrail_output, "guardrails.output.assertion"),
-            )
-            if guardrails and guardrails.output and compiled.guardrail_output
-            else None
+        self.output_guardrail = _guardrail(
+            "output", guardrails.output if guardrails else None, compiled.guardrail_output
         )
         self.exposes = {key: Assertion.of(prog, f"exposes.{key}") for key, prog in compiled.exposes.items()}
         lifespan = spec.lifespan

@@ -27,6 +27,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from agentguard._httputil import is_loopback
+from agentguard.errors import ConfigurationError, SpecError
+from agentguard.remote import attach_remote_agents
+
+from ._agents import load_agents
+
 __all__ = ["add_parser"]
 
 _LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -110,12 +116,6 @@ def _remote_tokens(pairs: list[str]) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     """Load and check everything, then serve until interrupted."""
-    from agentguard._httputil import is_loopback
-    from agentguard.errors import ConfigurationError, SpecError
-    from agentguard.remote import attach_remote_agents
-
-    from ._agents import load_agents
-
     if (args.ssl_certfile is None) != (args.ssl_keyfile is None):
         return _fail("--ssl-certfile and --ssl-keyfile go together", 2)
     token: str | None = None

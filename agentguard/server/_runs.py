@@ -25,6 +25,7 @@ it still tries is refused -- and keeps its concurrency slot until it returns.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import inspect
@@ -76,7 +77,7 @@ def _json_ready(value: Any) -> Any:
         return f"<output not representable as JSON: {type(exc).__name__}>"
 
 
-def describe_error(exc: BaseException) -> dict[str, Any]:
+def _describe_error(exc: BaseException) -> dict[str, Any]:
     """The ``error`` member for an exception that ended a run.
 
     Policy decisions and agentguard's own errors are described in full; any other exception only by its
@@ -126,14 +127,20 @@ class _Run:
     save_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     task: asyncio.Task[None] | None = None  # held here: the event loop keeps only weak references to tasks
     work: asyncio.Future[Any] | None = None
+    thread: concurrent.futures.Future[Any] | None = None  # a sync runner's
     cancel_reason: str | None = None
     slot: threading.BoundedSemaphore | None = None
 
     def release_slot(self) -> None:
-        """Give the concurrency slot back, once: where the runner is seen to stop (exactly one place)."""
+        """Give the concurrency slot back: when the runner is seen to stop (one place per run, see below)."""
         slot, self.slot = self.slot, None
         if slot is not None:
             slot.release()
+
+    def work_done(self, work: asyncio.Future[Any]) -> None:
+        """The work ended -- and with it the runner, unless a sync runner runs on in its thread."""
+        if self.thread is None:
+            self.release_slot()
 
 
 class Runs:
@@ -183,7 +190,7 @@ class Runs:
                 "error": {"type": "Cancelled", "message": "interrupted"},
             }
         except Exception as exc:  # closing the engagement failed (an observe-mode guardian flush, say)
-            changes = {"status": RunStatus.FAILED, "error": describe_error(exc)}
+            changes = {"status": RunStatus.FAILED, "error": _describe_error(exc)}
         finally:
             if run.work is None:  # the runner never started: its slot is still held here
                 run.release_slot()
@@ -204,6 +211,7 @@ class Runs:
                 "error": {"type": "Cancelled", "message": run.cancel_reason},
             }
         run.work = work = asyncio.ensure_future(self._invoke(run, guard, engagement, input))
+        work.add_done_callback(run.work_done)
         try:
             finished, _ = await asyncio.wait({work}, timeout=self._run_timeout)
         except asyncio.CancelledError:
@@ -220,9 +228,9 @@ class Runs:
             return {"status": RunStatus.CANCELLED, "error": {"type": "Cancelled", "message": message}}
         error = work.exception()
         if isinstance(error, PolicyViolation):
-            return {"status": RunStatus.DENIED, "error": describe_error(error)}
+            return {"status": RunStatus.DENIED, "error": _describe_error(error)}
         if error is not None:
-            return {"status": RunStatus.FAILED, "error": describe_error(error)}
+            return {"status": RunStatus.FAILED, "error": _describe_error(error)}
         status = engagement.status
         if status is EngagementStatus.CANCELLED:
             message = engagement.state.status_reason or "cancelled"
@@ -233,14 +241,11 @@ class Runs:
 
     async def _invoke(self, run: _Run, guard: Guard, engagement: Engagement, input: dict[str, Any]) -> Any:
         if self._async_runner:
-            try:
-                result = self._runner(guard, engagement, input)
-                return await result if inspect.isawaitable(result) else result
-            finally:
-                run.release_slot()
-        future = _in_thread(functools.partial(self._runner, guard, engagement, input))
-        future.add_done_callback(lambda _: run.release_slot())
-        result = await asyncio.wrap_future(future)
+            result = self._runner(guard, engagement, input)
+        else:
+            run.thread = _in_thread(functools.partial(self._runner, guard, engagement, input))
+            run.thread.add_done_callback(lambda _: run.release_slot())
+            result = await asyncio.wrap_future(run.thread)
         return await result if inspect.isawaitable(result) else result
 
     @staticmethod

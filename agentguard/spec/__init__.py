@@ -31,6 +31,10 @@ so a broken policy never reaches a running agent::
 
 Files are read with :func:`load_spec`; :func:`parse_spec` and :func:`compile_spec` are the two halves of
 loading, for callers that build or inspect a spec before compiling it.
+
+:func:`read_yaml` is the YAML front end of the loader, for every other YAML document agentguard reads
+(descriptors, guardian rules): safe, with a position for every field (:func:`locate`), duplicate keys and
+runaway aliases reported as problems named like the loader's (:func:`dotted`, :func:`field_problem`).
 """
 
 from ._loader import (
@@ -53,6 +57,18 @@ from ._names import (
     resolve,
     validate_name,
 )
+from ._yaml import (
+    FieldPath,
+    Finding,
+    Labels,
+    Positions,
+    YamlDocument,
+    dotted,
+    field_problem,
+    in_file_order,
+    locate,
+    read_yaml,
+)
 
 __all__ = [
     "AGENT_SCHEME",
@@ -63,18 +79,28 @@ __all__ = [
     "AgentSpec",
     "Capability",
     "CompiledSpec",
+    "FieldPath",
+    "Finding",
     "Guardrail",
     "Guardrails",
+    "Labels",
     "Lifespan",
+    "Positions",
     "Reference",
     "ReferenceKind",
     "Restriction",
+    "YamlDocument",
     "compile_spec",
+    "dotted",
+    "field_problem",
+    "in_file_order",
     "is_valid_name",
     "load_spec",
     "load_spec_text",
+    "locate",
     "parse_reference",
     "parse_spec",
+    "read_yaml",
     "resolve",
     "validate_name",
 ]

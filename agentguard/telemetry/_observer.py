@@ -331,9 +331,9 @@ class GuardTelemetry(Observer):
     ) -> None:
         decisions = step.decisions
         blocked = next((d for d in decisions if d.blocked), None)
+        outcome = step.outcome
         # A host that pauses the run for a review (a LangGraph interrupt) raises through the step: not an error.
-        paused = error is not None and bool(decisions) and decisions[-1].outcome is Outcome.REVIEW_PENDING
-        outcome = Outcome.REVIEW_PENDING if paused else step.outcome
+        paused = outcome is Outcome.REVIEW_PENDING
         attributes: dict[str, AttributeValue] = {"agentguard.outcome": outcome.value}
         if blocked is not None:
             attributes["agentguard.denied"] = True

@@ -102,6 +102,32 @@ def test_structural_problems_are_placed(text: str, expected: str) -> None:
     assert any(problem.startswith(expected) or expected in problem for problem in _problems(text))
 
 
+def test_duplicate_keys_are_refused_with_their_line() -> None:
+    problems = _problems(
+        """\
+        default_decision: deny
+        rules:
+          - name: a
+            decision: deny
+            message: m
+            decision: allow
+        default_decision: allow
+        """
+    )
+    assert problems == [
+        "rules.yaml:6:5: rules[0].decision: rule 'a': duplicate key 'decision' (first defined on line 4)",
+        "rules.yaml:7:1: default_decision: duplicate key 'default_decision' (first defined on line 1)",
+    ]
+
+
+def test_an_alias_bomb_is_stopped() -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    assert _problems("\n".join(lines) + "\n") == [
+        "rules.yaml:1:1: <document>: the document expands to more than 100000 YAML nodes (through aliases?)"
+    ]
+
+
 def test_method_names_are_checked() -> None:
     problems = _problems(
         """\

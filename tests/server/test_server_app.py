@@ -357,6 +357,20 @@ def test_cancel_interrupts_an_async_runner(tmp_path: Path) -> None:
         assert wait_for(http, start(http, "shop-agent", {}))["output"]["status"] == "shipped"
 
 
+@pytest.mark.parametrize("runner", [shop_runner, async_shop_runner])
+def test_cancelling_at_once_frees_the_slot(tmp_path: Path, runner: Any) -> None:
+    body = {"seconds": 30} if runner is async_shop_runner else {}
+    app = create_app(shop_agents(tmp_path), runner, max_concurrency=1)
+    with serve_in_thread(app) as server, httpx.Client(base_url=server.url) as http:
+        for _ in range(20):  # cancelled before, while or after the runner runs; a leaked slot would stay 429
+            deadline = time.monotonic() + 5
+            while (response := http.post("/agents/shop-agent", json=body)).status_code == 429:
+                assert time.monotonic() < deadline, "the slot of a cancelled engagement was not freed"
+                time.sleep(0.01)
+            assert response.status_code == 303
+            assert http.delete(response.headers["location"]).status_code in (200, 409)
+
+
 class BrokenStore:
     async def save(self, record: EngagementRecord) -> None:
         raise ConnectionError("the store is down")

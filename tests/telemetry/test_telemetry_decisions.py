@@ -158,3 +158,33 @@ def test_a_failed_guardrail_is_a_denied_guardrail_span(otel: Otel) -> None:
     assert attributes["error.type"] == "GuardrailViolation"
     assert failed.status.status_code is StatusCode.ERROR
     assert "ignore your instructions" not in otel.text()
+
+
+class Interrupt(Exception):
+    """A host's way of pausing a run to ask a person (as LangGraph's interrupt)."""
+
+
+def test_a_run_paused_for_review_is_not_an_error(otel: Otel) -> None:
+    spec = spec_text(
+        """
+        capabilities:
+          refund:
+            input_restriction:
+              require_review: manager
+        """
+    )
+
+    def manager(request: ReviewRequest) -> Approval:
+        raise Interrupt
+
+    guard = otel.guard(spec, reviewers={"manager": manager})
+    guard.add_passthrough_exceptions(Interrupt)
+    refund = guard.tool(name="refund")(lambda amount: "refunded")
+    with guard.engagement(), pytest.raises(Interrupt):
+        refund(amount=5)
+    span = otel.span("execute_tool refund")
+    assert span.status.status_code is StatusCode.UNSET
+    attributes = dict(span.attributes or {})
+    assert attributes["agentguard.outcome"] == "review-pending"
+    assert "error.type" not in attributes
+    assert decision_events(span)[-1]["agentguard.decision.outcome"] == "review-pending"

@@ -44,9 +44,17 @@ def guardian(otel: Otel) -> Iterator[RunningServer]:
 
 
 def _server_span_of(otel: Otel, client: ReadableSpan) -> ReadableSpan:
-    method = dict(client.attributes or {})["rpc.method"]
-    spans = otel.wait_for(f"aos {method}")
-    return next(s for s in spans if s.parent is not None and s.parent.span_id == client.context.span_id)
+    """The guardian's span for one client request (ended on the server's thread, so maybe a little later)."""
+    name = f"aos {dict(client.attributes or {})['rpc.method']}"
+    assert client.context is not None
+    span_id = client.context.span_id
+
+    def children() -> list[ReadableSpan]:
+        return [s for s in otel.named(name) if s.parent is not None and s.parent.span_id == span_id]
+
+    wait_until(lambda: bool(children()))
+    (child,) = children()
+    return child
 
 
 def test_the_guardian_continues_the_agents_trace(otel: Otel, guardian: RunningServer) -> None:

@@ -34,9 +34,10 @@ the complete request with the change applied (same ``id``, full ``params``), val
 
 Failures, and why they are handled so:
 
-- A file with any problem (YAML, unknown or missing fields, a method name AOS does not have, a CEL
-  expression that does not compile) is refused at load with every problem listed, by file, line, rule and
-  field: a broken policy must never start serving.
+- A file with any problem (YAML, a duplicate key, unknown or missing fields, a method name AOS does not
+  have, a CEL expression that does not compile) is refused at load with every problem listed, by file,
+  line, rule and field: a broken policy must never start serving. YAML is read by the spec loader's reader
+  (:func:`agentguard.spec.read_yaml`), so aliases cannot expand without bound.
 - A ``when`` that fails at run time (a missing key, a type error) or is not a boolean does not match --
   CEL's own reading of an error -- and the next rule is tried. The failure is logged and sent back in the
   answer's ``data.ruleErrors`` so that the rule's author sees it. Write rules that must not be skipped so
@@ -56,9 +57,7 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Literal, cast
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from agentguard.aos import (
     METHODS,
@@ -72,6 +71,7 @@ from agentguard.aos import (
 )
 from agentguard.cel import CelBackend, CelCompileError, CelError, CelProgram, VarType, get_backend
 from agentguard.errors import SpecError, SpecProblem
+from agentguard.spec import YamlDocument, dotted, locate, read_yaml
 
 __all__ = ["DECLARATIONS", "GuardianRules", "Rule", "load_rules", "parse_rules"]
 
@@ -272,38 +272,30 @@ class _RulesDoc(_Document):
 _Path = tuple[str | int, ...]
 
 
-def _positions(node: Node | None, path: _Path, out: dict[_Path, tuple[int, int]]) -> None:
-    """Record the 1-based line and column of every field, for problems to point at."""
-    if node is None:
-        return
-    out.setdefault(path, (node.start_mark.line + 1, node.start_mark.column + 1))
-    if isinstance(node, MappingNode):
-        for key, value in node.value:
-            if isinstance(key, ScalarNode):
-                out[(*path, key.value)] = (key.start_mark.line + 1, key.start_mark.column + 1)
-                _positions(value, (*path, key.value), out)
-    elif isinstance(node, SequenceNode):
-        for index, item in enumerate(node.value):
-            _positions(item, (*path, index), out)
-
-
 class _Problems:
     """Collects every problem of one rules file, each placed at the line of the field it is about."""
 
-    def __init__(self, source: str, data: Any, positions: dict[_Path, tuple[int, int]]) -> None:
-        self.source = source
-        self.positions = positions
-        self.names = _rule_names(data)
+    def __init__(self, doc: YamlDocument) -> None:
+        self.doc = doc
+        self.names = _rule_names(doc.data)
         self.found: list[SpecProblem] = []
 
-    def add(self, path: Sequence[str | int], reason: str, cel: CelCompileError | None = None) -> None:
-        position = next((self.positions[p] for p in _prefixes(tuple(path)) if p in self.positions), None)
+    def add(
+        self,
+        path: Sequence[object],
+        reason: str,
+        cel: CelCompileError | None = None,
+        *,
+        position: tuple[int, int] | None = None,
+    ) -> None:
+        """Record a problem at ``path``, placed at ``position`` or else at the field (or its nearest parent)."""
+        position = position or locate(self.doc.positions, path)
         if len(path) >= 2 and path[0] == "rules" and isinstance(path[1], int) and path[1] in self.names:
             reason = f"rule {self.names[path[1]]!r}: {reason}"
         self.found.append(
             SpecProblem(
-                source=self.source,
-                field=_dotted(path),
+                source=self.doc.source,
+                field=dotted(path, self.doc.labels, indexed=True),
                 reason=reason,
                 line=position[0] if position else None,
                 column=position[1] if position else None,
@@ -313,7 +305,7 @@ class _Problems:
         )
 
 
-def _rule_names(data: Any) -> dict[int, str]:
+def _rule_names(data: object) -> dict[int, str]:
     rules = data.get("rules") if isinstance(data, dict) else None
     if not isinstance(rules, list):
         return {}
@@ -322,47 +314,6 @@ def _rule_names(data: Any) -> dict[int, str]:
         for index, rule in enumerate(rules)
         if isinstance(rule, dict) and isinstance(rule.get("name"), str)
     }
-
-
-def _prefixes(path: _Path) -> list[_Path]:
-    return [path[:length] for length in range(len(path), -1, -1)]
-
-
-def _dotted(path: Sequence[str | int]) -> str:
-    text = ""
-    for part in path:
-        if isinstance(part, int) or "." in part:
-            text += f"[{part!r}]" if isinstance(part, str) else f"[{part}]"
-        else:
-            text += f".{part}" if text else part
-    return text
-
-
-def _read_yaml(text: str, source: str) -> tuple[Any, dict[_Path, tuple[int, int]]]:
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark
-        raise SpecError(
-            [
-                SpecProblem(
-                    source,
-                    "",
-                    f"invalid YAML: {error.problem}",
-                    mark.line + 1 if mark else None,
-                    mark.column + 1 if mark else None,
-                )
-            ]
-        ) from None
-    except yaml.YAMLError as error:
-        raise SpecError([SpecProblem(source, "", f"invalid YAML: {error}")]) from None
-    finally:
-        loader.dispose()
-    positions: dict[_Path, tuple[int, int]] = {}
-    _positions(node, (), positions)
-    return data, positions
 
 
 def _compile(
@@ -423,13 +374,18 @@ def parse_rules(text: str, *, source: str = "<string>", backend: CelBackend | No
     (``rules[2].when``), the rule's name and the reason; a CEL compile error also carries its position
     inside the expression.
     """
-    data, positions = _read_yaml(text, source)
-    problems = _Problems(source, data, positions)
+    read = read_yaml(text, source, empty=None, mapping=False)
+    problems = _Problems(read)
+    for finding in read.findings:
+        problems.add(finding.path, finding.reason, position=finding.position)
+    if not read.readable:
+        raise SpecError(problems.found)
     try:
-        doc = _RulesDoc.model_validate({} if data is None else data)
+        doc = _RulesDoc.model_validate({} if read.data is None else read.data)
     except ValidationError as error:
         for detail in error.errors(include_url=False):
-            problems.add(detail["loc"], detail["msg"].removeprefix("Value error, "))
+            if not read.covers(detail["loc"]):
+                problems.add(detail["loc"], detail["msg"].removeprefix("Value error, "))
         raise SpecError(problems.found) from None
     backend = backend or get_backend()
     rules: list[Rule] = []

@@ -1,0 +1,323 @@
+"""Read YAML text into plain data that remembers where every field was, and report what is wrong with it.
+
+Every YAML document agentguard reads -- agent specs, descriptors, guardian rules -- goes through
+:func:`read_yaml`, so that all of them are read the same way:
+
+* safely: only plain data (mappings, lists, strings, numbers, booleans, null, timestamps), no other tags;
+* with a position (1-based line and column) for every field, for problems to point at;
+* with duplicate keys reported rather than the later one silently winning;
+* bounded: aliases may not expand past :data:`MAX_NODES` nodes ("billion laughs"), and nesting too deep for
+  the parser is a problem, not a crash; control characters are reported with their position.
+
+A problem is reported, never raised: the caller decides what to make of it (a spec refuses the document, a
+format reader collects more problems first). :func:`locate` places a field that is not in the file (a
+missing one) at its nearest parent, and :func:`dotted` names a field path the way problems show it.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from agentguard.errors import SpecProblem
+
+__all__ = [
+    "MAX_NODES",
+    "NO_LABELS",
+    "FieldPath",
+    "Finding",
+    "Labels",
+    "Position",
+    "Positions",
+    "YamlDocument",
+    "dotted",
+    "field_problem",
+    "in_file_order",
+    "locate",
+    "read_yaml",
+]
+
+FieldPath = tuple[object, ...]
+"""Where a field is in a document: mapping keys and list indexes from the root (``("rules", 0, "when")``)."""
+Position = tuple[int, int]
+"""A 1-based ``(line, column)`` in the text."""
+Positions = dict[FieldPath, Position]
+Labels = Mapping[FieldPath, str]
+"""How a non-string key was written (``yes``, ``12``), keyed by its path: pydantic reports True as 1."""
+NO_LABELS: Labels = types.MappingProxyType({})
+
+MAX_NODES = 100_000
+"""Nodes a document may have once aliases are expanded: a real document has at most a few thousand, and a
+few lines of aliases can expand into billions ("billion laughs"). Past this, reading stops."""
+
+_MAP_TAG = "tag:yaml.org,2002:map"
+_SEQ_TAG = "tag:yaml.org,2002:seq"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem found while reading, not yet named after a file: the field, the reason, the position."""
+
+    path: FieldPath
+    reason: str
+    position: Position | None
+
+
+@dataclass
+class YamlDocument:
+    """What :func:`read_yaml` made of a text.
+
+    ``readable`` is false when the text could not be read at all (invalid YAML, empty where that is not
+    allowed, ...): ``data`` is then ``None``, ``positions`` empty and ``findings`` says why. A readable
+    document may still have findings about single fields (a duplicate key, a value of an unknown tag); the
+    paths of values that could not be built are in ``failed``, so that a validator's complaints at or below
+    them (:meth:`covers`) need not be reported a second time.
+    """
+
+    source: str
+    data: object = None
+    positions: Positions = field(default_factory=dict)
+    labels: dict[FieldPath, str] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    failed: list[FieldPath] = field(default_factory=list)
+    readable: bool = False
+
+    @property
+    def problems(self) -> list[SpecProblem]:
+        """The findings as problems of ``source``, fields named by :func:`dotted`, in the order found."""
+        return [
+            field_problem(self.source, found.path, found.reason, found.position, self.labels)
+            for found in self.findings
+        ]
+
+    def covers(self, path: Sequence[object]) -> bool:
+        """Whether ``path`` is at or below a value that could not be built (its problem is already found)."""
+        return any(tuple(path[: len(failed)]) == failed for failed in self.failed)
+
+
+def read_yaml(
+    text: str, source: str, *, empty: str | None = "the document is empty", mapping: bool = True
+) -> YamlDocument:
+    """Read one YAML document safely, with the position of every field; never raises for a bad text.
+
+    ``empty`` is the reason given for a document with no content, or ``None`` when that is fine (its data
+    is then ``None``). With ``mapping`` (the default) the document must be a mapping of fields; without, any
+    root is read and left to the caller's validation.
+    """
+    loader: yaml.SafeLoader | None = None
+    try:
+        loader = yaml.SafeLoader(text)
+        root = loader.get_single_node()
+        if root is None:
+            if empty is None:
+                return YamlDocument(source, readable=True)
+            return _unreadable(source, (), empty, (1, 1))
+        if mapping and not isinstance(root, MappingNode):
+            what = "a list" if isinstance(root, SequenceNode) else "a single value"
+            return _unreadable(
+                source, (), f"the document must be a mapping of fields, not {what}", _mark(root)
+            )
+        builder = _Builder(loader)
+        builder.positions[()] = _mark(root)
+        data = builder.build(root, ())
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        position = (mark.line + 1, mark.column + 1) if mark is not None else None
+        return _unreadable(source, (), f"invalid YAML: {_yaml_reason(exc)}", position)
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        return _unreadable(source, (), f"invalid YAML: {exc.reason} (U+{exc.character:04X})", (line, column))
+    except _TooLarge:
+        reason = f"the document expands to more than {MAX_NODES} YAML nodes (through aliases?)"
+        return _unreadable(source, (), reason, (1, 1))
+    except RecursionError:
+        return _unreadable(source, (), "the document is nested too deeply", (1, 1))
+    finally:
+        if loader is not None:
+            loader.dispose()
+    return YamlDocument(
+        source, data, builder.positions, builder.labels, builder.findings, builder.failed, readable=True
+    )
+
+
+def locate(positions: Mapping[FieldPath, Position], path: Sequence[object]) -> Position | None:
+    """Position of ``path``, or of its nearest ancestor present in the file (for a missing field)."""
+    for length in range(len(path), -1, -1):
+        position = positions.get(tuple(path[:length]))
+        if position is not None:
+            return position
+    return None
+
+
+def dotted(path: Sequence[object], labels: Labels = NO_LABELS, *, indexed: bool = False) -> str:
+    """The name of a field path as problems show it, each key as written (``labels``).
+
+    Plain: ``capabilities.send-email.input_restriction``, ``tools.0.name``. ``indexed``: list indexes and
+    keys holding a dot in brackets, ``rules[1].set['params.toolCallRequest.inputs']``.
+    """
+    parts = [labels.get(tuple(path[: index + 1]), part) for index, part in enumerate(path)]
+    if not indexed:
+        return ".".join(str(part) for part in parts)
+    text = ""
+    for part in parts:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif "." in str(part):
+            text += f"[{part!r}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def field_problem(
+    source: str, path: Sequence[object], reason: str, position: Position | None, labels: Labels = NO_LABELS
+) -> SpecProblem:
+    """A problem of ``source`` about the field at ``path`` (named by :func:`dotted`), at ``position``."""
+    line, column = position if position is not None else (None, None)
+    return SpecProblem(source=source, field=dotted(path, labels), reason=reason, line=line, column=column)
+
+
+def in_file_order(problems: Sequence[SpecProblem]) -> list[SpecProblem]:
+    """``problems`` sorted by position; those without one first, the order otherwise kept."""
+    return sorted(problems, key=lambda p: (p.line or 0, p.column or 0))
+
+
+def _unreadable(source: str, path: FieldPath, reason: str, position: Position | None) -> YamlDocument:
+    return YamlDocument(source, findings=[Finding(path, reason, position)])
+
+
+class _TooLarge(Exception):
+    """The document has more than :data:`MAX_NODES` nodes once aliases are expanded."""
+
+
+# Stands in for a value that could not be built; its finding is already recorded.
+_INVALID = object()
+
+
+class _Builder:
+    """Turns a composed YAML node tree into plain Python data, recording where each field came from.
+
+    Building from nodes (rather than calling ``yaml.safe_load``) is what gives every field its line and
+    column, and lets duplicate keys be reported instead of the later one silently winning.
+    """
+
+    def __init__(self, loader: yaml.SafeLoader) -> None:
+        self._loader = loader
+        self._nodes = 0
+        self._active: set[int] = set()
+        self.positions: Positions = {}
+        self.labels: dict[FieldPath, str] = {}
+        self.findings: list[Finding] = []
+        self.failed: list[FieldPath] = []
+
+    def build(self, node: Node, path: FieldPath) -> object:
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise _TooLarge
+        if id(node) in self._active:
+            reason = "an alias refers to a node that contains it (recursive alias)"
+            return self._fail(node, path, reason, self.positions.get(path))
+        self._active.add(id(node))
+        try:
+            if isinstance(node, MappingNode):
+                return self._mapping(node, path)
+            if isinstance(node, SequenceNode):
+                return self._sequence(node, path)
+            return self._scalar(node, path)
+        finally:
+            self._active.discard(id(node))
+
+    def _fail(self, node: Node, path: FieldPath, reason: str, position: Position | None = None) -> object:
+        """Record a finding at ``path``; validation errors at or below it are then not reported again."""
+        self.findings.append(Finding(path, reason, position or _mark(node)))
+        self.failed.append(path)
+        return _INVALID
+
+    def _scalar(self, node: Node, path: FieldPath) -> object:
+        try:
+            return self._loader.construct_object(node, deep=True)
+        except yaml.MarkedYAMLError as exc:
+            return self._fail(node, path, _yaml_reason(exc))
+        except (ValueError, OverflowError) as exc:  # e.g. the timestamp 2024-02-30
+            return self._fail(node, path, f"invalid value {node.value!r}: {exc}")
+
+    def _sequence(self, node: SequenceNode, path: FieldPath) -> object:
+        if node.tag != _SEQ_TAG:
+            return self._fail(node, path, f"the tag {node.tag!r} is not allowed in a spec file")
+        items = []
+        for index, child in enumerate(node.value):
+            self.positions[(*path, index)] = _mark(child)
+            items.append(self.build(child, (*path, index)))
+        return items
+
+    def _mapping(self, node: MappingNode, path: FieldPath) -> object:
+        if node.tag != _MAP_TAG:
+            return self._fail(node, path, f"the tag {node.tag!r} is not allowed in a spec file")
+        result: dict[object, object] = {}
+        first_seen: dict[object, int] = {}
+        merges: list[Node] = []
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                merges.append(value_node)
+                continue
+            if not isinstance(key_node, ScalarNode):
+                self._fail(key_node, path, "a mapping key must be a plain value, not a list or mapping")
+                continue
+            key = self._scalar(key_node, (*path, key_node.value))
+            if key is _INVALID:
+                continue
+            child = (*path, key)
+            if key in first_seen:
+                reason = f"duplicate key {key!r} (first defined on line {first_seen[key]})"
+                self.findings.append(Finding(child, reason, _mark(key_node)))
+                continue
+            if not isinstance(key, str):
+                self.labels[child] = key_node.value
+            first_seen[key] = key_node.start_mark.line + 1
+            self.positions[child] = _mark(key_node)
+            result[key] = self.build(value_node, child)
+        for merged in merges:
+            self._merge(merged, path, result)
+        return result
+
+    def _merge(self, node: Node, path: FieldPath, result: dict[object, object]) -> None:
+        """Apply a YAML merge key (``<<: *defaults``): keys already present win, earlier sources win."""
+        sources = node.value if isinstance(node, SequenceNode) else [node]
+        for source in sources:
+            if not isinstance(source, MappingNode):
+                self._fail(source, (*path, "<<"), "a merge key (<<) needs a mapping or a list of mappings")
+                continue
+            outer = self.positions
+            self.positions = {}
+            try:
+                built = self.build(source, path)
+                merged_positions = self.positions
+            finally:
+                self.positions = outer
+            if not isinstance(built, dict):
+                continue
+            for key, value in built.items():
+                if key in result:
+                    continue
+                result[key] = value
+                depth = len(path)
+                for where, mark in merged_positions.items():
+                    if len(where) > depth and where[depth] == key:
+                        self.positions[where] = mark
+
+
+def _mark(node: Node) -> Position:
+    return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+def _yaml_reason(exc: yaml.MarkedYAMLError) -> str:
+    reason = exc.problem or "invalid YAML"
+    if exc.context:
+        reason = f"{reason} ({exc.context})"
+    return reason
