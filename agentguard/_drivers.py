@@ -29,10 +29,10 @@ from agentguard.policy._flow import (
 )
 from agentguard.policy._identity import reset_credentials, set_credentials
 
-__all__ = ["run_async", "run_sync"]
+__all__ = ["run_async", "run_in_daemon_thread", "run_sync"]
 
 
-def _in_thread(fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+def run_in_daemon_thread(fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
     """Run ``fn`` in a new daemon thread, in a copy of this context, and return its future.
 
     A daemon thread per call, not a pool: a call that overruns its timeout may never return, and it must
@@ -106,7 +106,7 @@ def _within(
     raised when the time is up (the thread runs on: Python cannot kill it)."""
     if timeout_ms is None:
         return fn()
-    future = _in_thread(fn)
+    future = run_in_daemon_thread(fn)
     try:
         return future.result(timeout=timeout_ms / 1000)
     except concurrent.futures.TimeoutError:
@@ -183,7 +183,7 @@ async def _invoke_with_timeout(effect: Invoke, timeout_ms: int) -> Any:
         if not effect.keep_running:
             task.cancel()
         raise InvokeTimedOut(task)
-    future = _in_thread(lambda: _resolve_sync(_call(effect), "the tool"))
+    future = run_in_daemon_thread(lambda: _resolve_sync(_call(effect), "the tool"))
     try:
         return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout_ms / 1000)
     except TimeoutError:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from contextvars import Token
 from types import TracebackType
 from typing import Self
 
@@ -57,7 +58,7 @@ class _Traced:
     def __init__(self, span: Span | None, parent: Context | None) -> None:
         self.span = span
         self._parent = parent
-        self._token: object | None = None
+        self._token: Token[Context] | None = None
 
     def __enter__(self) -> Self:
         if self.span is not None:
@@ -82,7 +83,7 @@ class _Traced:
         finally:
             try:
                 if self._token is not None:
-                    context.detach(self._token)  # type: ignore[arg-type]
+                    context.detach(self._token)
             finally:
                 try:
                     span.end()

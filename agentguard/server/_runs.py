@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
-from agentguard._drivers import _in_thread
+from agentguard._drivers import run_in_daemon_thread
 from agentguard.engagement import EngagementStatus, to_plain
 from agentguard.errors import AgentGuardError, PolicyViolation
 from agentguard.guard import Engagement, Guard
@@ -243,7 +243,7 @@ class Runs:
         if self._async_runner:
             result = self._runner(guard, engagement, input)
         else:
-            run.thread = _in_thread(functools.partial(self._runner, guard, engagement, input))
+            run.thread = run_in_daemon_thread(functools.partial(self._runner, guard, engagement, input))
             run.thread.add_done_callback(lambda _: run.release_slot())
             result = await asyncio.wrap_future(run.thread)
         return await result if inspect.isawaitable(result) else result

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from contextvars import Token
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +112,7 @@ class _Turn:
     span: Span
     context: Context
     trace_id: int
-    token: object | None = None
+    token: Token[Context] | None = None
 
 
 @dataclass(slots=True)
@@ -121,17 +122,17 @@ class _Step:
     measured: bool
     span: Span | None = None
     context: Context | None = None
-    token: object | None = None
+    token: Token[Context] | None = None
 
 
-def _detach(ctx: Context | None, token: object | None) -> None:
+def _detach(ctx: Context | None, token: Token[Context] | None) -> None:
     """Detach ``token`` if its context is still the current one here; else leave the other context alone.
 
     A turn may end in another thread or task than it started in (a host that keeps an engagement across
     requests); detaching there would fail, and the attaching context is gone with its thread or task.
     """
     if token is not None and context.get_current() is ctx:
-        context.detach(token)  # type: ignore[arg-type]
+        context.detach(token)
 
 
 def _call_of(state: EngagementState, step: StepRecord) -> CallRecord | None:

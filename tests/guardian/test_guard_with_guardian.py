@@ -28,24 +28,12 @@ from agentguard.guardian import GuardianClient
 from agentguard.guardian.server import RunningServer, create_app, parse_rules, serve_in_thread
 from tests.aos.schema_check import schema_errors
 from tests.conftest import spec_text
+from tests.guardian_server.support import SHELL_AND_EMAIL_RULES
 
-RULES = """
-default_decision: allow
-rules:
-  - name: no-shell
-    methods: [steps/toolCallRequest]
-    when: params.toolCallRequest.toolId == "shell"
-    decision: deny
-    message: No shell access
-    reason_codes: [shell]
-  - name: redact-body
-    methods: [steps/toolCallRequest]
-    when: params.toolCallRequest.toolId == "send-email"
-    decision: modify
-    message: Body redacted
-    set:
-      params.toolCallRequest.inputs: >-
-        params.toolCallRequest.inputs.map(i, i.name == "body" ? {"name": "body", "value": "[redacted]"} : i)
+RULES = (
+    "default_decision: allow"
+    + SHELL_AND_EMAIL_RULES
+    + """\
   - name: reroute
     methods: [steps/toolCallRequest]
     when: params.toolCallRequest.toolId == "forward"
@@ -78,6 +66,7 @@ rules:
     decision: deny
     message: Knowledge carries a secret
 """
+)
 
 SPEC = spec_text(
     """

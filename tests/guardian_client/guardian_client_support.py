@@ -23,10 +23,26 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
+from agentguard.guardian import GuardianClient, GuardianVerdict
+
+
+def decide(flavour: str, url: str, request: dict[str, object], **options: Any) -> GuardianVerdict:
+    """One decision of a fresh client of the guardian at ``url``, through the ``sync`` or ``async`` driver."""
+    if flavour == "sync":
+        with GuardianClient(url, **options) as client:
+            return client.decide(request)
+
+    async def main() -> GuardianVerdict:
+        async with GuardianClient(url, **options) as client:
+            return await client.adecide(request)
+
+    return asyncio.run(main())
 
 
 def step(request_id: object = "step-1", method: str = "steps/toolCallRequest") -> dict[str, object]:

@@ -6,7 +6,6 @@ specification, so agreeing here is evidence that both read it the same way.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from collections.abc import Iterator
 from typing import Any
@@ -14,30 +13,13 @@ from typing import Any
 import pytest
 
 from agentguard.guardian import GuardianClient, GuardianOutcome, GuardianVerdict
+from tests.guardian_client import guardian_client_support as support
+from tests.guardian_server.support import SHELL_AND_EMAIL_RULES
 
 server = pytest.importorskip("agentguard.guardian.server", reason="the reference guardian is not available")
 
 WAIT = 30.0
 TOKEN = "reference-token"
-
-RULES = """
-rules:
-  - name: no-shell
-    methods: [steps/toolCallRequest]
-    when: params.toolCallRequest.toolId == "shell"
-    decision: deny
-    message: No shell access
-    reason_codes: [shell]
-  - name: redact-body
-    methods: [steps/toolCallRequest]
-    when: params.toolCallRequest.toolId == "send-email"
-    decision: modify
-    message: Body redacted
-    set:
-      params.toolCallRequest.inputs: >-
-        params.toolCallRequest.inputs.map(i,
-          i.name == "body" ? {"name": "body", "value": "[redacted]"} : i)
-"""
 
 
 def tool_call(request_id: str | int, tool: str, **inputs: Any) -> dict[str, Any]:
@@ -71,7 +53,7 @@ def tool_call(request_id: str | int, tool: str, **inputs: Any) -> dict[str, Any]
 
 @pytest.fixture(scope="module")
 def guardian_url() -> Iterator[str]:
-    app = server.create_app(server.parse_rules(RULES), token=TOKEN)
+    app = server.create_app(server.parse_rules(SHELL_AND_EMAIL_RULES), token=TOKEN)
     with server.serve_in_thread(app) as running:
         yield running.url + "aos"
 
@@ -82,15 +64,7 @@ def decide(request: pytest.FixtureRequest, guardian_url: str) -> Any:
 
     def run(aos_request: dict[str, Any], **options: Any) -> GuardianVerdict:
         options.setdefault("token", TOKEN)
-        if flavour == "sync":
-            with GuardianClient(guardian_url, **options) as client:
-                return client.decide(aos_request)
-
-        async def main() -> GuardianVerdict:
-            async with GuardianClient(guardian_url, **options) as client:
-                return await client.adecide(aos_request)
-
-        return asyncio.run(main())
+        return support.decide(flavour, guardian_url, aos_request, **options)
 
     return run
 

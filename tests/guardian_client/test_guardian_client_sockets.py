@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from typing import Any
 
 import pytest
 
 from agentguard.guardian import GuardianClient, GuardianOutcome, GuardianUnavailable, GuardianVerdict, Retry
-from tests.guardian_client.guardian_client_support import FaultServer, step
+from tests.guardian_client.guardian_client_support import FaultServer, decide, step
 
 WAIT = 30.0
 
@@ -23,18 +22,6 @@ FAULTS = {
     "unappliable": "unappliable modify: modifiedRequest.method 'steps/memoryStore'",
     "503": "http 503",
 }
-
-
-def decide(flavour: str, url: str, request: dict[str, object], **options: Any) -> GuardianVerdict:
-    if flavour == "sync":
-        with GuardianClient(url, **options) as client:
-            return client.decide(request)
-
-    async def main() -> GuardianVerdict:
-        async with GuardianClient(url, **options) as client:
-            return await client.adecide(request)
-
-    return asyncio.run(main())
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])

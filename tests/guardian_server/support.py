@@ -1,4 +1,4 @@
-"""Requests in both wire shapes and marker rules for the reference guardian's tests.
+"""Requests in both wire shapes and rules for the tests of the reference guardian (and of those using it).
 
 The valid requests come from ``tests/aos/samples.json`` (one per method, in the specification text's
 shape). :func:`shapes` gives each one in every shape the guardian must accept: the text's, and the
@@ -35,6 +35,26 @@ rules:
     message: modified by the test marker
     modify:
       cel: '{"x-verdict": "modified"}'
+"""
+
+# The rules the Guard's and the client's tests against a live reference guardian share: no ``shell`` tool,
+# and ``send-email``'s body redacted. The ``rules`` list comes last, so a test may append rules of its own.
+SHELL_AND_EMAIL_RULES = """
+rules:
+  - name: no-shell
+    methods: [steps/toolCallRequest]
+    when: params.toolCallRequest.toolId == "shell"
+    decision: deny
+    message: No shell access
+    reason_codes: [shell]
+  - name: redact-body
+    methods: [steps/toolCallRequest]
+    when: params.toolCallRequest.toolId == "send-email"
+    decision: modify
+    message: Body redacted
+    set:
+      params.toolCallRequest.inputs: >-
+        params.toolCallRequest.inputs.map(i, i.name == "body" ? {"name": "body", "value": "[redacted]"} : i)
 """
 
 _SCHEMA_A2A_SPELLINGS = {
