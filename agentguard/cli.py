@@ -157,9 +157,44 @@ def _summary(results: Sequence[_Checked]) -> str:
     return f"{files} checked: {invalid} invalid, {count} problem{'s' if count != 1 else ''}{warnings}"
 
 
+def _add_demo(subparsers: _Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="run the guarded LangChain support-agent demo (needs agentguard-langchain)",
+        description="A scripted LangChain support agent under a real spec, an in-process reference guardian "
+        "on 127.0.0.1, a timeline of every step and decision, audit reports and an OpenTelemetry trace. "
+        "No API key, no network.",
+    )
+    parser.add_argument("--out", default="agentguard-demo", help="where audit reports and the trace go")
+    parser.add_argument("--no-guardian", action="store_true", help="run without the in-process guardian")
+    parser.add_argument("--no-files", action="store_true", help="write no audit reports and no trace")
+    parser.set_defaults(run=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    try:
+        from agentguard_langchain.demo import main as demo  # the integration, imported only for this command
+    except ImportError as error:
+        print(
+            f"agentguard demo needs the LangChain integration ({error}): "
+            "pip install -e integrations/langchain (or run scripts/demo)",
+            file=sys.stderr,
+        )
+        return 2
+    argv = [
+        "--out",
+        args.out,
+        *(["--no-guardian"] if args.no_guardian else []),
+        *(["--no-files"] if args.no_files else []),
+    ]
+    result: int = demo(argv)
+    return result
+
+
 _SUBCOMMANDS: tuple[Callable[[_Subparsers], None], ...] = (
     _add_validate,
     _add_guardian,
     _add_audit,
     _add_serve,
+    _add_demo,
 )

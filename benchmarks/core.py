@@ -17,64 +17,21 @@ row, so the short-circuit rule (k = 3) is active on every call without ever firi
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
+
+from _common import RECENT, print_table, spec_text, thue_morse, tool_a, tool_b, write_results
 
 from agentguard import Guard, User
 from agentguard.cel import available_backends
 
-RESULTS = Path(__file__).parent / "results" / "core.json"
-
-SPEC = """
-kind: openagentspec:v1/agent
-name: bench-agent
-description: The agent is measured.
-intent: You are measured.
-owner: bench@corp.com
-capabilities:
-  tool-a:
-    input_restriction:
-      assertion: {input_a}
-    output_restriction:
-      assertion: recent["tool-a"].outputs.ok == true
-  tool-b:
-    input_restriction:
-      assertion: {input_b}
-    output_restriction:
-      assertion: recent["tool-b"].outputs.ok == true
-lifespan:
-  short_circuit: 3
-"""
-
-RECENT = 'recent["{name}"].inputs.x < 1000 && user.id == "u1"'
 HISTORY = "history._total < 1000000"
 
 
-def thue_morse(n: int) -> list[str]:
-    """The first n terms of the Thue-Morse sequence over tool-a / tool-b (cube-free)."""
-    return ["tool-b" if bin(i).count("1") % 2 else "tool-a" for i in range(n)]
-
-
-def tool_a(x: int) -> dict[str, bool]:
-    return {"ok": True}
-
-
-def tool_b(x: int) -> dict[str, bool]:
-    return {"ok": True}
-
-
 def build(backend: str, assertion: str) -> tuple[Guard, dict[str, Callable[..., Any]]]:
-    text = SPEC.format(
-        input_a=json.dumps(assertion.format(name="tool-a")),
-        input_b=json.dumps(assertion.format(name="tool-b")),
-    )
-    guard = Guard.from_yaml(text, cel_backend=backend, short_circuit_max_block=100)
+    guard = Guard.from_yaml(spec_text(assertion), cel_backend=backend, short_circuit_max_block=100)
     return guard, {"tool-a": guard.tool(tool_a), "tool-b": guard.tool(tool_b)}
 
 
@@ -137,31 +94,29 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = [measure(b, args.calls) for b in args.backends.split(",") if b]
     targets = {"added_us": 20.0, "recent_user_ratio": 1.5, "history_total_ratio": 3.0}
-    print(
-        f"{'backend':<18}{'bare µs':>9}{'guarded µs':>12}{'added µs':>10}{'recent 10k/10':>15}{'_total 10k/10':>15}"
+    print_table(
+        [
+            ("backend", "<18"),
+            ("bare µs", ">9"),
+            ("guarded µs", ">12"),
+            ("added µs", ">10"),
+            ("recent 10k/10", ">15"),
+            ("_total 10k/10", ">15"),
+        ],
+        (
+            (
+                r["backend"],
+                f"{r['bare_us']:.2f}",
+                f"{r['guarded_us']:.2f}",
+                f"{r['added_us']:.2f}",
+                f"{r['recent_user_ratio']:.2f}x",
+                f"{r['history_total_ratio']:.2f}x",
+            )
+            for r in rows
+        ),
     )
-    for r in rows:
-        print(
-            f"{r['backend']:<18}{r['bare_us']:>9.2f}{r['guarded_us']:>12.2f}{r['added_us']:>10.2f}"
-            f"{r['recent_user_ratio']:>14.2f}x{r['history_total_ratio']:>14.2f}x"
-        )
     print(f"targets: added <= {targets['added_us']} µs, recent <= 1.5x, history._total <= 3x")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "benchmark": "core",
-                "python": sys.version.split()[0],
-                "machine": platform.machine(),
-                "calls": args.calls,
-                "targets": targets,
-                "results": rows,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"wrote {RESULTS}")
+    write_results("core", {"calls": args.calls, "targets": targets, "results": rows})
     return 0
 
 

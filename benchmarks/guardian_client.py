@@ -20,21 +20,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
+from _common import print_table, write_results
 
 from agentguard.guardian import GuardianClient, GuardianOutcome
 
-RESULTS = Path(__file__).parent / "results" / "guardian_client.json"
 SUBMIT_TARGET_US = 10.0
 
 # The guardian process. The socket is created with IPPROTO_TCP so that asyncio sets TCP_NODELAY on accepted
@@ -221,34 +219,30 @@ def main(argv: list[str] | None = None) -> int:
         }
         submit_samples, delivery = bench_submit(url, args.submits, args.warmup)
         rows["submit"] = summary(submit_samples)
-    print(f"{'':<16}{'median µs':>11}{'p99 µs':>10}{'mean µs':>10}")
-    for name, row in rows.items():
-        print(f"{name:<16}{row['median_us']:>11.2f}{row['p99_us']:>10.2f}{row['mean_us']:>10.2f}")
+    print_table(
+        [("", "<16"), ("median µs", ">11"), ("p99 µs", ">10"), ("mean µs", ">10")],
+        (
+            (name, f"{row['median_us']:.2f}", f"{row['p99_us']:.2f}", f"{row['mean_us']:.2f}")
+            for name, row in rows.items()
+        ),
+    )
     print(
         f"observe delivery: {delivery['delivered']} of {args.submits} delivered "
         f"({delivery['steps_per_s']} steps/s), {delivery['dropped']} dropped, {delivery['failed']} failed"
     )
     print(f"target: submit median <= {SUBMIT_TARGET_US} µs -> {rows['submit']['median_us']} µs")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "benchmark": "guardian_client",
-                "python": sys.version.split()[0],
-                "machine": platform.machine(),
-                "httpx": httpx.__version__,
-                "calls": args.calls,
-                "submits": args.submits,
-                "warmup": args.warmup,
-                "targets": {"submit_median_us": SUBMIT_TARGET_US},
-                "results": rows,
-                "observe_delivery": delivery,
-            },
-            indent=2,
-        )
-        + "\n"
+    write_results(
+        "guardian_client",
+        {
+            "httpx": httpx.__version__,
+            "calls": args.calls,
+            "submits": args.submits,
+            "warmup": args.warmup,
+            "targets": {"submit_median_us": SUBMIT_TARGET_US},
+            "results": rows,
+            "observe_delivery": delivery,
+        },
     )
-    print(f"wrote {RESULTS}")
     return 0
 
 

@@ -25,14 +25,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
-import platform
 import statistics
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from _common import print_table, write_results
 from agentguard_langchain import AgentGuardMiddleware
 from agentguard_langchain.testing import ScriptedChatModel, answer, calls
 from langchain.agents import create_agent
@@ -43,7 +42,6 @@ from agentguard import Guard
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "examples" / "support-agent" / "agent.yaml"
-RESULT = ROOT / "benchmarks" / "results" / "langchain.json"
 TARGET_RATIO = 1.05
 Sample = tuple[float, float]
 """(wall seconds, process CPU seconds) of one run."""
@@ -209,16 +207,31 @@ def main() -> None:
         raise RuntimeError("the guarded runs did not record every call")
 
     print(f"{args.runs} interleaved runs of {n} tool calls each, zero-latency scripted model\n")
-    print(
-        f"{'mode':<6} {'agent':<8} {'wall median':>12} {'wall min':>9} {'CPU median':>11} {'wall vs bare':>13}"
-    )
-    for mode, r in results.items():
-        for agent in ("bare", "noop", "guarded"):
-            ratio = r[f"{agent}_median_ms"] / r["bare_median_ms"]
-            print(
-                f"{mode:<6} {agent:<8} {r[f'{agent}_median_ms']:>9.2f} ms {r[f'{agent}_min_ms']:>6.2f} ms "
-                f"{r[f'{agent}_cpu_median_ms']:>8.2f} ms {ratio:>12.3f}x"
-            )
+    columns = [
+        ("mode", "<6"),
+        ("agent", "<8"),
+        ("wall median", ">12"),
+        ("wall min", ">9"),
+        ("CPU median", ">11"),
+        ("wall vs bare", ">13"),
+    ]
+    for index, (mode, r) in enumerate(results.items()):
+        print_table(
+            columns,
+            (
+                (
+                    mode,
+                    agent,
+                    f"{r[f'{agent}_median_ms']:.2f} ms",
+                    f"{r[f'{agent}_min_ms']:.2f} ms",
+                    f"{r[f'{agent}_cpu_median_ms']:.2f} ms",
+                    f"{r[f'{agent}_median_ms'] / r['bare_median_ms']:.3f}x",
+                )
+                for agent in ("bare", "noop", "guarded")
+            ),
+            sep=" ",
+            header=index == 0,
+        )
         verdict = "meets" if r["ratio_guarded_vs_bare"] <= TARGET_RATIO else "misses"
         print(
             f"{mode:<6} guarded/bare {r['ratio_guarded_vs_bare']:.3f}x wall, {r['cpu_ratio_guarded_vs_bare']:.3f}x CPU "
@@ -227,18 +240,15 @@ def main() -> None:
             f"{r['agentguard_cpu_us_per_tool_call']:.0f} us per tool call\n"
         )
 
-    RESULT.parent.mkdir(parents=True, exist_ok=True)
-    document = {
-        "benchmark": "langchain",
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "tool_calls_per_run": n,
-        "runs": args.runs,
-        "targets": {"ratio_guarded_vs_bare": TARGET_RATIO},
-        "results": results,
-    }
-    RESULT.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"wrote {RESULT.relative_to(ROOT)}")
+    write_results(
+        "langchain",
+        {
+            "tool_calls_per_run": n,
+            "runs": args.runs,
+            "targets": {"ratio_guarded_vs_bare": TARGET_RATIO},
+            "results": results,
+        },
+    )
 
 
 if __name__ == "__main__":

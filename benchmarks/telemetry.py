@@ -23,15 +23,12 @@ to (3).
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from _common import print_table, spec_text, tool_a, tool_b, write_results
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -41,40 +38,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from agentguard import Guard, User
 from agentguard.observers import Observer
 
-RESULTS = Path(__file__).parent / "results" / "telemetry.json"
-
-SPEC = """
-kind: openagentspec:v1/agent
-name: bench-agent
-description: The agent is measured.
-intent: You are measured.
-owner: bench@corp.com
-capabilities:
-  tool-a:
-    input_restriction:
-      assertion: recent["tool-a"].inputs.x < 1000 && user.id == "u1"
-    output_restriction:
-      assertion: recent["tool-a"].outputs.ok == true
-  tool-b:
-    input_restriction:
-      assertion: recent["tool-b"].inputs.x < 1000 && user.id == "u1"
-    output_restriction:
-      assertion: recent["tool-b"].outputs.ok == true
-lifespan:
-  short_circuit: 3
-"""
-
-
-def tool_a(x: int) -> dict[str, bool]:
-    return {"ok": True}
-
-
-def tool_b(x: int) -> dict[str, bool]:
-    return {"ok": True}
-
 
 def build(**options: Any) -> tuple[Guard, list[Callable[..., Any]]]:
-    guard = Guard.from_yaml(SPEC, **options)
+    guard = Guard.from_yaml(spec_text(), **options)
     return guard, [guard.tool(tool_a), guard.tool(tool_b)]
 
 
@@ -150,31 +116,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=4000, help="guarded calls measured per configuration")
     args = parser.parse_args(argv)
     result = measure(args.calls)
-    print(f"{'configuration':<34}{'µs per call':>12}")
-    print(f"{'telemetry off':<34}{result['off_us']:>12.2f}")
-    print(f"{'telemetry off, an empty observer':<34}{result['empty_observer_us']:>12.2f}")
-    print(f"{'telemetry on, no SDK (no-op API)':<34}{result['noop_api_us']:>12.2f}")
-    print(f"{'telemetry on, SDK + in-memory':<34}{result['sdk_us']:>12.2f}")
+    print_table(
+        [("configuration", "<34"), ("µs per call", ">12")],
+        [
+            ("telemetry off", f"{result['off_us']:.2f}"),
+            ("telemetry off, an empty observer", f"{result['empty_observer_us']:.2f}"),
+            ("telemetry on, no SDK (no-op API)", f"{result['noop_api_us']:.2f}"),
+            ("telemetry on, SDK + in-memory", f"{result['sdk_us']:.2f}"),
+        ],
+    )
     print(
         f"no-op API adds {result['noop_api_added_us']:.2f} µs to a call (the core's observer hooks alone: "
         f"{result['empty_observer_added_us']:.2f} µs); the SDK adds {result['sdk_added_us']:.2f} µs more "
         f"({result['sdk_over_noop_ratio']:.2f}x the no-op API)"
     )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "benchmark": "telemetry",
-                "python": sys.version.split()[0],
-                "machine": platform.machine(),
-                "calls": args.calls,
-                "results": result,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"wrote {RESULTS}")
+    write_results("telemetry", {"calls": args.calls, "results": result})
     return 0
 
 

@@ -92,6 +92,8 @@ class _Traced:
 
 
 class ClientSpan(_Traced):
+    """The CLIENT span of one guardian HTTP request."""
+
     __slots__ = ()
 
     def finish(self, reply: httpx.Response | httpx.RequestError) -> None:
@@ -151,6 +153,8 @@ class RequestTracing:
 
 
 class ServerSpan(_Traced):
+    """The SERVER span of one request to the reference guardian."""
+
     __slots__ = ()
 
     def describe(self, body: bytes) -> None:

@@ -8,9 +8,10 @@ an application that already set up OpenTelemetry simply does not call it. It nee
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from opentelemetry import metrics, trace
 
@@ -41,14 +42,18 @@ class Configured:
 
 
 def configure(
-    *, console: bool = False, otlp_endpoint: str | None = None, service_name: str = "agentguard"
+    *,
+    console: bool | TextIO = False,
+    otlp_endpoint: str | None = None,
+    service_name: str = "agentguard",
 ) -> Configured:
     """Install global SDK tracer and meter providers that export to the console and/or an OTLP collector.
 
     ``otlp_endpoint`` is the collector's base URL (``http://localhost:4318``; ``/v1/traces`` and
     ``/v1/metrics`` are added); when it is not given, ``OTEL_EXPORTER_OTLP_ENDPOINT`` (and the other
     ``OTEL_EXPORTER_OTLP_*`` variables) are used if set. ``console=True`` prints spans as they end and
-    metrics every minute and at exit. Calling it again returns the providers of the first call.
+    metrics every minute and at exit; ``console=<open text file>`` writes them there instead of stdout
+    (the demo keeps its timeline readable that way). Calling it again returns the providers of the first call.
 
     Raises :class:`~agentguard.ConfigurationError` when the SDK (or the OTLP exporter, if asked for) is not
     installed, when there is nowhere to export to, or when another SDK provider is already set globally.
@@ -91,9 +96,10 @@ def configure(
         tracer_provider = TracerProvider(resource=resource)
         readers: list[MetricReader] = []
         if console:
-            tracer_provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
+            out: TextIO = sys.stdout if console is True else console
+            tracer_provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=out)))
             readers.append(
-                PeriodicExportingMetricReader(ConsoleMetricExporter(), export_interval_millis=60_000)
+                PeriodicExportingMetricReader(ConsoleMetricExporter(out=out), export_interval_millis=60_000)
             )
         if use_otlp:
             try:

@@ -20,7 +20,6 @@ it, so the guardian's work shows up inside the agent's trace, below the step it 
 from __future__ import annotations
 
 import enum
-import hmac
 import logging
 
 try:
@@ -37,6 +36,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from opentelemetry.trace import TracerProvider
 
 from agentguard import __version__
+from agentguard._httputil import bearer_challenge, declared_too_large, is_json_media_type, read_limited
 from agentguard.aos import ErrorCode
 from agentguard.guardian._tracing import ServerSpan, ServerTracing
 
@@ -50,7 +50,7 @@ logger = logging.getLogger("agentguard.guardian.server")
 ENDPOINTS = ("/", "/aos")
 """The paths the guardian answers on."""
 
-_REALM = 'Bearer realm="agentguard-guardian"'
+_REALM = "agentguard-guardian"
 
 
 class ServerErrorCode(enum.IntEnum):
@@ -66,17 +66,6 @@ def _refuse(status: int, code: int, message: str, headers: dict[str, str] | None
     return Response(
         error_body(code, message), status_code=status, headers=headers, media_type="application/json"
     )
-
-
-def _is_json(content_type: str | None) -> bool:
-    if content_type is None:
-        return False
-    media_type, *parameters = (part.strip().lower() for part in content_type.split(";"))
-    for parameter in parameters:
-        name, _, value = parameter.partition("=")
-        if name.strip() == "charset" and value.strip().strip('"') not in ("utf-8", "utf8"):
-            return False
-    return media_type == "application/json"
 
 
 class _Endpoint:
@@ -108,7 +97,7 @@ class _Endpoint:
             refusal = self._check_headers(request)
             if refusal is not None:
                 return refusal
-            body = await self._read_body(request)
+            body = await read_limited(request.stream(), self.max_body_bytes)
             if body is None:
                 return _refuse(
                     413,
@@ -132,40 +121,22 @@ class _Endpoint:
                 405, ServerErrorCode.METHOD_NOT_ALLOWED, "Method not allowed: use POST", {"Allow": "POST"}
             )
         if self.token is not None:
-            scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not credentials.strip():
-                return _refuse(
-                    401, ServerErrorCode.UNAUTHORIZED, "Unauthorized", {"WWW-Authenticate": _REALM}
-                )
-            # Headers arrive latin-1 decoded; encoding back gives the bytes that were sent.
-            if not hmac.compare_digest(credentials.strip().encode("latin-1"), self.token):
-                challenge = f'{_REALM}, error="invalid_token"'
+            challenge = bearer_challenge(request.headers.get("authorization", ""), self.token, realm=_REALM)
+            if challenge is not None:
                 return _refuse(
                     401, ServerErrorCode.UNAUTHORIZED, "Unauthorized", {"WWW-Authenticate": challenge}
                 )
-        if not _is_json(request.headers.get("content-type")):
+        if not is_json_media_type(request.headers.get("content-type")):
             return _refuse(
                 415, ServerErrorCode.UNSUPPORTED_MEDIA_TYPE, "Unsupported media type: send application/json"
             )
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_body_bytes:
+        if declared_too_large(request.headers.get("content-length"), self.max_body_bytes):
             return _refuse(
                 413,
                 ServerErrorCode.PAYLOAD_TOO_LARGE,
                 f"Request body larger than {self.max_body_bytes} bytes",
             )
         return None
-
-    async def _read_body(self, request: Request) -> bytes | None:
-        """The body, or ``None`` as soon as it grows past the limit (a missing or false Content-Length)."""
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                return None
-            chunks.append(chunk)
-        return b"".join(chunks)
 
 
 def create_app(

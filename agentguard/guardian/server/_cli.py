@@ -13,11 +13,11 @@ cannot be loaded, 2 for a usage error.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import os
 import sys
 
+from agentguard._httputil import is_loopback
 from agentguard.errors import SpecError
 
 from ._rules import load_rules
@@ -46,13 +46,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(run=run)
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def run(args: argparse.Namespace) -> int:
     """Load the rules, then serve until interrupted."""
     token: str | None = None
@@ -79,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if token is None and not _is_loopback(args.host):
+    if token is None and not is_loopback(args.host):
         logging.getLogger("agentguard.guardian.server").warning(
             "serving on %s without a token: anyone who can reach it can ask for decisions", args.host
         )

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
+import io
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
-from agentguard_langchain import format_timeline
+from agentguard_langchain import demo, format_timeline
 
 from agentguard import Decision, Outcome, Phase, Rule, StepRecord
 from agentguard.timeline import describe_step
@@ -14,25 +15,48 @@ from agentguard.timeline import describe_step
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "langchain_support_agent" / "agent.py"
 
 
-def test_example_main_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    spec = importlib.util.spec_from_file_location("langchain_support_agent_example", EXAMPLE)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main()
-    out = capsys.readouterr().out
+def test_demo_shows_every_rule_firing_in_process() -> None:
+    out = io.StringIO()
+    assert demo.main(["--no-files"], out=out) == 0
+    text = out.getvalue()
+    assert "and the reference guardian at http://127.0.0.1:" in text
+    assert "tool send-email    modified    modified by guardian (input)" in text  # card number redacted
+    assert "tool send-email    DENIED      restriction (input)" in text
+    assert "tool lookup-order  DENIED      guardian (input): Orders in the X- namespace" in text
+    assert "I can only email corp.com addresses" in text  # the model recovered
+    assert "supervisor asked: refund" in text
+    assert "reviewed (input) by supervisor (sam@corp.com): approved" in text
+    assert "I refunded 30" in text
+    assert "STOPPED   [guardrail output] toxicity-check" in text
+    assert "stupid" not in text.split("== turn 3")[1]  # the answer never reached the user
+    assert "STOPPED   [short-circuit input] lookup-order" in text
+    assert "timeline (stopped)" in text
 
-    assert "tool send-email    allowed" in out
-    assert "tool send-email    DENIED      restriction (input)" in out
-    assert "I can only email corp.com addresses" in out  # the model recovered
-    assert "supervisor asked: refund" in out
-    assert "reviewed (input) by supervisor (sam@corp.com): approved" in out
-    assert "I refunded 30" in out
-    assert "STOPPED   [guardrail output] toxicity-check" in out
-    assert "stupid" not in out.split("== turn 3")[1]  # the answer never reached the user
-    assert "STOPPED   [short-circuit input] lookup-order" in out
-    assert "timeline (stopped)" in out
+
+def test_agentguard_demo_command_writes_audit_reports_and_a_trace(tmp_path: Path) -> None:
+    # A subprocess: the demo configures the global OpenTelemetry SDK, which a test process must not keep.
+    agentguard = Path(sys.executable).with_name("agentguard")
+    result = subprocess.run(
+        [str(agentguard), "demo", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"audit reports: 4 in {tmp_path / 'audit'}/" in result.stdout
+    assert len(list((tmp_path / "audit").glob("*.md"))) == 4
+    trace = (tmp_path / "trace.txt").read_text()
+    assert '"name": "execute_tool send-email"' in trace
+    assert '"name": "invoke_agent support-agent"' in trace
+    assert "Traceback" not in result.stderr
+
+
+def test_the_example_script_runs_the_demo() -> None:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--no-files", "--no-guardian"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "timeline (stopped)" in result.stdout
 
 
 def _step(*decisions: Decision, kind: str = "steps/toolCallRequest", name: str = "refund") -> StepRecord:

@@ -28,7 +28,7 @@ try:
     )
     from langchain_core.outputs import ChatGeneration, LLMResult
     from langchain_core.runnables import RunnableConfig
-    from langchain_core.tools import BaseTool
+    from langchain_core.tools import BaseTool, tool
     from langgraph.config import get_config
     from langgraph.errors import GraphBubbleUp
     from langgraph.runtime import Runtime
@@ -65,4 +65,5 @@ __all__ = [
     "ToolMessage",
     "get_config",
     "interrupt",
+    "tool",
 ]

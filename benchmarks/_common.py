@@ -1,0 +1,88 @@
+"""What the benchmark scripts share: the guarded call they time, the table they print, the results they write.
+
+The scripts run as files (``.venv/bin/python benchmarks/core.py``), so this module is imported as ``_common``
+from their own folder.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+"""Where every benchmark writes its ``<name>.json``."""
+
+SPEC = """
+kind: openagentspec:v1/agent
+name: bench-agent
+description: The agent is measured.
+intent: You are measured.
+owner: bench@corp.com
+capabilities:
+  tool-a:
+    input_restriction:
+      assertion: {input_a}
+    output_restriction:
+      assertion: recent["tool-a"].outputs.ok == true
+  tool-b:
+    input_restriction:
+      assertion: {input_b}
+    output_restriction:
+      assertion: recent["tool-b"].outputs.ok == true
+lifespan:
+  short_circuit: 3
+"""
+"""The measured agent: two tools, each with an input and an output CEL assertion, and ``short_circuit: 3``."""
+
+RECENT = 'recent["{name}"].inputs.x < 1000 && user.id == "u1"'
+"""The input assertion of the measured call, ``{name}`` standing for the tool's name."""
+
+
+def spec_text(assertion: str = RECENT) -> str:
+    """:data:`SPEC` with ``assertion`` as both tools' input assertion."""
+    return SPEC.format(
+        input_a=json.dumps(assertion.format(name="tool-a")),
+        input_b=json.dumps(assertion.format(name="tool-b")),
+    )
+
+
+def tool_a(x: int) -> dict[str, bool]:
+    return {"ok": True}
+
+
+def tool_b(x: int) -> dict[str, bool]:
+    return {"ok": True}
+
+
+def thue_morse(n: int) -> list[str]:
+    """The first n terms of the Thue-Morse sequence over tool-a / tool-b.
+
+    The sequence never repeats a block three times in a row (it is cube-free), so the short-circuit rule
+    (k = 3) is active on every call without ever firing.
+    """
+    return ["tool-b" if bin(i).count("1") % 2 else "tool-a" for i in range(n)]
+
+
+def print_table(
+    columns: Sequence[tuple[str, str]], rows: Iterable[Sequence[str]], *, sep: str = "", header: bool = True
+) -> None:
+    """Print a header line (unless not ``header``) and a line per row of cells, ``sep`` between the cells.
+
+    ``columns`` are ``(title, alignment and width)``: ``("backend", "<18")``, ``("bare µs", ">9")``.
+    """
+    if header:
+        print(sep.join(f"{title:{align}}" for title, align in columns))
+    for row in rows:
+        print(sep.join(f"{cell:{align}}" for cell, (_, align) in zip(row, columns, strict=True)))
+
+
+def write_results(benchmark: str, fields: Mapping[str, object]) -> Path:
+    """Write ``results/<benchmark>.json``: the benchmark's name, Python version and machine, then ``fields``."""
+    path = RESULTS / f"{benchmark}.json"
+    document = {"benchmark": benchmark, "python": platform.python_version(), "machine": platform.machine()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**document, **fields}, indent=2) + "\n")
+    print(f"wrote {path}")
+    return path
