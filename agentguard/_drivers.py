@@ -115,6 +115,8 @@ def _within(
 
 def _perform_sync(effect: Effect) -> Any:
     if isinstance(effect, Invoke):
+        if effect.timeout_ms is None:  # the per-call path: no closures, no thread
+            return _resolve_sync(_call(effect), "the tool")
         return _within(
             lambda: _resolve_sync(_call(effect), "the tool"),
             effect.timeout_ms,

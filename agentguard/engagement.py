@@ -160,6 +160,8 @@ class StepRecord:
     decisions: list[Decision] = field(default_factory=list)
     aos: list[dict[str, Any]] = field(default_factory=list)
     payload: dict[str, Any] = field(default_factory=dict)
+    # The observers watching this step (chosen when it started); decisions are dispatched to them only.
+    observed_by: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def outcome(self) -> Outcome:
@@ -317,6 +319,7 @@ class EngagementState:
         # Calls begun but not yet completed, withheld or rolled back: what a graceful cancel waits for.
         self._in_flight: set[int] = set()
         self._idle = threading.Condition(self._lock)
+        self._idle_waiters = 0
         self.cancel_graceful = True
 
     # -- the view -------------------------------------------------------------------------------------
@@ -401,13 +404,17 @@ class EngagementState:
 
     def _settled(self, record: CallRecord) -> None:
         self._in_flight.discard(id(record))
-        if not self._in_flight:
+        if self._idle_waiters and not self._in_flight:
             self._idle.notify_all()
 
     def wait_idle(self, timeout: float | None) -> bool:
         """Wait until no call is in flight (``True``), or ``timeout`` seconds pass (``False``)."""
         with self._idle:
-            return self._idle.wait_for(lambda: not self._in_flight, timeout)
+            self._idle_waiters += 1
+            try:
+                return self._idle.wait_for(lambda: not self._in_flight, timeout)
+            finally:
+                self._idle_waiters -= 1
 
     @property
     def in_flight(self) -> int:

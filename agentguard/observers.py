@@ -34,6 +34,14 @@ logger = logging.getLogger("agentguard.observers")
 class Observer:
     """Base class of observers. Override any of the methods; the defaults do nothing."""
 
+    def active(self) -> bool:
+        """Whether this observer wants the turn or step about to start (asked once at its start).
+
+        Telemetry answers ``False`` while no OpenTelemetry SDK is configured, so that an idle observer costs
+        a guarded call almost nothing.
+        """
+        return True
+
     def turn_started(self, state: EngagementState) -> Any:
         """An engagement turn starts (the engagement was entered, or ``new_turn()`` was called).
 
@@ -61,49 +69,92 @@ class Observer:
 
 
 class Observers:
-    """The observers of one Guard, called in order; each call is shielded from the others' failures."""
+    """The observers of one Guard, called in order; each call is shielded from the others' failures.
 
-    __slots__ = ("_items",)
+    Each hook is dispatched only to the observers that override it, and step hooks only to those that are
+    :meth:`~Observer.active` when the step starts: a guard whose only observer is idle telemetry pays one
+    cheap check per step, not one call per decision.
+    """
+
+    __slots__ = ("_ends", "_items", "_steppers", "_turners")
 
     def __init__(self, observers: Iterable[Observer] = ()) -> None:
-        self._items: tuple[Observer, ...] = tuple(observers)
+        self._items: tuple[Observer, ...] = ()
+        self._turners: tuple[Observer, ...] = ()
+        self._steppers: tuple[Observer, ...] = ()
+        self._ends: tuple[Observer, ...] = ()
+        for observer in observers:
+            self.add(observer)
 
     def __bool__(self) -> bool:
         return bool(self._items)
 
     def add(self, observer: Observer) -> None:
         self._items = (*self._items, observer)
+        kind = type(observer)
 
-    def turn_started(self, state: EngagementState) -> list[Any]:
-        return [_safe(o.turn_started, None, state) for o in self._items]
+        def overrides(*names: str) -> bool:
+            return any(getattr(kind, n) is not getattr(Observer, n) for n in names)
 
-    def turn_ended(self, state: EngagementState, tokens: list[Any]) -> None:
-        for observer, token in zip(reversed(self._items), reversed(tokens), strict=False):
+        if overrides("turn_started", "turn_ended"):
+            self._turners = (*self._turners, observer)
+        if overrides("step_started", "step_ended", "decision"):
+            self._steppers = (*self._steppers, observer)
+        if overrides("engagement_ended"):
+            self._ends = (*self._ends, observer)
+
+    def stepping(self) -> tuple[Observer, ...]:
+        """The observers that want the step about to start (checked once, at its start)."""
+        steppers = self._steppers
+        if not steppers:
+            return ()
+        return tuple([o for o in steppers if _safe(o.active, False)])
+
+    def turn_started(self, state: EngagementState) -> list[tuple[Observer, Any]]:
+        return [(o, _safe(o.turn_started, None, state)) for o in self._turners if _safe(o.active, False)]
+
+    @staticmethod
+    def turn_ended(state: EngagementState, turn: list[tuple[Observer, Any]]) -> None:
+        for observer, token in reversed(turn):
             _safe(observer.turn_ended, None, state, token)
 
     def engagement_ended(self, state: EngagementState) -> None:
-        for observer in self._items:
+        for observer in self._ends:
             _safe(observer.engagement_ended, None, state)
 
-    def step_started(self, state: EngagementState, step: StepRecord) -> list[Any]:
-        return [_safe(o.step_started, None, state, step) for o in self._items]
+    @staticmethod
+    def step_started(observers: tuple[Observer, ...], state: EngagementState, step: StepRecord) -> list[Any]:
+        return [_safe(o.step_started, None, state, step) for o in observers]
 
+    @staticmethod
     def step_ended(
-        self, state: EngagementState, step: StepRecord, tokens: list[Any], error: BaseException | None
+        observers: tuple[Observer, ...],
+        state: EngagementState,
+        step: StepRecord,
+        tokens: list[Any],
+        error: BaseException | None,
     ) -> None:
-        for observer, token in zip(reversed(self._items), reversed(tokens), strict=False):
+        for observer, token in zip(reversed(observers), reversed(tokens), strict=False):
             _safe(observer.step_ended, None, state, step, token, error)
 
-    def decision(self, state: EngagementState, step: StepRecord, decision: Decision) -> None:
-        for observer in self._items:
-            _safe(observer.decision, None, state, step, decision)
+    @staticmethod
+    def decision(
+        observers: tuple[Observer, ...], state: EngagementState, step: StepRecord, decision: Decision
+    ) -> None:
+        for observer in observers:
+            try:
+                observer.decision(state, step, decision)
+            except Exception:
+                _failed(observer)
+
+
+def _failed(observer: object) -> None:
+    logger.exception("agentguard observer %r failed; the agent goes on", observer)
 
 
 def _safe(method: Any, default: Any, *args: Any) -> Any:
     try:
         return method(*args)
     except Exception:
-        logger.exception(
-            "agentguard observer %r failed; the agent goes on", getattr(method, "__self__", method)
-        )
+        _failed(getattr(method, "__self__", method))
         return default

@@ -53,7 +53,7 @@ from agentguard.errors import (
     RuleViolation,
     ShortCircuitViolation,
 )
-from agentguard.observers import Observers
+from agentguard.observers import Observer, Observers
 from agentguard.policy._identity import CredentialRequest, CredentialResolver, Credentials, identity_for
 from agentguard.policy._policy import Assertion, CapabilityRule, Policy, UnknownCapability
 from agentguard.policy._review import (
@@ -192,8 +192,8 @@ class FlowContext:
 
     def decide(self, state: EngagementState, step: StepRecord, decision: Decision) -> Decision:
         step.decisions.append(decision)
-        if self.observers:
-            self.observers.decision(state, step, decision)
+        if step.observed_by:
+            Observers.decision(step.observed_by, state, step, decision)
         return decision
 
 
@@ -290,7 +290,7 @@ def _run_rules(
     rules = ctx.rules.for_call(capability, phase)
     if not rules:
         return
-    context = RuleContext(capability, phase, inputs, outputs, state)
+    context = RuleContext(capability, phase, inputs, to_plain(outputs), state)
     for rule in rules:
         result = rule.run(context)
         if result.passed:
@@ -531,7 +531,7 @@ def _capability(
         ctx.decide(
             state,
             step,
-            Decision(Rule.CAPABILITY, Outcome.ALLOW, Phase.INPUT, f"capability {rule.key!r}", name),
+            Decision(Rule.CAPABILITY, Outcome.ALLOW, Phase.INPUT, rule.allow_reason, name),
         )
         return rule
     if name in policy.guardrail_tools:
@@ -580,11 +580,19 @@ def _credentials(
 
 
 def _observed(ctx: FlowContext, state: EngagementState, step: StepRecord, flow: Flow[T]) -> Flow[T]:
-    """Run ``flow`` for ``step`` between the observers' ``step_started`` and ``step_ended``."""
-    observers = ctx.observers
-    if not observers:
-        return (yield from flow)
-    tokens = observers.step_started(state, step)
+    """``flow`` for ``step``, between the observers' ``step_started`` and ``step_ended`` when any watch it.
+
+    A plain function, not a generator: an unwatched step (the common case) runs its flow with no extra
+    frame on the per-call path.
+    """
+    watchers = step.observed_by = ctx.observers.stepping() if ctx.observers else ()
+    return _watched(watchers, state, step, flow) if watchers else flow
+
+
+def _watched(
+    watchers: tuple[Observer, ...], state: EngagementState, step: StepRecord, flow: Flow[T]
+) -> Flow[T]:
+    tokens = Observers.step_started(watchers, state, step)
     error: BaseException | None = None
     try:
         return (yield from flow)
@@ -592,7 +600,7 @@ def _observed(ctx: FlowContext, state: EngagementState, step: StepRecord, flow: 
         error = exc
         raise
     finally:
-        observers.step_ended(state, step, tokens, error)
+        Observers.step_ended(watchers, state, step, tokens, error)
 
 
 def tool_call_flow(ctx: FlowContext, state: EngagementState, call: ToolCall) -> Flow[Any]:
@@ -604,7 +612,10 @@ def tool_call_flow(ctx: FlowContext, state: EngagementState, call: ToolCall) -> 
     else:
         step = new_step(state, "steps/toolCallRequest", name=call.name, call_id=call.call_id)
         flow = _tool_call(ctx, state, step, call)
-    return (yield from _observed(ctx, state, step, flow))
+    return _observed(ctx, state, step, flow)
+
+
+_NO_LOOP = "no block of calls repeated short_circuit times"
 
 
 def _tool_call(ctx: FlowContext, state: EngagementState, step: StepRecord, call: ToolCall) -> Flow[Any]:
@@ -626,13 +637,7 @@ def _tool_call(ctx: FlowContext, state: EngagementState, step: StepRecord, call:
                 state.stop(EngagementStatus.STOPPED, reason)
                 raise error
         else:
-            ctx.decide(
-                state,
-                step,
-                Decision(
-                    Rule.SHORT_CIRCUIT, Outcome.ALLOW, Phase.INPUT, f"no block repeated {k} times", name
-                ),
-            )
+            ctx.decide(state, step, Decision(Rule.SHORT_CIRCUIT, Outcome.ALLOW, Phase.INPUT, _NO_LOOP, name))
 
     # The record holds JSON-like inputs for CEL and AOS; the tool gets the caller's own objects unless a
     # guardian rewrote them.
@@ -674,8 +679,12 @@ def _tool_call(ctx: FlowContext, state: EngagementState, step: StepRecord, call:
         state.rollback_call(record, reason=str(exc))
         raise
     args, kwargs = call.to_args(call_inputs)
+    invoke = Invoke(call.fn, args, kwargs, credentials)
     try:
-        output = yield from _invoke(ctx, state, step, call, Invoke(call.fn, args, kwargs, credentials))
+        if call.retry is None and call.timeout is None:
+            output = yield invoke  # the common case, without the run-control frames
+        else:
+            output = yield from _invoke(ctx, state, step, call, invoke)
     except BaseException as exc:
         state.withhold_call(record, reason=f"{type(exc).__name__}: {exc}", status="failed")
         step.payload["error"] = f"{type(exc).__name__}: {exc}"
@@ -772,7 +781,7 @@ def _after_invoke(
                         state.complete_call(record, to_plain(output), collect=collect)
                         if rule is not None and rule.output_assertion is not None:
                             _check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
-            _run_rules(ctx, state, step, name, Phase.OUTPUT, record.inputs, to_plain(output))
+            _run_rules(ctx, state, step, name, Phase.OUTPUT, record.inputs, output)
         if rule is not None and rule.output_review:
             try:
                 yield from _review(
@@ -802,7 +811,7 @@ def guardrail_flow(ctx: FlowContext, state: EngagementState, phase: Phase, text:
     role = "user" if phase is Phase.INPUT else "agent"
     step = new_step(state, "steps/message", name=role)
     step.payload["role"] = role
-    return (yield from _observed(ctx, state, step, _guardrail(ctx, state, step, phase, role, text)))
+    return _observed(ctx, state, step, _guardrail(ctx, state, step, phase, role, text))
 
 
 def _guardrail(
@@ -869,7 +878,7 @@ def report_flow(
     Returns the params of the guardian's replacement request on ``modify``, else ``None``.
     """
     step = new_step(state, method, name=name)
-    return (yield from _observed(ctx, state, step, _report(ctx, state, step, build, name, phase)))
+    return _observed(ctx, state, step, _report(ctx, state, step, build, name, phase))
 
 
 def _report(
@@ -902,7 +911,8 @@ def record_flow(
 ) -> StepRecord:
     """Record a call a host observed after the fact (no checks: it already happened)."""
     step = new_step(state, "steps/toolCallRequest", name=name, call_id=call_id)
-    tokens = ctx.observers.step_started(state, step) if ctx.observers else []
+    watchers = step.observed_by = ctx.observers.stepping() if ctx.observers else ()
+    tokens = Observers.step_started(watchers, state, step)
     record = state.begin_call(name, to_plain(inputs), kind=kind, call_id=call_id)
     step.call_id = record.call_id
     failed = error is not None
@@ -918,6 +928,5 @@ def record_flow(
     if ctx.guardian is not None and ctx.guardian.mode == "observe":
         for request in step.aos:
             ctx.guardian.submit(request)
-    if ctx.observers:
-        ctx.observers.step_ended(state, step, tokens, None)
+    Observers.step_ended(watchers, state, step, tokens, None)
     return step

@@ -7,7 +7,7 @@ dict access. Pure decisions only: nothing here calls a tool, a reviewer or the n
 from __future__ import annotations
 
 from collections.abc import Container, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentguard.cel import CelEvaluationError, CelProgram
@@ -70,6 +70,11 @@ class CapabilityRule:
     output_assertion: Assertion | None
     input_review: str | None
     output_review: str | None
+
+    allow_reason: str = field(init=False)  # the reason of every allowed call's decision, formatted once
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allow_reason", f"capability {self.key!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -217,6 +217,10 @@ class GuardTelemetry(Observer):
 
     # -- turns --------------------------------------------------------------------------------------------
 
+    def active(self) -> bool:
+        """Only while an SDK is behind the tracer or the meter: otherwise a step costs one check."""
+        return self._traced() is not None or self._measured()
+
     def _traced(self) -> Tracer | None:
         """The tracer, if an SDK is behind it (checked cheaply: this runs at every step)."""
         if self._tracing is None and global_tracing():
