@@ -573,6 +573,20 @@ class Guard:
         self._tokens: contextvars.ContextVar[tuple[contextvars.Token[Engagement | None], ...]] = (
             contextvars.ContextVar(f"agentguard_tokens_{id(self)}", default=())
         )
+        telemetry_observers = guard_observers(
+            telemetry,
+            agent_name=self._agent_info.name or compiled.spec.name,
+            agent_id=self._agent_info.id or compiled.spec.name,
+            guardian=guardian,
+            capture_content=capture_content,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+        )
+        self.telemetry: GuardTelemetry | None = next(
+            (o for o in telemetry_observers if isinstance(o, GuardTelemetry)), None
+        )
+        """This guard's OpenTelemetry observer (``None`` with ``telemetry=False``); adapters use its
+        :meth:`~agentguard.telemetry.GuardTelemetry.chat_span` around the model calls they see."""
         self._flow = FlowContext(
             policy=self.policy,
             steps=StepBuilder(self.agent_descriptor),
@@ -585,20 +599,7 @@ class Guard:
             credential_resolver=credential_resolver,
             guardian=guardian,
             tools={name: reg.fn for name, reg in self._registry.items()},
-            observers=Observers(
-                [
-                    *guard_observers(
-                        telemetry,
-                        agent_name=self._agent_info.name or compiled.spec.name,
-                        agent_id=self._agent_info.id or compiled.spec.name,
-                        guardian=guardian,
-                        capture_content=capture_content,
-                        tracer_provider=tracer_provider,
-                        meter_provider=meter_provider,
-                    ),
-                    *observers,
-                ]
-            ),
+            observers=Observers([*telemetry_observers, *observers]),
             severity=SeverityMap(severity),
         )
         self.rules: Rules = self._flow.rules

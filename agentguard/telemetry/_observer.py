@@ -13,9 +13,11 @@ fails half-way.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterator
 from contextvars import Token
 from dataclasses import dataclass
 from typing import Any
@@ -216,6 +218,48 @@ class GuardTelemetry(Observer):
             guardian.add_listener(self._instruments.guardian_event)
 
     # -- turns --------------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def chat_span(
+        self, state: EngagementState, model: str | None, *, provider: str | None = None
+    ) -> Iterator[None]:
+        """A ``chat {model}`` CLIENT span around one model call a host adapter makes in ``state``'s turn.
+
+        Nothing when no SDK is configured. The span is current inside, so that the host's own instrumentation
+        of the call nests below; an exception sets its status and ``error.type`` and is re-raised.
+        """
+        tracer = self._traced()
+        if tracer is None:
+            yield
+            return
+        attributes: dict[str, AttributeValue] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.conversation.id": state.id,
+        }
+        if self.agent_name:
+            attributes["gen_ai.agent.name"] = self.agent_name
+        if model:
+            attributes["gen_ai.request.model"] = model
+        if provider:
+            attributes["gen_ai.provider.name"] = provider
+        span = tracer.start_span(
+            f"chat {model}" if model else "chat",
+            context=self._parent(state),
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+        )
+        try:
+            with trace.use_span(
+                span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+            ):
+                yield
+        except BaseException as exc:
+            if span.is_recording():
+                span.set_attribute("error.type", type(exc).__name__)
+                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+        finally:
+            span.end()
 
     def active(self) -> bool:
         """Only while an SDK is behind the tracer or the meter: otherwise a step costs one check."""

@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Annotated, Any, NotRequired
 
 from agentguard import Engagement, Guard, GuardianDenied, User
@@ -263,6 +264,15 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
 
     # -- model calls ----------------------------------------------------------------------------------
 
+    def _chat_span(self, eng: Engagement, request: ModelRequest[Any]) -> AbstractContextManager[None]:
+        """The GenAI ``chat {model}`` span around the model call, when the guard has telemetry."""
+        telemetry = self.guard.telemetry
+        if telemetry is None:
+            return nullcontext()
+        model = request.model
+        name = getattr(model, "model_name", None) or getattr(model, "model", None) or model._llm_type
+        return telemetry.chat_span(eng.state, str(name), provider=getattr(model, "_llm_type", None))
+
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
@@ -274,7 +284,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         messages, pending = self._visible(request, session)
         checked = [eng.check_input(text) for _, text in pending]
         request = self._with_inputs(request, session, messages, pending, checked)
-        with Scope():
+        with Scope(), self._chat_span(eng, request):
             result: ModelResult = handler(request)
         answers = _answers(result)
         guarded: list[str | GuardianDenied] = []
@@ -295,7 +305,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         messages, pending = self._visible(request, session)
         checked = [await eng.acheck_input(text) for _, text in pending]
         request = self._with_inputs(request, session, messages, pending, checked)
-        with Scope():
+        with Scope(), self._chat_span(eng, request):
             result: ModelResult = await handler(request)
         answers = _answers(result)
         guarded: list[str | GuardianDenied] = []
