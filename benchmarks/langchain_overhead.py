@@ -88,7 +88,17 @@ class NoopMiddleware(AgentMiddleware):
         return await handler(request)
 
 
-def script(n: int) -> list[Any]:
+def with_latency(reply: Any, latency_ms: float) -> Any:
+    """A script entry that takes ``latency_ms`` to answer, as a (very fast) hosted model would."""
+
+    def slow(messages: Any) -> Any:
+        time.sleep(latency_ms / 1000)
+        return reply
+
+    return slow
+
+
+def script(n: int, latency_ms: float = 0.0) -> list[Any]:
     steps: list[Any] = []
     for i in range(n):
         if bin(i).count("1") % 2:  # Thue-Morse: cube-free, so no short-circuit
@@ -96,7 +106,7 @@ def script(n: int) -> list[Any]:
         else:
             steps.append(calls(("lookup_order", {"order_id": f"A-{i}"})))
     steps.append(answer("All orders checked and the team informed."))
-    return steps
+    return [with_latency(step, latency_ms) for step in steps] if latency_ms else steps
 
 
 def guard() -> Guard:
@@ -107,9 +117,9 @@ def guard() -> Guard:
 
 
 class Subject:
-    def __init__(self, n: int, middleware: Any) -> None:
+    def __init__(self, n: int, middleware: Any, latency_ms: float = 0.0) -> None:
         self.n = n
-        self.model = ScriptedChatModel(script=script(n))
+        self.model = ScriptedChatModel(script=script(n, latency_ms))
         self.middleware = middleware
         self.agent: Any = create_agent(
             self.model, tools=[lookup_order, send_email], middleware=[middleware] if middleware else []
@@ -189,14 +199,22 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=80)
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument(
+        "--model-latency-ms",
+        type=float,
+        default=0.0,
+        help="each model reply takes this long (0: the zero-latency worst case; results/langchain.json); "
+        "with a latency the results go to results/langchain_latency.json",
+    )
     args = parser.parse_args()
     n = args.calls
+    latency = args.model_latency_ms
 
     guarded = AgentGuardMiddleware(guard())
     subjects = {
-        "bare": Subject(n, None),
-        "noop": Subject(n, NoopMiddleware()),
-        "guarded": Subject(n, guarded),
+        "bare": Subject(n, None, latency),
+        "noop": Subject(n, NoopMiddleware(), latency),
+        "guarded": Subject(n, guarded, latency),
     }
     results = {
         "sync": summarise(interleave(subjects, args.runs, args.warmup, Subject.run), n),
@@ -206,7 +224,8 @@ def main() -> None:
     if last is None or last.view()["history"]["_total"] != n:
         raise RuntimeError("the guarded runs did not record every call")
 
-    print(f"{args.runs} interleaved runs of {n} tool calls each, zero-latency scripted model\n")
+    model = f"{latency:g} ms per model reply" if latency else "zero-latency"
+    print(f"{args.runs} interleaved runs of {n} tool calls each, {model} scripted model\n")
     columns = [
         ("mode", "<6"),
         ("agent", "<8"),
@@ -241,8 +260,9 @@ def main() -> None:
         )
 
     write_results(
-        "langchain",
+        "langchain_latency" if latency else "langchain",
         {
+            "model_latency_ms": latency,
             "tool_calls_per_run": n,
             "runs": args.runs,
             "targets": {"ratio_guarded_vs_bare": TARGET_RATIO},
