@@ -10,6 +10,7 @@ import json
 import platform
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 """Where every benchmark writes its ``<name>.json``."""
@@ -86,3 +87,38 @@ def write_results(benchmark: str, fields: Mapping[str, object]) -> Path:
     path.write_text(json.dumps({**document, **fields}, indent=2) + "\n")
     print(f"wrote {path}")
     return path
+
+
+def aos_request(request_id: int, *, to: str = "bob@corp.example") -> dict[str, Any]:
+    """A realistic ``steps/toolCallRequest`` (about 700 bytes on the wire), for the guardian benchmarks."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "steps/toolCallRequest",
+        "params": {
+            "context": {
+                "agent": {
+                    "name": "support-agent",
+                    "id": "support-agent",
+                    "instructions": "You help customers with their orders.",
+                    "version": "1.2.0",
+                    "provider": {"name": "Corp", "url": "https://corp.example"},
+                },
+                "session": {"id": "engagement-42"},
+                "turnId": "turn-1",
+                "stepId": f"step-{request_id}",
+                "timestamp": "2025-07-01T12:00:00Z",
+                "user": {"id": "user-7", "organization": {"id": "corp"}},
+            },
+            "toolCallRequest": {
+                "executionId": f"call-{request_id}",
+                "toolId": "send-email",
+                "inputs": [
+                    {"name": "to", "value": to},
+                    {"name": "subject", "value": "Your refund"},
+                    {"name": "body", "value": "Your refund of 42.00 EUR is on its way. " * 4},
+                ],
+            },
+            "reasoning": "The customer asked for a refund confirmation.",
+        },
+    }

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import httpx
-from _common import print_table, write_results
+from _common import aos_request, print_table, write_results
 
 from agentguard.guardian import GuardianClient, GuardianOutcome
 
@@ -61,41 +61,6 @@ print(sock.getsockname()[1], flush=True)
 config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
 uvicorn.Server(config).run(sockets=[sock])
 """
-
-
-def aos_request(request_id: int) -> dict[str, Any]:
-    """A realistic ``steps/toolCallRequest`` (about 700 bytes on the wire)."""
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "method": "steps/toolCallRequest",
-        "params": {
-            "context": {
-                "agent": {
-                    "name": "support-agent",
-                    "id": "support-agent",
-                    "instructions": "You help customers with their orders.",
-                    "version": "1.2.0",
-                    "provider": {"name": "Corp", "url": "https://corp.example"},
-                },
-                "session": {"id": "engagement-42"},
-                "turnId": "turn-1",
-                "stepId": f"step-{request_id}",
-                "timestamp": "2025-07-01T12:00:00Z",
-                "user": {"id": "user-7", "organization": {"id": "corp"}},
-            },
-            "toolCallRequest": {
-                "executionId": f"call-{request_id}",
-                "toolId": "send-email",
-                "inputs": [
-                    {"name": "to", "value": "bob@corp.example"},
-                    {"name": "subject", "value": "Your refund"},
-                    {"name": "body", "value": "Your refund of 42.00 EUR is on its way. " * 4},
-                ],
-            },
-            "reasoning": "The customer asked for a refund confirmation.",
-        },
-    }
 
 
 @contextmanager

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import print_table, write_results
+from _common import aos_request, print_table, write_results
 
 TARGET_PER_SECOND = 3_000
 
@@ -54,37 +54,10 @@ rules:
 
 
 def request_body(index: int) -> bytes:
-    """A realistic ``steps/toolCallRequest``: full step context, two inputs; every fourth one is denied."""
-    body = {
-        "jsonrpc": "2.0",
-        "id": index,
-        "method": "steps/toolCallRequest",
-        "params": {
-            "context": {
-                "agent": {
-                    "name": "support-agent",
-                    "id": "support-agent",
-                    "instructions": "You help customers with their orders.",
-                    "version": "1.0.0",
-                    "provider": {"name": "Corp", "url": "https://corp.example"},
-                },
-                "session": {"id": "engagement-1"},
-                "turnId": "turn-1",
-                "stepId": f"step-{index}",
-                "timestamp": "2026-11-22T12:00:00Z",
-                "user": {"id": "u-42", "email": "ann@corp.example"},
-            },
-            "toolCallRequest": {
-                "executionId": f"call-{index}",
-                "toolId": "send-email",
-                "inputs": [
-                    {"name": "to", "value": "eve@evil.test" if index % 4 == 0 else "bob@corp.example"},
-                    {"name": "body", "value": "Order A-1 has shipped."},
-                ],
-            },
-        },
-    }
-    return json.dumps(body).encode()
+    """A realistic ``steps/toolCallRequest``; every fourth one goes to an external address and is denied."""
+    return json.dumps(
+        aos_request(index, to="eve@evil.test" if index % 4 == 0 else "bob@corp.example")
+    ).encode()
 
 
 def free_port() -> int:
