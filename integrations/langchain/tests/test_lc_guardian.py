@@ -56,7 +56,6 @@ def test_guardian_deny_reaches_the_model_and_modify_reaches_the_tool(
     build_agent: BuildAgent, guardian: RunningServer
 ) -> None:
     guard = make_guard(guardian=GuardianClient(guardian.url))
-    sent: list[dict[str, Any]] = []
     h = build_agent(
         [
             calls(("lookup_order", {"order_id": "X-9"})),
