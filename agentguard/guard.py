@@ -582,6 +582,7 @@ class Guard:
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
         )
+        self._own_telemetry = telemetry is True
         self.telemetry: GuardTelemetry | None = next(
             (o for o in telemetry_observers if isinstance(o, GuardTelemetry)), None
         )
@@ -655,6 +656,9 @@ class Guard:
     def agent_info(self, info: AgentInfo) -> None:
         self._agent_info = info
         self._agent_descriptor = None  # rebuilt on next use
+        if self.telemetry is not None and self._own_telemetry:  # spans name the agent as guardians see it
+            self.telemetry.agent_name = info.name or self.compiled.spec.name
+            self.telemetry.agent_id = info.id or self.compiled.spec.name
 
     @property
     def spec(self) -> AgentSpec:

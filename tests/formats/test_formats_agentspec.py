@@ -512,3 +512,9 @@ def test_guard_from_file_with_a_descriptor_uses_its_declared_tools() -> None:
     assert tools["lookup-order"] == declared["lookup-order"]
     assert guard.agent_descriptor()["name"] == "support"
     assert guard.required_reviewers() >= set(support().review_gates.values())
+
+
+def test_a_descriptor_renames_the_agent_in_telemetry_too() -> None:
+    guard = Guard.from_file(fixture("agent.yaml"), descriptor=support())
+    assert guard.telemetry is not None
+    assert guard.telemetry.agent_name == guard.agent_descriptor()["name"] == "support"
