@@ -1,0 +1,92 @@
+"""How a guarded function's arguments become the call's recorded inputs, and back.
+
+A tool's inputs are recorded by parameter name (positional arguments bound to their names, defaults
+applied), because CEL assertions read ``recent["send-email"].inputs.to`` whatever way the caller passed it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agentguard.runs import Retry, Timeout
+
+__all__ = ["Binder", "Registered", "default_tool_name"]
+
+
+class Binder:
+    """Binds a call's arguments to parameter names, and back, for one function.
+
+    Most tools take plain keyword-or-positional parameters; for those the binding is a dict merge, several
+    times cheaper than ``inspect.Signature.bind`` on the per-call path. Other signatures use ``bind``.
+    """
+
+    __slots__ = ("_defaults", "_names", "_required", "_signature", "_simple")
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self._signature = inspect.signature(fn)
+        params = list(self._signature.parameters.values())
+        self._simple = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
+        self._names = tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
+        self._defaults = {p.name: p.default for p in params if p.default is not p.empty}
+        self._required = frozenset(p.name for p in params if p.default is p.empty)
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if not self._simple or len(args) > len(self._names):
+            bound = self._signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return dict(bound.arguments)
+        inputs = dict(self._defaults)
+        if args:
+            positional = dict(zip(self._names, args, strict=False))
+            if kwargs.keys() & positional.keys():
+                self._signature.bind(*args, **kwargs)  # raises the TypeError Python would raise
+            inputs.update(positional)
+        inputs.update(kwargs)
+        if not self._required <= inputs.keys() or len(inputs) > len(self._signature.parameters):
+            self._signature.bind(*args, **kwargs)  # raises the precise TypeError
+        return inputs
+
+    def to_args(self, inputs: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if self._simple:
+            return (), dict(inputs)
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        var_keyword = False
+        for param in self._signature.parameters.values():
+            if param.kind is param.VAR_KEYWORD:
+                var_keyword = True
+            if param.name not in inputs:
+                continue
+            value = inputs[param.name]
+            if param.kind is param.POSITIONAL_ONLY:
+                args.append(value)
+            elif param.kind is param.VAR_POSITIONAL:
+                args.extend(value)
+            elif param.kind is param.VAR_KEYWORD and isinstance(value, Mapping):
+                kwargs.update(value)  # as recorded by bind(): {"extra": {...}}
+            else:
+                kwargs[param.name] = value
+        if var_keyword:  # flat inputs from a host (``fn(**kwargs)``): names no parameter takes go to **kwargs
+            for name, value in inputs.items():
+                if name not in self._signature.parameters:
+                    kwargs[name] = value
+        return tuple(args), kwargs
+
+
+@dataclass(frozen=True)
+class Registered:
+    name: str
+    kind: Literal["tool", "agent"]
+    fn: Callable[..., Any]
+    binder: Binder
+    needs_credentials: bool
+    timeout: Timeout | None = None
+    retry: Retry | None = None
+
+
+def default_tool_name(fn: Callable[..., Any]) -> str:
+    """The spec name a function gets by default: its ``__name__`` with ``_`` turned into ``-``."""
+    return getattr(fn, "__name__", type(fn).__name__).replace("_", "-")

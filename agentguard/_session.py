@@ -1,0 +1,363 @@
+"""``Engagement``: one conversation with a guarded agent, as users and adapters hold it.
+
+The record itself (what CEL sees, the step records) is :class:`agentguard.engagement.EngagementState`; this
+facade binds it to its :class:`~agentguard.Guard` and offers what acts on it: guardrails, reports of other
+steps, turns, cancellation, and the ``with`` / ``async with`` protocol that makes it current.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from agentguard._drivers import run_async, run_sync
+from agentguard._steps import new_step
+from agentguard.engagement import (
+    Decision,
+    EngagementState,
+    EngagementStatus,
+    Outcome,
+    StepRecord,
+    User,
+)
+from agentguard.errors import ConfigurationError, Phase, Rule
+from agentguard.policy._flow import (
+    Flow,
+    guardrail_flow,
+    message_text,
+    record_flow,
+    report_flow,
+)
+from agentguard.runs import Cancel
+from agentguard.steps import MCP, KnowledgeRetrieval, Message, Step
+
+if TYPE_CHECKING:
+    from agentguard.guard import Guard
+
+__all__ = ["Engagement"]
+
+
+class Engagement:
+    """One conversation of one user with the guarded agent: the Engagement record plus what acts on it.
+
+    Use it as a context manager (``with`` or ``async with``): inside, guarded tools called from this thread or
+    asyncio task are recorded in it. Engagements are isolated per thread and per task (``contextvars``).
+    """
+
+    def __init__(self, guard: Guard, state: EngagementState) -> None:
+        self.guard = guard
+        self.state = state
+        self._lock = threading.Lock()
+        self._depth = 0  # how many `with eng:` blocks are open, in any thread or task
+        self._turn: list[Any] | None = None  # the observers' tokens of the current turn
+        self._closed = False
+
+    # -- identity and record --------------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self.state.id
+
+    @property
+    def user(self) -> User | None:
+        return self.state.user
+
+    @property
+    def status(self) -> EngagementStatus:
+        return self.state.status
+
+    @property
+    def steps(self) -> list[StepRecord]:
+        """Every step taken in this engagement, with its decisions and AOS records (guardian or not)."""
+        return self.state.steps
+
+    @property
+    def decisions(self) -> list[Decision]:
+        return [d for step in self.state.steps for d in step.decisions]
+
+    def view(self) -> dict[str, Any]:
+        """The Engagement exactly as CEL assertions see it: ``started_at``, ``user``, ``recent``, ``history``."""
+        return self.state.view()
+
+    def exposed(self) -> dict[str, Any]:
+        """The ``exposes`` selections evaluated now (``None`` for a selection that cannot be evaluated)."""
+        return {
+            key: assertion.select(self.state.bindings(assertion.plan))
+            for key, assertion in self.guard.policy.exposes.items()
+        }
+
+    # -- guardrails -----------------------------------------------------------------------------------
+
+    def check_input(self, text: str) -> str:
+        """Run the input guardrail on user input before any model sees it; return the text to pass on."""
+        return run_sync(guardrail_flow(self.guard._flow, self.state, Phase.INPUT, text))
+
+    async def acheck_input(self, text: str) -> str:
+        return await run_async(guardrail_flow(self.guard._flow, self.state, Phase.INPUT, text))
+
+    def check_output(self, text: str) -> str:
+        """Run the output guardrail on a model answer before the user sees it; return the text to pass on."""
+        return run_sync(guardrail_flow(self.guard._flow, self.state, Phase.OUTPUT, text))
+
+    async def acheck_output(self, text: str) -> str:
+        return await run_async(guardrail_flow(self.guard._flow, self.state, Phase.OUTPUT, text))
+
+    # -- other steps ----------------------------------------------------------------------------------
+
+    def _report_flow(self, step: Step) -> Flow[dict[str, Any] | None]:
+        ctx, state = self.guard._flow, self.state
+        builder = ctx.steps
+        if isinstance(step, Message):
+            message = step
+
+            def build(record: StepRecord) -> dict[str, Any]:
+                record.payload["role"] = message.role
+                return builder.message(
+                    state,
+                    record,
+                    message.role,
+                    message.text,
+                    citation=message.citation,
+                    reasoning=message.reasoning,
+                )
+
+        elif isinstance(step, MCP):
+            params = step.params()
+
+            def build(record: StepRecord) -> dict[str, Any]:
+                return builder.passthrough(step.method, params)
+
+        else:
+            params = step.params()
+
+            def build(record: StepRecord) -> dict[str, Any]:
+                return builder.generic(state, record, step.method, params)
+
+        phase = Phase.INPUT if getattr(step, "role", "user") == "user" else Phase.OUTPUT
+        return report_flow(ctx, state, step.method, build, name=getattr(step, "role", None), phase=phase)
+
+    def record_call(
+        self,
+        name: str,
+        inputs: Mapping[str, Any],
+        outputs: Any = None,
+        *,
+        error: BaseException | str | None = None,
+        call_id: str | None = None,
+        kind: Literal["tool", "agent"] = "tool",
+    ) -> StepRecord:
+        """Record a call that already happened, outside the pipeline (observe-only hosts, e.g. callbacks).
+
+        Nothing is checked or reviewed (it is too late for that); the call enters ``recent``/``history`` and
+        the step records, and an observe-mode guardian is told. A call that raised is recorded with
+        ``outputs: null``. Use :meth:`Guard.call` to *guard* a call.
+        """
+        return record_flow(self.guard._flow, self.state, name, dict(inputs), outputs, error, call_id, kind)
+
+    def report(self, step: Step) -> dict[str, Any] | None:
+        """Record a step (see :mod:`agentguard.steps`) and put it to the guardian when one is configured.
+
+        Returns the params of the guardian's replacement request on ``modify``, else ``None``; raises
+        :class:`~agentguard.GuardianDenied` on ``deny`` -- then the step must not be carried out.
+        """
+        return run_sync(self._report_flow(step))
+
+    async def areport(self, step: Step) -> dict[str, Any] | None:
+        return await run_async(self._report_flow(step))
+
+    def report_message(
+        self,
+        role: Literal["user", "agent", "system"],
+        text: str,
+        *,
+        citation: Sequence[Mapping[str, Any]] = (),
+        reasoning: str | None = None,
+    ) -> str:
+        """Record a ``steps/message`` without running a guardrail; returns the text to use (guardian-modified)."""
+        params = self.report(Message(role, text, citation, reasoning))
+        return (message_text(params) or text) if params is not None else text
+
+    async def areport_message(
+        self,
+        role: Literal["user", "agent", "system"],
+        text: str,
+        *,
+        citation: Sequence[Mapping[str, Any]] = (),
+        reasoning: str | None = None,
+    ) -> str:
+        params = await self.areport(Message(role, text, citation, reasoning))
+        return (message_text(params) or text) if params is not None else text
+
+    def report_knowledge_retrieval(
+        self, query: str | None, results: Sequence[Mapping[str, Any]], keywords: Sequence[str] | None = None
+    ) -> dict[str, Any] | None:
+        """Shorthand for ``report(KnowledgeRetrieval(...))``."""
+        return self.report(KnowledgeRetrieval(results=results, query=query, keywords=keywords))
+
+    async def areport_knowledge_retrieval(
+        self, query: str | None, results: Sequence[Mapping[str, Any]], keywords: Sequence[str] | None = None
+    ) -> dict[str, Any] | None:
+        return await self.areport(KnowledgeRetrieval(results=results, query=query, keywords=keywords))
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def new_turn(self) -> str:
+        """Start a new turn (one user input and what the agent does about it); returns the AOS ``turnId``."""
+        self._end_turn()
+        turn_id = self.state.new_turn()
+        self._start_turn()
+        return turn_id
+
+    def start_turn(self) -> str:
+        """Start a turn unless one is open; returns the AOS ``turnId`` (for hosts that run turn by turn)."""
+        if self._turn is None:
+            return self.new_turn()
+        return self.state.turn_id
+
+    def end_turn(self) -> None:
+        """End the open turn without starting another (a host's run is over until the next one)."""
+        self._end_turn()
+
+    def _start_turn(self) -> None:
+        observers = self.guard._flow.observers
+        self._turn = observers.turn_started(self.state) if observers else []
+
+    def _end_turn(self) -> None:
+        turn, self._turn = self._turn, None
+        if turn:
+            self.guard._flow.observers.turn_ended(self.state, turn)
+
+    def _finish(self) -> bool:
+        """Mark the engagement closed; ``True`` if an observe-mode guardian must now be flushed."""
+        self._end_turn()
+        was_open = self._closed is False
+        self._closed = True
+        self.state.stop(EngagementStatus.CLOSED, "engagement closed")
+        if was_open and self.guard._flow.observers:
+            self.guard._flow.observers.engagement_ended(self.state)
+        guardian = self.guard.guardian
+        return guardian is not None and guardian.mode == "observe"
+
+    def close(self) -> None:
+        """End the engagement: later steps are refused; an observe-mode guardian is flushed."""
+        if self._finish() and self.guard.guardian is not None:
+            self.guard.guardian.flush()
+
+    async def aclose(self) -> None:
+        if self._finish() and self.guard.guardian is not None:
+            await self.guard.guardian.aflush()
+
+    def _begin_cancel(self, cancel: Cancel, before: object) -> bool:
+        """Apply a cancellation once ``before_cancel`` answered ``before``; ``False`` when it refused."""
+        step = new_step(self.state, "agentguard/cancel", name="engagement")
+        flow = self.guard._flow
+        if before is False:
+            reason = f"cancellation refused by before_cancel: {cancel.reason}"
+            flow.decide(self.state, step, Decision(Rule.ENGAGEMENT, Outcome.ALLOW, None, reason))
+            return False
+        self.state.cancel_graceful = cancel.graceful
+        self.state.stop(EngagementStatus.CANCELLED, cancel.reason)
+        reason = f"cancelled ({'graceful' if cancel.graceful else 'immediate'}): {cancel.reason}"
+        flow.decide(self.state, step, Decision(Rule.ENGAGEMENT, Outcome.DENY, None, reason))
+        return True
+
+    def _end_cancel(self, cancel: Cancel, drained: bool) -> None:
+        if not drained:
+            step = self.state.steps[-1]
+            reason = f"{self.state.in_flight} call(s) still running after {cancel.graceful_timeout_ms} ms"
+            self.guard._flow.decide(self.state, step, Decision(Rule.ENGAGEMENT, Outcome.WARN, None, reason))
+        if cancel.after_cancel is not None:
+            cancel.after_cancel()
+
+    def cancel(self, cancel: str | Cancel = "cancelled") -> bool:
+        """Cancel the engagement (OS Protocol ``Cancel``): it refuses every later step.
+
+        Returns ``False`` when ``before_cancel`` refused. ``graceful`` (default) waits up to
+        ``graceful_timeout_ms`` for calls in flight, whose results are then delivered; otherwise their
+        results are withheld when they finish.
+        """
+        cancel = Cancel(cancel) if isinstance(cancel, str) else cancel
+        before = cancel.before_cancel() if cancel.before_cancel is not None else True
+        if inspect.isawaitable(before):
+            if inspect.iscoroutine(before):
+                before.close()
+            raise ConfigurationError("before_cancel is async: use `await eng.acancel(...)`")
+        if not self._begin_cancel(cancel, before):
+            return False
+        drained = True
+        if cancel.graceful:
+            timeout = None if cancel.graceful_timeout_ms is None else cancel.graceful_timeout_ms / 1000
+            drained = self.state.wait_idle(timeout)
+        self._end_cancel(cancel, drained)
+        return True
+
+    async def acancel(self, cancel: str | Cancel = "cancelled") -> bool:
+        """Async twin of :meth:`cancel` (``before_cancel`` may be async)."""
+        cancel = Cancel(cancel) if isinstance(cancel, str) else cancel
+        before = cancel.before_cancel() if cancel.before_cancel is not None else True
+        if inspect.isawaitable(before):
+            before = await before
+        if not self._begin_cancel(cancel, before):
+            return False
+        drained = True
+        if cancel.graceful:
+            timeout = None if cancel.graceful_timeout_ms is None else cancel.graceful_timeout_ms / 1000
+            drained = await asyncio.to_thread(self.state.wait_idle, timeout)
+        self._end_cancel(cancel, drained)
+        return True
+
+    @contextlib.contextmanager
+    def activate(self) -> Iterator[Engagement]:
+        """Make this the current engagement for a block, without starting or ending it.
+
+        For hosts that run one engagement's tool calls in worker threads or across several invocations:
+        ``with eng.activate(): guard.call(...)``. (``with eng:`` is the engagement's whole life: it starts the
+        first turn and closes the engagement when the outermost ``with`` ends.)
+        """
+        token = self.guard._current.set(self)
+        try:
+            yield self
+        finally:
+            self.guard._current.reset(token)
+
+    def _enter(self) -> None:
+        guard = self.guard
+        guard._tokens.set((*guard._tokens.get(), guard._current.set(self)))
+        with self._lock:
+            self._depth += 1
+            outermost = self._depth == 1
+        if outermost and self.state.active and self._turn is None:
+            self._start_turn()
+
+    def _leave(self) -> bool:
+        """Undo one ``_enter`` in this context; ``True`` when the outermost ``with`` has ended."""
+        guard = self.guard
+        tokens = guard._tokens.get()
+        guard._current.reset(tokens[-1])
+        guard._tokens.set(tokens[:-1])
+        with self._lock:
+            self._depth -= 1
+            return self._depth == 0
+
+    def __enter__(self) -> Engagement:
+        self._enter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._leave():
+            self.close()
+
+    async def __aenter__(self) -> Engagement:
+        self._enter()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._leave():
+            await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<Engagement {self.id} {self.status.value} calls={self.state.total}>"
