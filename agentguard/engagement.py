@@ -231,6 +231,7 @@ def to_plain(value: Any) -> Any:
 
 _MAP_REF = re.compile(
     r"""(?<![\w.])(recent|history)\s*(?:\.\s*([A-Za-z_]\w*)|\[\s*(["'])([^"'\\]*)\3\s*\])?"""
+    r"""(?:\s*\.\s*(inputs|outputs)\b)?"""
 )
 _STRING = re.compile(r"""("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')""")
 
@@ -247,11 +248,15 @@ class ViewPlan:
     variables: frozenset[str]
     recent_keys: frozenset[str] | None
     history_keys: frozenset[str] | None
+    # For each name in ``recent_keys``: the parts of its entry read (``inputs`` / ``outputs``), or ``None``
+    # for the whole entry. An input assertion on ``recent["x"].inputs`` is not given ``x``'s outputs.
+    recent_fields: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
 
     @classmethod
     def for_expression(cls, expression: str, variables: Iterable[str]) -> ViewPlan:
         variables = frozenset(variables)
         keys: dict[str, set[str] | None] = {"recent": set(), "history": set()}
+        fields: dict[str, set[str] | None] = {}
         # Blank out string literals so that "history" inside a string is not taken as a reference, but read
         # the literal right after `history[` from the original text (that is the key we want).
         masked = _STRING.sub(
@@ -262,17 +267,28 @@ class ViewPlan:
             if found is None:
                 continue
             if match.group(2):
-                found.add(match.group(2))
+                key = match.group(2)
             elif match.group(3):
                 start, end = match.span(4)
-                found.add(expression[start:end])
+                key = expression[start:end]
             else:
                 keys[match.group(1)] = None
+                continue
+            found.add(key)
+            if match.group(1) == "recent":
+                part = match.group(5)
+                if part is None:
+                    fields[key] = None
+                elif key not in fields:
+                    fields[key] = {part}
+                elif (known := fields[key]) is not None:
+                    known.add(part)
         recent, history = keys["recent"], keys["history"]
         return cls(
             variables,
             frozenset(recent) if recent is not None else None,
             frozenset(history) if history is not None else None,
+            {k: frozenset(v) if v is not None else None for k, v in fields.items()},
         )
 
 
@@ -360,8 +376,15 @@ class EngagementState:
                 if rkeys is None:
                     out["recent"] = self._recent
                 else:
-                    recent = self._recent
-                    out["recent"] = {key: recent[key] for key in rkeys if key in recent}
+                    recent, parts = self._recent, plan.recent_fields
+                    selected: dict[str, Any] = {}
+                    for key in rkeys:
+                        entry = recent.get(key)
+                        if entry is None:
+                            continue
+                        wanted = parts.get(key)
+                        selected[key] = entry if wanted is None else {p: entry[p] for p in wanted}
+                    out["recent"] = selected
             elif var == "user":
                 out["user"] = self._user_view
             elif var == "started_at":

@@ -134,7 +134,12 @@ class ExprProgram:
         return self._names
 
     def evaluate(self, variables: Mapping[str, Any]) -> Any:
-        data = {name: variables[name] for name in self._names if name in variables}
+        # Callers that bind exactly what the expression reads (agentguard's own) pay no copy.
+        data = (
+            variables
+            if variables.keys() <= self._names
+            else {n: variables[n] for n in self._names if n in variables}
+        )
         try:
             value = self._expression.eval(data=data)
         except RuntimeError as exc:  # a few failures are raised, e.g. a map literal with a duplicate key
@@ -142,6 +147,8 @@ class ExprProgram:
                 self._source, _STATUS_SUFFIX.sub("", _STATUS_PREFIX.sub("", str(exc)))
             ) from None
         result = value.plain_value()
+        if type(result) is bool:  # the common case: an assertion's answer
+            return result
         if type(result) is str and value.type() == _ERROR:
             raise CelEvaluationError(self._source, _STATUS_PREFIX.sub("", result))
         return _plain(result)

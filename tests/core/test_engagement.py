@@ -233,6 +233,13 @@ def test_view_plan_prunes_recent_by_literal_name() -> None:
     state = EngagementState()
     state.complete_call(state.begin_call("send-email", {"to": "a"}), None)
     state.complete_call(state.begin_call("other", {}), None)
-    assert state.bindings(plan) == {
-        "recent": {"send-email": {"inputs": {"to": "a"}, "outputs": None}, "_name": "other"}
-    }
+    assert state.bindings(plan) == {"recent": {"send-email": {"inputs": {"to": "a"}}, "_name": "other"}}
+    whole = ViewPlan.for_expression(
+        'recent["send-email"] != null && recent["send-email"].outputs == null', {"recent"}
+    )
+    assert whole.recent_fields == {"send-email": None}
+    assert state.bindings(whole) == {"recent": {"send-email": {"inputs": {"to": "a"}, "outputs": None}}}
+    both = ViewPlan.for_expression(
+        'recent["send-email"].inputs.to == recent["send-email"].outputs', {"recent"}
+    )
+    assert both.recent_fields == {"send-email": frozenset({"inputs", "outputs"})}

@@ -1,0 +1,120 @@
+"""Instructions per guarded call, counted by valgrind (callgrind): a measure the machine's noise cannot move.
+
+    .venv/bin/python benchmarks/core_instructions.py [--calls 2000]
+
+The wall-clock benchmark (``core.py``) is the target's own unit, but on a shared 2-core VM its medians move
+by +-30 % between runs. Instruction counts repeat exactly, so this script settles the *ratios*: each
+configuration runs in its own process under ``valgrind --tool=callgrind``, once with ``--calls`` guarded calls
+and once with none (same set-up, same history), and the difference divided by ``--calls`` is the cost of one
+call. Configurations: the bare functions; guarded with the ``recent``/``user`` assertions at 10 and 10,000
+earlier calls; guarded with ``history._total`` at 10 and 10,000. Needs ``valgrind`` (Debian package); skips
+with a message without it. Writes ``benchmarks/results/core_instructions.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import RECENT, print_table, thue_morse, tool_a, tool_b, write_results
+
+HISTORY = "history._total < 1000000"
+WARMUP = 200
+
+
+def workload(earlier: int, calls: int, mode: str) -> None:
+    """What runs under valgrind: set up, fill ``earlier`` calls, warm up, then make ``calls`` calls."""
+    from core import build
+
+    from agentguard import User
+
+    guard, tools = build("cel-expr-python", HISTORY if mode == "history" else RECENT)
+    table = {"tool-a": tool_a, "tool-b": tool_b} if mode == "bare" else tools
+    sequence = thue_morse(earlier + WARMUP + calls)
+    with guard.engagement(user=User(id="u1")) as eng:
+        state = eng.state
+        for name in sequence[:earlier]:
+            state.complete_call(state.begin_call(name, {"x": 1}), {"ok": True})
+        for name in sequence[earlier:]:
+            table[name](x=1)
+
+
+def instructions(earlier: int, calls: int, mode: str) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            __file__,
+            "--workload",
+            str(earlier),
+            str(calls),
+            mode,
+        ]
+        log = subprocess.run(command, capture_output=True, text=True, check=True).stderr
+    match = re.search(r"Collected : (\d+)", log)
+    if match is None:
+        raise RuntimeError(f"no instruction count in valgrind's output:\n{log[-2000:]}")
+    return int(match.group(1))
+
+
+def per_call(earlier: int, calls: int, mode: str) -> float:
+    return (instructions(earlier, calls, mode) - instructions(earlier, 0, mode)) / calls
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--workload", nargs=3, metavar=("EARLIER", "CALLS", "MODE"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.workload:
+        earlier, calls, mode = args.workload
+        workload(int(earlier), int(calls), mode)
+        return 0
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (apt-get install valgrind): nothing measured")
+        return 0
+    n = args.calls
+    bare = per_call(10, n, "bare")
+    recent = {k: per_call(k, n, "recent") for k in (10, 10_000)}
+    history = {k: per_call(k, n, "history") for k in (10, 10_000)}
+    rows = [
+        ("bare functions", f"{bare:,.0f}", ""),
+        ("recent/user, 10 earlier", f"{recent[10]:,.0f}", ""),
+        ("recent/user, 10,000 earlier", f"{recent[10_000]:,.0f}", f"{recent[10_000] / recent[10]:.3f}x"),
+        ("history._total, 10 earlier", f"{history[10]:,.0f}", ""),
+        (
+            "history._total, 10,000 earlier",
+            f"{history[10_000]:,.0f}",
+            f"{history[10_000] / history[10]:.3f}x",
+        ),
+    ]
+    print_table([("configuration", "<32"), ("instructions/call", ">18"), ("10k / 10", ">10")], rows)
+    print("targets: recent/user 10k/10 <= 1.5x, history._total 10k/10 <= 3x")
+    write_results(
+        "core_instructions",
+        {
+            "calls": n,
+            "bare_instructions_per_call": round(bare),
+            "recent_user_10": round(recent[10]),
+            "recent_user_10k": round(recent[10_000]),
+            "recent_user_ratio": round(recent[10_000] / recent[10], 4),
+            "history_total_10": round(history[10]),
+            "history_total_10k": round(history[10_000]),
+            "history_total_ratio": round(history[10_000] / history[10], 4),
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
