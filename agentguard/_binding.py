@@ -7,6 +7,7 @@ applied), because CEL assertions read ``recent["send-email"].inputs.to`` whateve
 from __future__ import annotations
 
 import inspect
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -14,6 +15,14 @@ from typing import Any, Literal
 from agentguard.runs import Retry, Timeout
 
 __all__ = ["Binder", "Registered", "default_tool_name"]
+
+
+_CACHE_SIZE = 512
+_CACHE: dict[tuple[Any, ...], Binder] = {}
+
+
+def _frozen(mapping: dict[str, Any] | None) -> tuple[tuple[str, Any], ...] | None:
+    return None if mapping is None else tuple(mapping.items())
 
 
 class Binder:
@@ -32,6 +41,32 @@ class Binder:
         self._names = tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
         self._defaults = {p.name: p.default for p in params if p.default is not p.empty}
         self._required = frozenset(p.name for p in params if p.default is p.empty)
+
+    @classmethod
+    def of(cls, fn: Callable[..., Any]) -> Binder:
+        """The binder of ``fn``; shared by functions made from the same code with the same defaults.
+
+        A host adapter hands ``Guard.call`` a fresh closure for every tool call; reading its signature each
+        time would cost more than the rest of the call's checks, and the signature of a plain function
+        depends only on its code, defaults and annotations.
+        """
+        if (
+            type(fn) is not types.FunctionType
+            or "__signature__" in fn.__dict__
+            or "__wrapped__" in fn.__dict__
+        ):
+            return cls(fn)
+        key = (fn.__code__, fn.__defaults__, _frozen(fn.__kwdefaults__), _frozen(fn.__annotations__))
+        try:
+            binder = _CACHE.get(key)
+        except TypeError:  # an unhashable default value
+            return cls(fn)
+        if binder is None:
+            binder = cls(fn)
+            if len(_CACHE) >= _CACHE_SIZE:
+                _CACHE.pop(next(iter(_CACHE)))
+            _CACHE[key] = binder
+        return binder
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         if not self._simple or len(args) > len(self._names):

@@ -344,7 +344,7 @@ class Guard:
         existing = table.get(name)
         if existing is not None and existing.fn is not fn:
             raise ConfigurationError(f"a {kind} named {name!r} is already registered with this guard")
-        table[name] = Registered(name, kind, fn, Binder(fn), needs_credentials, timeout, retry)
+        table[name] = Registered(name, kind, fn, Binder.of(fn), needs_credentials, timeout, retry)
         if kind == "tool":
             self._flow.tools = {n: r.fn for n, r in self._registry.items()}
         self._agent_descriptor = None
@@ -513,9 +513,9 @@ class Guard:
         elif isinstance(marked, Registered):  # a @guard.tool function: use the undecorated function
             reg = marked
         elif reg is not None:  # a host's runner for a registered tool: its settings stay, the host runs it
-            reg = dataclasses.replace(reg, fn=fn, binder=Binder(fn))
+            reg = dataclasses.replace(reg, fn=fn, binder=Binder.of(fn))
         else:
-            reg = Registered(name, kind, fn, Binder(fn), False)
+            reg = Registered(name, kind, fn, Binder.of(fn), False)
         if timeout is not None or retry is not None:
             reg = dataclasses.replace(reg, timeout=timeout or reg.timeout, retry=retry or reg.retry)
         return reg

@@ -1,0 +1,44 @@
+"""Argument binding: by parameter name, defaults applied; one Binder per code-and-defaults."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from agentguard._binding import Binder
+
+
+def make(default: int) -> Any:
+    def runner(x: int, y: int = default) -> int:
+        return x + y
+
+    return runner
+
+
+def test_closures_of_the_same_code_share_a_binder() -> None:
+    assert Binder.of(make(1)) is Binder.of(make(1))
+    assert Binder.of(make(1)) is not Binder.of(make(2))  # different defaults, different binding
+    assert Binder.of(make(2)).bind((3,), {}) == {"x": 3, "y": 2}
+
+
+def test_wrapped_and_callable_objects_are_read_each_time() -> None:
+    base = make(1)
+
+    @functools.wraps(base)
+    def wrapper(*args: Any, **kwargs: Any) -> int:
+        return int(base(*args, **kwargs))
+
+    assert Binder.of(wrapper).bind((1,), {}) == {"x": 1, "y": 1}  # follows __wrapped__ to the signature
+
+    class Tool:
+        def __call__(self, q: str) -> str:
+            return q
+
+    assert Binder.of(Tool()).bind(("a",), {}) == {"q": "a"}
+
+
+def test_flat_inputs_reach_a_var_keyword_runner() -> None:
+    def runner(**kwargs: Any) -> Any:
+        return kwargs
+
+    assert Binder.of(runner).to_args({"to": "a", "body": "b"}) == ((), {"to": "a", "body": "b"})
