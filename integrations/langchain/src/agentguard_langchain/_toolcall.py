@@ -7,7 +7,6 @@ tool handler (so inputs a guardian rewrote reach the tool and inner middleware s
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
@@ -38,7 +37,6 @@ RECOVERABLE: tuple[type[PolicyViolation], ...] = (
 """Denials of one call that the model can recover from: it gets an error ``ToolMessage`` and carries on.
 Everything else (short-circuit, failed guardrail, a stopped engagement) ends the run."""
 
-_NO_PARAMETERS = inspect.Signature()
 
 ToolResult = ToolMessage | Command[Any]
 
@@ -135,7 +133,6 @@ class ToolCallTranslation:
         def run(**inputs: Any) -> Any:
             return self.accept(handler(self._request(inputs)), answered())
 
-        run.__signature__ = _NO_PARAMETERS  # type: ignore[attr-defined]  # pipeline: pass every input by name
         return run
 
     def arunner(
@@ -144,7 +141,6 @@ class ToolCallTranslation:
         async def run(**inputs: Any) -> Any:
             return self.accept(await handler(self._request(inputs)), answered())
 
-        run.__signature__ = _NO_PARAMETERS  # type: ignore[attr-defined]
         return run
 
     def accept(self, result: ToolResult, interrupts_before: int) -> Any:
