@@ -270,11 +270,9 @@ def _one_answer(reviewer: Reviewer, request: ReviewRequest, timeout_ms: int | No
 
 def _ask_reviewer(guard: Guard, reviewer_id: str, context: RuleContext, message: str) -> Approval:
     """Ask the guard's reviewer ``reviewer_id`` about the result in ``context``; any failure is a rejection."""
-    flow = guard._flow  # the reviewers and approval settings the guard's own review gates use
-    reviewer = flow.reviewers.get(reviewer_id)
+    reviewer, config = guard.reviewer_for(reviewer_id)  # as the guard's own review gates ask it
     if reviewer is None:
         return Approval(False, f"no reviewer registered as {reviewer_id!r}", reviewer_id)
-    config = flow.approvals.get(reviewer_id, flow.approval)
     request = ReviewRequest(
         reviewer=reviewer_id,
         capability=context.capability,

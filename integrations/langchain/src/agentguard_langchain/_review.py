@@ -124,21 +124,12 @@ _install_lock = threading.Lock()
 def install_interrupt_reviewers(guard: Guard) -> tuple[str, ...]:
     """Register an interrupt reviewer for each reviewer id the Guard may ask and nobody answers (idempotent).
 
-    Those are the spec's ``require_review`` ids and the gates added with ``guard.add_review_gate``. The Guard
-    has no public view of its reviewers and gates yet, so this reads them defensively.
+    Those are the spec's ``require_review`` ids and the gates added with ``guard.add_review_gate``.
     """
-    wanted: list[str] = []
-    for capability in guard.spec.capabilities.values():
-        for restriction in (capability.input_restriction, capability.output_restriction):
-            if restriction is not None and restriction.require_review:
-                wanted.append(restriction.require_review)
-    gates: Mapping[str, str] = getattr(getattr(guard, "_flow", None), "review_gates", None) or {}
-    wanted.extend(gates.values())
     installed: list[str] = []
     with _install_lock:
-        registered: Mapping[str, Reviewer] = getattr(guard, "_reviewers", None) or {}
-        for reviewer_id in dict.fromkeys(wanted):
-            existing = registered.get(reviewer_id)
+        for reviewer_id in sorted(guard.required_reviewers()):
+            existing, _ = guard.reviewer_for(reviewer_id)
             if existing is None:
                 guard.add_reviewer(reviewer_id, interrupt_reviewer(reviewer_id))
                 installed.append(reviewer_id)
