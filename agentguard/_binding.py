@@ -85,8 +85,8 @@ class Binder:
         return inputs
 
     def to_args(self, inputs: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        if self._simple:
-            return (), dict(inputs)
+        if self._simple:  # ``fn(**inputs)`` copies the mapping into the call: no copy needed here
+            return (), inputs if type(inputs) is dict else dict(inputs)
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
         var_keyword = False

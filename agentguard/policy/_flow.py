@@ -287,6 +287,8 @@ def _run_rules(
     outputs: Any = None,
 ) -> None:
     """The Python rules registered for this capability and phase (see ``guard.rules``)."""
+    if not ctx.rules:  # no Python rules registered: the common case, without a lookup
+        return
     rules = ctx.rules.for_call(capability, phase)
     if not rules:
         return

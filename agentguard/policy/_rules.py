@@ -158,6 +158,9 @@ class Rules:
     def __len__(self) -> int:
         return len(self._rules)
 
+    def __bool__(self) -> bool:
+        return bool(self._rules)
+
 
 class SeverityMap:
     """Severity per rule kind / capability / phase (or per Python rule name), most specific first.
