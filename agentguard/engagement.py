@@ -191,11 +191,13 @@ def new_id() -> str:
     return f"{_ID_PREFIX}{next(_ID_COUNTER):x}"
 
 
-def to_plain(value: Any) -> Any:
+def to_plain(value: Any, *, owned: bool = False) -> Any:
     """Convert a tool input or output into the JSON-like value CEL and AOS understand.
 
     Primitives pass through untouched (the common case costs one ``isinstance``); mappings, sequences,
-    pydantic models, dataclasses and datetimes are converted; anything else becomes its ``str``.
+    pydantic models, dataclasses and datetimes are converted; anything else becomes its ``str``. A flat dict
+    of primitives is copied, so that the record does not change when its owner does, unless the caller
+    ``owned`` it (a dict built for this call that nobody else holds).
     """
     cls = type(value)
     if cls in _PRIMITIVE:
@@ -205,7 +207,7 @@ def to_plain(value: Any) -> Any:
             if type(item) not in _PRIMITIVE or type(key) is not str:
                 break
         else:
-            return dict(value)
+            return value if owned else dict(value)
     elif cls is list:
         for item in value:
             if type(item) not in _PRIMITIVE:

@@ -643,7 +643,8 @@ def _tool_call(ctx: FlowContext, state: EngagementState, step: StepRecord, call:
 
     # The record holds JSON-like inputs for CEL and AOS; the tool gets the caller's own objects unless a
     # guardian rewrote them.
-    record = state.begin_call(name, to_plain(call.inputs), kind=call.kind, call_id=call.call_id)
+    # ``call.inputs`` was built for this call (by the binder, or copied by Guard.call): nobody else holds it.
+    record = state.begin_call(name, to_plain(call.inputs, owned=True), kind=call.kind, call_id=call.call_id)
     call_inputs: Mapping[str, Any] = call.inputs
     step.call_id = record.call_id
     credentials: Credentials | None = None
