@@ -68,6 +68,11 @@ __all__ = ["Engagement", "Guard"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _backend(backend: str | CelBackend | None) -> CelBackend:
+    """A CEL backend object from a ``cel_backend`` option: a name, a backend, or ``None`` (the default)."""
+    return backend if backend is not None and not isinstance(backend, str) else get_backend(backend)
+
+
 class Guard:
     """Enforces one agent's OpenAgentSpec around its tools, in process.
 
@@ -136,15 +141,11 @@ class Guard:
             raise ConfigurationError(
                 f"unknown_capability must be deny, allow or observe, not {unknown_capability!r}"
             )
-        backend = (
-            cel_backend
-            if cel_backend is None or not isinstance(cel_backend, str)
-            else get_backend(cel_backend)
+        compiled = (
+            spec
+            if isinstance(spec, CompiledSpec)
+            else compile_spec(spec, _backend(cel_backend), source=source)
         )
-        if isinstance(spec, CompiledSpec):
-            compiled = spec
-        else:
-            compiled = compile_spec(spec, backend or get_backend(), source=source)
         self.compiled = compiled
         self.policy = Policy(compiled)
         self.guardian = guardian
@@ -181,7 +182,6 @@ class Guard:
         self._flow = FlowContext(
             policy=self.policy,
             steps=StepBuilder(self.agent_descriptor),
-            tool_names=self._registry,
             unknown_capability=unknown_capability,
             short_circuit_max_block=short_circuit_max_block,
             reviewers=self._reviewers,
@@ -189,7 +189,7 @@ class Guard:
             approvals=self._approvals,
             credential_resolver=credential_resolver,
             guardian=guardian,
-            tools={name: reg.fn for name, reg in self._registry.items()},
+            tools=self._registry,
             observers=Observers([*telemetry_observers, *observers]),
             severity=SeverityMap(severity),
         )
@@ -213,29 +213,22 @@ class Guard:
         implies (review gates, schema checks, guardian and audit settings); see :mod:`agentguard.formats`.
         Options given here win over the descriptor's.
         """
-        backend = options.pop("cel_backend", None)
-        backend_obj = get_backend(backend) if isinstance(backend, str) or backend is None else backend
+        backend = _backend(options.pop("cel_backend", None))
+        compiled = load_spec(path, backend=backend)
         if descriptor is None:
-            return cls(load_spec(path, backend=backend_obj), cel_backend=backend_obj, **options)
+            return cls(compiled, cel_backend=backend, **options)
         from agentguard.formats import Descriptor, load_descriptor  # layer 7, loaded only when asked for
 
         loaded = descriptor if isinstance(descriptor, Descriptor) else load_descriptor(descriptor)
-        guard = cls(
-            load_spec(path, backend=backend_obj),
-            cel_backend=backend_obj,
-            **{**loaded.guard_options(), **options},
-        )
+        guard = cls(compiled, cel_backend=backend, **{**loaded.guard_options(), **options})
         loaded.apply(guard)
         return guard
 
     @classmethod
     def from_yaml(cls, text: str, *, source: str = "<string>", **options: Any) -> Guard:
         """Like :meth:`from_file`, from YAML text."""
-        backend = options.pop("cel_backend", None)
-        backend_obj = get_backend(backend) if isinstance(backend, str) or backend is None else backend
-        return cls(
-            load_spec_text(text, backend=backend_obj, source=source), cel_backend=backend_obj, **options
-        )
+        backend = _backend(options.pop("cel_backend", None))
+        return cls(load_spec_text(text, backend=backend, source=source), cel_backend=backend, **options)
 
     @property
     def agent_info(self) -> AgentInfo:
@@ -345,8 +338,6 @@ class Guard:
         if existing is not None and existing.fn is not fn:
             raise ConfigurationError(f"a {kind} named {name!r} is already registered with this guard")
         table[name] = Registered(name, kind, fn, Binder.of(fn), needs_credentials, timeout, retry)
-        if kind == "tool":
-            self._flow.tools = {n: r.fn for n, r in self._registry.items()}
         self._agent_descriptor = None
 
     def _wrap(self, fn: F, name: str, kind: Literal["tool", "agent"]) -> F:

@@ -25,10 +25,11 @@ stays in ``history`` with ``outputs: null``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Container, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from agentguard._binding import Registered
 from agentguard._steps import StepBuilder, new_step
 from agentguard.engagement import (
     CallRecord,
@@ -173,7 +174,6 @@ class FlowContext:
 
     policy: Policy
     steps: StepBuilder
-    tool_names: Container[str]
     unknown_capability: UnknownCapability = "deny"
     short_circuit_max_block: int = 100
     reviewers: Mapping[str, Reviewer] = field(default_factory=dict)
@@ -182,7 +182,8 @@ class FlowContext:
     credential_resolver: CredentialResolver | None = None
     guardian: GuardianClient | None = None
     passthrough: tuple[type[BaseException], ...] = ()
-    tools: Mapping[str, Callable[..., Any]] = field(default_factory=dict)
+    # The guard's registered tools, live: capability lookups (tool-before-agent) and guardrail tools.
+    tools: Mapping[str, Registered] = field(default_factory=dict)
     observers: Observers = field(default_factory=Observers)
     rules: Rules = field(default_factory=Rules)
     # Review gates that come from elsewhere than the spec (an Agent Spec tool's requires_confirmation, ...):
@@ -528,7 +529,7 @@ def _capability(
     ctx: FlowContext, state: EngagementState, step: StepRecord, name: str, kind: str
 ) -> CapabilityRule | None:
     policy = ctx.policy
-    rule = policy.capability_for(name, kind, ctx.tool_names)
+    rule = policy.capability_for(name, kind, ctx.tools)
     if rule is not None:
         ctx.decide(
             state,
@@ -834,7 +835,8 @@ def _guardrail(
                 text = new_text
     if rule is None:
         return text
-    fn = ctx.tools.get(rule.tool_name)
+    registered = ctx.tools.get(rule.tool_name)
+    fn = registered.fn if registered is not None else None
     failure: GuardrailViolation | None = None
     if fn is None:
         reason = f"guardrail tool {rule.tool_name!r} is not registered with the guard"

@@ -43,8 +43,9 @@ command line) loads without the extra.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentguard._lazy import lazy_attributes
 
 from ._agents import SCHEMA_SUFFIX, ServedAgent, load_agents
 from ._runs import Runner
@@ -77,9 +78,4 @@ _LAZY = {
     "serve_in_thread": "agentguard.guardian.server._thread",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -27,8 +27,9 @@ JSON-RPC and HTTP behaviour: :mod:`._dispatch` and :mod:`._app`.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentguard._lazy import lazy_attributes
 
 from ._rules import DECLARATIONS, MODIFY_FAILED, GuardianRules, Rule, load_rules, parse_rules
 
@@ -60,9 +61,4 @@ _LAZY = {
     "serve_in_thread": "._thread",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module, __name__), name)
+__getattr__ = lazy_attributes(__name__, _LAZY)
