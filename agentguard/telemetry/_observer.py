@@ -265,6 +265,12 @@ class GuardTelemetry(Observer):
         """Only while an SDK is behind the tracer or the meter: otherwise a step costs one check."""
         return self._traced() is not None or self._measured()
 
+    @property
+    def tracing(self) -> bool:
+        """Is an SDK behind the tracer? Adapters ask before gathering a span's attributes: without one,
+        :meth:`chat_span` records nothing and reading a model's name can cost more than the model call."""
+        return self._traced() is not None
+
     def _traced(self) -> Tracer | None:
         """The tracer, if an SDK is behind it (checked cheaply: this runs at every step)."""
         if self._tracing is None and global_tracing():

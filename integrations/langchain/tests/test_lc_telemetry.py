@@ -26,8 +26,7 @@ def test_model_calls_are_chat_spans_beside_the_tool_spans(build_agent: BuildAgen
     exporter, guard = _traced_guard()
     h = build_agent(SCRIPT, guard=guard)
     h.agent.invoke(user_says("Where is A-1?"), config(), context={"user_id": "u-1"})
-    h.middleware.close()
-    spans = exporter.get_finished_spans()
+    spans = exporter.get_finished_spans()  # the run is over, so is its turn: the thread stays open
     chats = [s for s in spans if s.name.startswith("chat")]
     assert len(chats) == 2  # one per model call: the tool call, then the answer
     chat = chats[0]
@@ -56,3 +55,20 @@ def test_a_failing_model_call_marks_its_span(build_agent: BuildAgent) -> None:
     assert chat.status.status_code is StatusCode.ERROR
     assert chat.attributes is not None
     assert chat.attributes["error.type"] == failure
+
+
+def test_each_run_of_a_thread_is_one_turn_span(build_agent: BuildAgent) -> None:
+    exporter, guard = _traced_guard()
+    h = build_agent([*SCRIPT, *SCRIPT], guard=guard)
+    for question in ("Where is A-1?", "And now?"):
+        h.agent.invoke(user_says(question), config(), context={"user_id": "u-1"})
+        # every span of the run has ended when invoke returns, though the thread's engagement is open
+        assert all(s.end_time is not None for s in exporter.get_finished_spans())
+    turns = [s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")]
+    assert len(turns) == 2
+    assert turns[0].end_time is not None
+    assert turns[1].start_time is not None
+    assert turns[0].end_time <= turns[1].start_time
+    tools = [s for s in exporter.get_finished_spans() if s.name == "execute_tool lookup-order"]
+    assert [t.parent.span_id for t in tools if t.parent] == [t.context.span_id for t in turns]
+    assert h.middleware.engagement_for("t1") is not None

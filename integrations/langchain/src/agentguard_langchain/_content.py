@@ -20,7 +20,8 @@ M = TypeVar("M", bound=BaseMessage)
 
 def message_text(message: BaseMessage) -> str:
     """The text of a message (its text blocks joined), as guardrails and step records see it."""
-    return message.text
+    content = message.content
+    return content if type(content) is str else str(message.text)
 
 
 def with_text(message: M, text: str) -> M:

@@ -33,6 +33,7 @@ try:
     from langgraph.errors import GraphBubbleUp
     from langgraph.runtime import Runtime
     from langgraph.types import Command, interrupt
+    from langsmith.utils import tracing_is_enabled as langsmith_tracing
 except ImportError as exc:  # pragma: no cover - exercised only without the host installed
     raise ImportError(
         f"agentguard-langchain needs langchain>=1, langchain-core>=1 and langgraph>=1 ({exc}): "
@@ -65,5 +66,6 @@ __all__ = [
     "ToolMessage",
     "get_config",
     "interrupt",
+    "langsmith_tracing",
     "tool",
 ]

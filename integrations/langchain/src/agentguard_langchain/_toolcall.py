@@ -19,7 +19,7 @@ from agentguard import (
     RestrictionViolation,
     ReviewDenied,
 )
-from agentguard_langchain._content import decode_output, encode_output
+from agentguard_langchain._content import decode_output, encode_output, message_text
 from agentguard_langchain._host import AIMessage, BaseTool, Command, ToolCallRequest, ToolMessage
 from agentguard_langchain._sessions import HeldResult, Session
 
@@ -241,6 +241,6 @@ def _reasoning(state: Mapping[str, Any] | Any, call_id: str | None) -> str | Non
     for message in reversed(messages or ()):
         if isinstance(message, AIMessage):
             if call_id is None or any(tc.get("id") == call_id for tc in message.tool_calls):
-                return message.text or None
+                return message_text(message) or None
             return None
     return None
