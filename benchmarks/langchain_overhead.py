@@ -1,23 +1,33 @@
 """What agentguard's LangChain middleware costs: one scripted ``create_agent`` run of 20 tool calls, with and
 without ``AgentGuardMiddleware``, in the same process.
 
-    python benchmarks/langchain_overhead.py [--runs 80] [--calls 20]
+    python benchmarks/langchain_overhead.py [--latencies 0,20] [--runs 60] [--latency-runs 12] [--calls 20]
 
-Three agents share the same scripted chat model (no network, no latency) and the same LangChain tools:
+Three agents share the same scripted chat model and the same LangChain tools:
 
 ``bare``     no middleware;
 ``noop``     a middleware whose hooks only call the handler: what LangChain itself charges for *any*
              middleware with ``wrap_tool_call`` / ``wrap_model_call`` / ``before_agent`` / ``after_agent``
-             (it wraps each hook call in a tracing span);
+             (it wraps each hook call in a LangSmith ``traceable``, and each agent hook is a graph node);
 ``guarded``  ``AgentGuardMiddleware`` under the support agent's spec (``examples/support-agent/agent.yaml``):
              every call goes through the capability, short-circuit and CEL restriction checks, and the input
              and output guardrails run once per run.
 
+Each agent runs at each model latency of ``--latencies`` (milliseconds per model reply):
+
+``0``   the scripted model answers at once. This measures LangGraph's own loop, about 1 ms per model call and
+        tool call, and is the worst case for any middleware: LangChain's no-op middleware alone costs more than
+        5 % of it (about 1.1x sync, 1.4x async), so the 1.05x target cannot be met here by anything that uses
+        LangChain's hooks. What agentguard itself adds is reported as CPU microseconds per tool call
+        (guarded minus noop).
+``20``  each reply takes 20 ms, ten to fifty times faster than a hosted model's tool-calling turn: the
+        fastest agent run the target is about. (A pause lets the CPU caches cool, so every step costs more
+        after it than in the zero-latency loop; that is measured too.)
+
 The tool sequence follows the Thue-Morse word over two tools, so it never repeats a block three times and the
 spec's ``short_circuit: 3`` never stops it. Runs are interleaved to spread machine noise evenly; the table
 gives medians and minimums, sync (``invoke``) and async (``ainvoke``), and the result goes to
-``benchmarks/results/langchain.json``. Target: guarded <= 1.05x bare. With a zero-latency model this is the
-worst case: a real model call takes 100-1000x longer than a scripted one.
+``benchmarks/results/langchain.json``. Target: guarded <= 1.05x bare wall time.
 """
 
 from __future__ import annotations
@@ -88,17 +98,7 @@ class NoopMiddleware(AgentMiddleware):
         return await handler(request)
 
 
-def with_latency(reply: Any, latency_ms: float) -> Any:
-    """A script entry that takes ``latency_ms`` to answer, as a (very fast) hosted model would."""
-
-    def slow(messages: Any) -> Any:
-        time.sleep(latency_ms / 1000)
-        return reply
-
-    return slow
-
-
-def script(n: int, latency_ms: float = 0.0) -> list[Any]:
+def script(n: int) -> list[Any]:
     steps: list[Any] = []
     for i in range(n):
         if bin(i).count("1") % 2:  # Thue-Morse: cube-free, so no short-circuit
@@ -106,7 +106,7 @@ def script(n: int, latency_ms: float = 0.0) -> list[Any]:
         else:
             steps.append(calls(("lookup_order", {"order_id": f"A-{i}"})))
     steps.append(answer("All orders checked and the team informed."))
-    return [with_latency(step, latency_ms) for step in steps] if latency_ms else steps
+    return steps
 
 
 def guard() -> Guard:
@@ -119,7 +119,7 @@ def guard() -> Guard:
 class Subject:
     def __init__(self, n: int, middleware: Any, latency_ms: float = 0.0) -> None:
         self.n = n
-        self.model = ScriptedChatModel(script=script(n, latency_ms))
+        self.model = ScriptedChatModel(script=script(n), latency_ms=latency_ms)
         self.middleware = middleware
         self.agent: Any = create_agent(
             self.model, tools=[lookup_order, send_email], middleware=[middleware] if middleware else []
@@ -194,22 +194,7 @@ def summarise(samples: dict[str, list[Sample]], n: int) -> dict[str, float]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--runs", type=int, default=80)
-    parser.add_argument("--calls", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument(
-        "--model-latency-ms",
-        type=float,
-        default=0.0,
-        help="each model reply takes this long (0: the zero-latency worst case; results/langchain.json); "
-        "with a latency the results go to results/langchain_latency.json",
-    )
-    args = parser.parse_args()
-    n = args.calls
-    latency = args.model_latency_ms
-
+def measure(n: int, latency: float, runs: int, warmup: int) -> dict[str, dict[str, float]]:
     guarded = AgentGuardMiddleware(guard())
     subjects = {
         "bare": Subject(n, None, latency),
@@ -217,15 +202,18 @@ def main() -> None:
         "guarded": Subject(n, guarded, latency),
     }
     results = {
-        "sync": summarise(interleave(subjects, args.runs, args.warmup, Subject.run), n),
-        "async": summarise(asyncio.run(ainterleave(subjects, args.runs, args.warmup)), n),
+        "sync": summarise(interleave(subjects, runs, warmup, Subject.run), n),
+        "async": summarise(asyncio.run(ainterleave(subjects, runs, warmup)), n),
     }
     last = guarded.last_engagement
     if last is None or last.view()["history"]["_total"] != n:
         raise RuntimeError("the guarded runs did not record every call")
+    return results
 
+
+def report(n: int, latency: float, runs: int, results: dict[str, dict[str, float]]) -> None:
     model = f"{latency:g} ms per model reply" if latency else "zero-latency"
-    print(f"{args.runs} interleaved runs of {n} tool calls each, {model} scripted model\n")
+    print(f"{runs} interleaved runs of {n} tool calls each, {model} scripted model\n")
     columns = [
         ("mode", "<6"),
         ("agent", "<8"),
@@ -259,14 +247,29 @@ def main() -> None:
             f"{r['agentguard_cpu_us_per_tool_call']:.0f} us per tool call\n"
         )
 
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--latencies", default="0,20", help="model reply latencies in ms, comma-separated")
+    parser.add_argument("--runs", type=int, default=60, help="runs per agent at zero latency")
+    parser.add_argument("--latency-runs", type=int, default=12, help="runs per agent with a model latency")
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    args = parser.parse_args()
+    n = args.calls
+    by_latency: dict[str, dict[str, dict[str, float]]] = {}
+    for latency in (float(x) for x in args.latencies.split(",")):
+        runs = args.latency_runs if latency else args.runs
+        results = measure(n, latency, runs, args.warmup)
+        report(n, latency, runs, results)
+        by_latency[f"{latency:g}"] = results
     write_results(
-        "langchain_latency" if latency else "langchain",
+        "langchain",
         {
-            "model_latency_ms": latency,
             "tool_calls_per_run": n,
-            "runs": args.runs,
+            "runs": {"zero_latency": args.runs, "with_latency": args.latency_runs},
             "targets": {"ratio_guarded_vs_bare": TARGET_RATIO},
-            "results": results,
+            "results_by_model_latency_ms": by_latency,
         },
     )
 

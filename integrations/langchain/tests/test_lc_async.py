@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from typing import Any
 
 import pytest
-from agentguard_langchain.testing import answer, calls
+from agentguard_langchain import AgentGuardMiddleware
+from agentguard_langchain.testing import ScriptedChatModel, answer, calls
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.types import Command
+from langsmith import tracing_context
 
 from agentguard import GuardrailViolation, ShortCircuitViolation
 from integrations.langchain.tests.conftest import BuildAgent, config, make_guard, user_says
@@ -205,6 +208,49 @@ async def test_async_guard_tool_wrapped_by_langchain_tool_is_checked_once(build_
     h = build_agent([calls(("lookup", {"order_id": "A-9"})), answer("ok")], guard=guard, extra_tools=[lookup])
     result = await h.agent.ainvoke(user_says("look"), config())
     assert runs == ["A-9"]
+    assert tool_messages(result)[0].status == "success"
+    eng = h.middleware.engagement_for("t1")
+    assert eng is not None
+    assert eng.view()["history"]["_list"] == ["lookup-order"]
+
+
+async def test_a_scripted_model_with_latency_lets_the_event_loop_run() -> None:
+    model = ScriptedChatModel(script=[answer("late")], latency_ms=50)
+    events: list[str] = []
+
+    async def ask() -> None:
+        reply = await model.ainvoke("hi")
+        events.append(f"model: {reply.content}")
+
+    async def meanwhile() -> None:
+        await asyncio.sleep(0)
+        events.append("the loop ran")
+
+    await asyncio.gather(ask(), meanwhile())
+    assert events == ["the loop ran", "model: late"]
+    model.reset([answer("sync")])
+    assert model.invoke("hi").content == "sync"
+
+
+async def test_async_hooks_take_langsmiths_cheap_path_only_when_tracing_is_off(
+    build_agent: BuildAgent,
+) -> None:
+    quiet = AgentGuardMiddleware(make_guard())
+    # create_agent wraps what it finds on the instance: plain functions (LangSmith's sync wrapper, no thread
+    # hops) that still return the hooks' coroutines
+    assert not inspect.iscoroutinefunction(quiet.awrap_tool_call)
+    assert not inspect.iscoroutinefunction(quiet.awrap_model_call)
+    assert not hasattr(quiet.awrap_tool_call, "__wrapped__")
+
+    with tracing_context(enabled=True):  # built while LangSmith traces: the real hooks, nested runs
+        traced = AgentGuardMiddleware(make_guard())
+    assert inspect.iscoroutinefunction(traced.awrap_tool_call)
+    assert inspect.iscoroutinefunction(traced.awrap_model_call)
+
+    # the cheap path guards as the real hooks do
+    h = build_agent([calls(("lookup_order", {"order_id": "A-1"})), answer("done")])
+    assert not inspect.iscoroutinefunction(h.middleware.awrap_tool_call)
+    result = await h.agent.ainvoke(user_says("look"), config())
     assert tool_messages(result)[0].status == "success"
     eng = h.middleware.engagement_for("t1")
     assert eng is not None

@@ -12,12 +12,16 @@
 
 An entry of the script may also be a function of the messages the model was given (for replies that depend
 on what came back from a tool). ``model.received`` keeps every list of messages the model was called with.
+``latency_ms`` makes every reply take that long, as a hosted model's would: ``invoke`` sleeps, ``ainvoke``
+awaits ``asyncio.sleep`` (the event loop runs on, as it would while a provider's HTTP call is in flight).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,7 +30,7 @@ from pydantic import Field, PrivateAttr
 from agentguard_langchain._host import AIMessage, BaseMessage, ChatGeneration
 
 try:
-    from langchain_core.callbacks import CallbackManagerForLLMRun
+    from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
     from langchain_core.language_models import BaseChatModel
     from langchain_core.outputs import ChatResult
 except ImportError as exc:  # pragma: no cover
@@ -62,6 +66,8 @@ class ScriptedChatModel(BaseChatModel):
     then: Any = None
     """What to reply once the script is used up (``None``: raise ``IndexError``)."""
     received: list[list[BaseMessage]] = Field(default_factory=list)
+    latency_ms: float = 0.0
+    """How long each reply takes."""
 
     _position: int = PrivateAttr(default=0)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
@@ -102,4 +108,17 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        if self.latency_ms:
+            time.sleep(self.latency_ms / 1000)
+        return ChatResult(generations=[ChatGeneration(message=self._next(messages))])
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if self.latency_ms:
+            await asyncio.sleep(self.latency_ms / 1000)
         return ChatResult(generations=[ChatGeneration(message=self._next(messages))])
