@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Annotated, Any, NotRequired
 
@@ -182,12 +182,12 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         # No functools.wraps: LangSmith would find the coroutine function through ``__wrapped__``.
         def awrap_tool_call(
             request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]
-        ) -> Awaitable[ToolResult]:
+        ) -> Coroutine[Any, Any, ToolResult]:
             return tool_hook(request, handler)
 
         def awrap_model_call(
             request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
-        ) -> Awaitable[ModelResult]:
+        ) -> Coroutine[Any, Any, ModelResult]:
             return model_hook(request, handler)
 
         self.awrap_tool_call = awrap_tool_call  # type: ignore[method-assign]
@@ -284,21 +284,23 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
 
         A run paused by ``interrupt()`` does not get here: its turn goes on when it is resumed.
         """
-        session = self._sessions.get(_engagement_id(state))
-        if session is not None:
-            if session.thread is None:
-                self._sessions.discard(session)
-            else:
-                session.engagement.end_turn()
+        threadless = self._end_run(state)
+        if threadless is not None:
+            self._sessions.discard(threadless)
         return None
 
     async def aafter_agent(self, state: AgentGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        threadless = self._end_run(state)
+        if threadless is not None:
+            await self._sessions.adiscard(threadless)
+        return None
+
+    def _end_run(self, state: Mapping[str, Any]) -> Session | None:
+        """End the run's turn; the session to close if the run had no thread."""
         session = self._sessions.get(_engagement_id(state))
-        if session is not None:
-            if session.thread is None:
-                await self._sessions.adiscard(session)
-            else:
-                session.engagement.end_turn()
+        if session is None or session.thread is None:
+            return session
+        session.engagement.end_turn()
         return None
 
     # -- model calls ----------------------------------------------------------------------------------
