@@ -16,7 +16,7 @@ that shape this module, measured on 0.1.3:
 * Inputs are converted eagerly and wholesale: binding a large ``history`` costs in proportion to its size,
   which is why a program binds only the variables it references.
 * The engine does not expose its AST, but ``Expression.serialize()`` is a ``google.protobuf.Any`` holding
-  the ``cel.expr.CheckedExpr``. :func:`_references` reads the few fields it needs straight from
+  the ``cel.expr.CheckedExpr``. :mod:`agentguard.cel._checked` reads the few fields it needs straight from
   the protobuf wire format, so that ``protobuf`` need not be a dependency.
 """
 
@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from cel_expr_python import cel
 
 from agentguard.cel._base import CelCompileError, CelEvaluationError, VarType
+from agentguard.cel._checked import CheckedExpr
+from agentguard.cel._fast import Closure, Unsure, compile_fast
 
 __all__ = ["ExprBackend"]
 
@@ -83,9 +85,10 @@ class ExprBackend:
 
     name = "cel-expr-python"
 
-    def __init__(self) -> None:
+    def __init__(self, *, fast_path: bool = True) -> None:
         self._envs: dict[frozenset[tuple[str, VarType]], cel.Env] = {}
         self._lock = threading.Lock()
+        self._fast_path = fast_path
 
     def compile(self, expression: str, declarations: Mapping[str, VarType]) -> ExprProgram:
         env = self._env(declarations)
@@ -93,13 +96,19 @@ class ExprBackend:
             checked = env.compile(expression)
         except RuntimeError as exc:
             raise _compile_error(expression, str(exc)) from None
-        variables, functions = _references(checked.serialize())
+        tree = CheckedExpr(checked.serialize())
+        variables, functions = tree.variables, tree.functions
         if _MAP_INSERT in functions:
             raise CelCompileError(
                 expression,
                 f"transformMap() is not supported by this cel-expr-python ({_MAP_INSERT} is missing)",
             )
-        return ExprProgram(expression, checked, frozenset(variables & declarations.keys()))
+        return ExprProgram(
+            expression,
+            checked,
+            frozenset(variables & declarations.keys()),
+            compile_fast(tree) if self._fast_path else None,
+        )
 
     def _env(self, declarations: Mapping[str, VarType]) -> cel.Env:
         key = frozenset(declarations.items())
@@ -118,12 +127,15 @@ class ExprProgram:
     Thread-safe: the compiled expression is immutable and every evaluation gets its own activation.
     """
 
-    __slots__ = ("_expression", "_names", "_source")
+    __slots__ = ("_expression", "_fast", "_names", "_source")
 
-    def __init__(self, source: str, expression: cel.Expression, names: frozenset[str]) -> None:
+    def __init__(
+        self, source: str, expression: cel.Expression, names: frozenset[str], fast: Closure | None = None
+    ) -> None:
         self._source = source
         self._expression = expression
         self._names = names
+        self._fast = fast
 
     @property
     def source(self) -> str:
@@ -134,6 +146,11 @@ class ExprProgram:
         return self._names
 
     def evaluate(self, variables: Mapping[str, Any]) -> Any:
+        if self._fast is not None:
+            try:
+                return self._fast(variables)
+            except Unsure:
+                pass  # the engine decides, from scratch
         # Callers that bind exactly what the expression reads (agentguard's own) pay no copy.
         data = (
             variables
@@ -193,124 +210,3 @@ def _compile_error(expression: str, text: str) -> CelCompileError:
     if diagnostics:
         return CelCompileError(expression, "; ".join(d[2] for d in diagnostics))
     return CelCompileError(expression, text)
-
-
-# --- Reading the checked expression ---------------------------------------------------------------------
-#
-# Field numbers from google/cel-spec proto/cel/expr/checked.proto and syntax.proto.
-# Any:          type_url = 1, value = 2
-# CheckedExpr:  reference_map = 2 (map<int64, Reference>), expr = 4
-# Reference:    name = 1, overload_id = 3, value = 4
-# Expr:         id = 2, ident_expr = 4, select_expr = 5, call_expr = 6, list_expr = 7, struct_expr = 8,
-#               comprehension_expr = 9
-# Ident: name = 1.  Select: operand = 1.  Call: target = 1, function = 2, args = 3.  CreateList: elements = 1.
-# CreateStruct: entries = 2; Entry: map_key = 3, value = 4.
-# Comprehension: iter_var = 1, iter_range = 2, accu_var = 3, accu_init = 4, loop_condition = 5,
-#                loop_step = 6, result = 7, iter_var2 = 8.
-
-_Message = dict[int, list[Any]]
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(buf: bytes) -> Iterator[tuple[int, Any]]:
-    """Yield ``(field number, value)``: an ``int`` for varints, ``bytes`` for everything else."""
-    pos, end = 0, len(buf)
-    while pos < end:
-        key, pos = _varint(buf, pos)
-        wire_type = key & 7
-        value: int | bytes
-        if wire_type == 0:
-            value, pos = _varint(buf, pos)
-        elif wire_type == 2:
-            size, pos = _varint(buf, pos)
-            value, pos = buf[pos : pos + size], pos + size
-        elif wire_type == 1:
-            value, pos = buf[pos : pos + 8], pos + 8
-        elif wire_type == 5:
-            value, pos = buf[pos : pos + 4], pos + 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire_type}")
-        yield key >> 3, value
-
-
-def _message(buf: bytes) -> _Message:
-    message: _Message = {}
-    for number, value in _fields(buf):
-        message.setdefault(number, []).append(value)
-    return message
-
-
-def _text(message: _Message, number: int) -> str:
-    return bytes(message[number][0]).decode() if number in message else ""
-
-
-def _references(serialized: bytes) -> tuple[set[str], set[str]]:
-    """Names of the variables a checked expression reads (as the checker resolved them), and of the
-    functions it calls.
-
-    The checker's reference map says which identifiers (and which ``a.b.c`` selections it resolved to a
-    qualified variable name) are variables, but it also lists comprehension variables and cannot tell a
-    comprehension variable from a declared variable of the same name. So the AST is walked with the set of
-    comprehension variables in scope, and the reference map is consulted only for names not bound there.
-    """
-    checked = _message(_message(serialized)[2][0])
-    references: dict[int, str] = {}
-    for entry in checked.get(2, []):
-        fields = _message(entry)
-        reference = _message(fields[2][0]) if 2 in fields else {}
-        # A reference with overload ids is a function, one with a value is an enum constant.
-        if 1 in reference and 3 not in reference and 4 not in reference:
-            references[fields.get(1, [0])[0]] = _text(reference, 1)
-    variables: set[str] = set()
-    functions: set[str] = set()
-    if 4 in checked:
-        _walk(checked[4][0], frozenset(), references, variables, functions)
-    return variables, functions
-
-
-def _walk(
-    buf: bytes, scope: frozenset[str], references: dict[int, str], variables: set[str], functions: set[str]
-) -> None:
-    expr = _message(buf)
-    node_id = expr.get(2, [0])[0]
-    if 4 in expr:  # identifier
-        name = _text(_message(expr[4][0]), 1)
-        if name not in scope:
-            variables.add(references.get(node_id, name))
-    elif 5 in expr:  # selection: either a resolved qualified name, or a field of its operand
-        if node_id in references:
-            variables.add(references[node_id])
-        else:
-            select = _message(expr[5][0])
-            for operand in select.get(1, []):
-                _walk(operand, scope, references, variables, functions)
-    elif 6 in expr:  # call
-        call = _message(expr[6][0])
-        functions.add(_text(call, 2))
-        for child in call.get(1, []) + call.get(3, []):
-            _walk(child, scope, references, variables, functions)
-    elif 7 in expr:  # list
-        for child in _message(expr[7][0]).get(1, []):
-            _walk(child, scope, references, variables, functions)
-    elif 8 in expr:  # map or message
-        for entry in _message(expr[8][0]).get(2, []):
-            fields = _message(entry)
-            for child in fields.get(3, []) + fields.get(4, []):
-                _walk(child, scope, references, variables, functions)
-    elif 9 in expr:  # comprehension (what the macros expand to)
-        loop = _message(expr[9][0])
-        accumulator = scope | {_text(loop, 3)}
-        iteration = accumulator | {_text(loop, 1), _text(loop, 8)}
-        for number, inner in ((2, scope), (4, scope), (5, iteration), (6, iteration), (7, accumulator)):
-            for child in loop.get(number, []):
-                _walk(child, inner, references, variables, functions)

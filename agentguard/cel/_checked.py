@@ -1,0 +1,140 @@
+"""Reading a ``cel.expr.CheckedExpr`` (what ``cel-expr-python`` serializes) without depending on protobuf.
+
+The engine does not expose its AST, but ``Expression.serialize()`` is a ``google.protobuf.Any`` holding the
+checked expression. This module reads the few fields agentguard needs straight from the protobuf wire format:
+which variables and functions an expression uses (to bind only those), and the tree itself (for the fast
+path of :mod:`agentguard.cel._fast`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["CheckedExpr", "Message", "message", "text"]
+
+# Field numbers from google/cel-spec proto/cel/expr/checked.proto and syntax.proto.
+# Any:          type_url = 1, value = 2
+# CheckedExpr:  reference_map = 2 (map<int64, Reference>), expr = 4
+# Reference:    name = 1, overload_id = 3, value = 4
+# Expr:         id = 2, const_expr = 3, ident_expr = 4, select_expr = 5, call_expr = 6, list_expr = 7,
+#               struct_expr = 8, comprehension_expr = 9
+# Constant:     null_value = 1, bool_value = 2, int64_value = 3, uint64_value = 4, double_value = 5,
+#               string_value = 6, bytes_value = 7, duration_value = 8, timestamp_value = 9
+# Ident: name = 1.  Select: operand = 1, field = 2, test_only = 3.  Call: target = 1, function = 2,
+# args = 3.  CreateList: elements = 1.  CreateStruct: entries = 2; Entry: map_key = 3, value = 4.
+# Comprehension: iter_var = 1, iter_range = 2, accu_var = 3, accu_init = 4, loop_condition = 5,
+#                loop_step = 6, result = 7, iter_var2 = 8.
+
+Message = dict[int, list[Any]]
+"""A decoded protobuf message: field number -> its values (``int`` for varints, ``bytes`` otherwise)."""
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(buf: bytes) -> Iterator[tuple[int, Any]]:
+    """Yield ``(field number, value)``: an ``int`` for varints, ``bytes`` for everything else."""
+    pos, end = 0, len(buf)
+    while pos < end:
+        key, pos = _varint(buf, pos)
+        wire_type = key & 7
+        value: int | bytes
+        if wire_type == 0:
+            value, pos = _varint(buf, pos)
+        elif wire_type == 2:
+            size, pos = _varint(buf, pos)
+            value, pos = buf[pos : pos + size], pos + size
+        elif wire_type == 1:
+            value, pos = buf[pos : pos + 8], pos + 8
+        elif wire_type == 5:
+            value, pos = buf[pos : pos + 4], pos + 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire_type}")
+        yield key >> 3, value
+
+
+def message(buf: bytes) -> Message:
+    decoded: Message = {}
+    for number, value in _fields(buf):
+        decoded.setdefault(number, []).append(value)
+    return decoded
+
+
+def text(decoded: Message, number: int) -> str:
+    return bytes(decoded[number][0]).decode() if number in decoded else ""
+
+
+class CheckedExpr:
+    """A serialized checked expression, decoded: its root ``Expr``, the checker's resolved variable names, and
+    the variables and functions it uses.
+
+    The checker's reference map says which identifiers (and which ``a.b.c`` selections it resolved to a
+    qualified variable name) are variables, but it also lists comprehension variables and cannot tell a
+    comprehension variable from a declared variable of the same name. So the AST is walked with the set of
+    comprehension variables in scope, and the reference map is consulted only for names not bound there.
+    """
+
+    __slots__ = ("expr", "functions", "references", "variables")
+
+    def __init__(self, serialized: bytes) -> None:
+        checked = message(message(serialized)[2][0])
+        self.references: dict[int, str] = {}
+        """Node id -> the variable name the checker resolved it to."""
+        for entry in checked.get(2, []):
+            fields = message(entry)
+            reference = message(fields[2][0]) if 2 in fields else {}
+            # A reference with overload ids is a function, one with a value is an enum constant.
+            if 1 in reference and 3 not in reference and 4 not in reference:
+                self.references[fields.get(1, [0])[0]] = text(reference, 1)
+        self.expr: bytes | None = checked[4][0] if 4 in checked else None
+        self.variables: set[str] = set()
+        self.functions: set[str] = set()
+        if self.expr is not None:
+            _walk(self.expr, frozenset(), self.references, self.variables, self.functions)
+
+
+def _walk(
+    buf: bytes, scope: frozenset[str], references: dict[int, str], variables: set[str], functions: set[str]
+) -> None:
+    expr = message(buf)
+    node_id = expr.get(2, [0])[0]
+    if 4 in expr:  # identifier
+        name = text(message(expr[4][0]), 1)
+        if name not in scope:
+            variables.add(references.get(node_id, name))
+    elif 5 in expr:  # selection: either a resolved qualified name, or a field of its operand
+        if node_id in references:
+            variables.add(references[node_id])
+        else:
+            select = message(expr[5][0])
+            for operand in select.get(1, []):
+                _walk(operand, scope, references, variables, functions)
+    elif 6 in expr:  # call
+        call = message(expr[6][0])
+        functions.add(text(call, 2))
+        for child in call.get(1, []) + call.get(3, []):
+            _walk(child, scope, references, variables, functions)
+    elif 7 in expr:  # list
+        for child in message(expr[7][0]).get(1, []):
+            _walk(child, scope, references, variables, functions)
+    elif 8 in expr:  # map or message
+        for entry in message(expr[8][0]).get(2, []):
+            fields = message(entry)
+            for child in fields.get(3, []) + fields.get(4, []):
+                _walk(child, scope, references, variables, functions)
+    elif 9 in expr:  # comprehension (what the macros expand to)
+        loop = message(expr[9][0])
+        accumulator = scope | {text(loop, 3)}
+        iteration = accumulator | {text(loop, 1), text(loop, 8)}
+        for number, inner in ((2, scope), (4, scope), (5, iteration), (6, iteration), (7, accumulator)):
+            for child in loop.get(number, []):
+                _walk(child, inner, references, variables, functions)
