@@ -263,9 +263,9 @@ _STRING_METHODS: dict[str, Callable[[str, str], bool]] = {
 def _call(function: str, operands: list[Closure], receiver: bool) -> Closure:
     count = len(operands)
     if function == "_&&_" and count >= 2:
-        return _and(operands)
+        return _logic(operands, decisive=False)
     if function == "_||_" and count >= 2:
-        return _or(operands)
+        return _logic(operands, decisive=True)
     if function == "!_" and count == 1:
         (operand,) = operands
         return lambda variables: not _bool(operand(variables))
@@ -289,37 +289,20 @@ def _call(function: str, operands: list[Closure], receiver: bool) -> Closure:
     raise _Unsupported
 
 
-def _and(operands: list[Closure]) -> Closure:
-    """CEL's ``&&``: false if any operand is false, whatever the others are (errors included)."""
+def _logic(operands: list[Closure], decisive: bool) -> Closure:
+    """CEL's ``&&`` (``decisive`` false) and ``||`` (true): an operand with the decisive value decides,
+    whatever the others are, errors included; otherwise every operand must be a known bool."""
 
-    def conjunction(variables: Mapping[str, Any]) -> bool:
+    def logic(variables: Mapping[str, Any]) -> bool:
         unsure = False
         for operand in operands:
             try:
-                if not _bool(operand(variables)):
-                    return False
+                if _bool(operand(variables)) is decisive:
+                    return decisive
             except (Unsure, KeyError, IndexError, TypeError):
-                unsure = True  # a later false operand still decides
+                unsure = True  # a later operand may still decide
         if unsure:
             raise Unsure
-        return True
+        return not decisive
 
-    return conjunction
-
-
-def _or(operands: list[Closure]) -> Closure:
-    """CEL's ``||``: true if any operand is true, whatever the others are (errors included)."""
-
-    def disjunction(variables: Mapping[str, Any]) -> bool:
-        unsure = False
-        for operand in operands:
-            try:
-                if _bool(operand(variables)):
-                    return True
-            except (Unsure, KeyError, IndexError, TypeError):
-                unsure = True
-        if unsure:
-            raise Unsure
-        return False
-
-    return disjunction
+    return logic
