@@ -188,6 +188,9 @@ def summarise(samples: dict[str, list[Sample]], n: int) -> dict[str, float]:
     out["ratio_guarded_vs_bare"] = round(wall["guarded"] / wall["bare"], 4)
     out["ratio_noop_vs_bare"] = round(wall["noop"] / wall["bare"], 4)
     out["ratio_guarded_vs_noop"] = round(wall["guarded"] / wall["noop"], 4)
+    # The fastest run of each agent is the least disturbed by the machine: a steadier ratio than medians'.
+    out["min_ratio_guarded_vs_bare"] = round(low["guarded"] / low["bare"], 4)
+    out["min_ratio_noop_vs_bare"] = round(low["noop"] / low["bare"], 4)
     out["cpu_ratio_guarded_vs_bare"] = round(cpu["guarded"] / cpu["bare"], 4)
     out["cpu_ratio_guarded_vs_noop"] = round(cpu["guarded"] / cpu["noop"], 4)
     out["agentguard_cpu_us_per_tool_call"] = round((cpu["guarded"] - cpu["noop"]) * 1000 / n, 1)
@@ -242,7 +245,8 @@ def report(n: int, latency: float, runs: int, results: dict[str, dict[str, float
         verdict = "meets" if r["ratio_guarded_vs_bare"] <= TARGET_RATIO else "misses"
         print(
             f"{mode:<6} guarded/bare {r['ratio_guarded_vs_bare']:.3f}x wall, {r['cpu_ratio_guarded_vs_bare']:.3f}x CPU "
-            f"({verdict} {TARGET_RATIO}x); LangChain's own middleware cost (noop/bare) {r['ratio_noop_vs_bare']:.3f}x; "
+            f"({verdict} {TARGET_RATIO}x), fastest runs {r['min_ratio_guarded_vs_bare']:.3f}x; "
+            f"LangChain's own middleware cost (noop/bare) {r['ratio_noop_vs_bare']:.3f}x; "
             f"guarded/noop {r['cpu_ratio_guarded_vs_noop']:.3f}x CPU = "
             f"{r['agentguard_cpu_us_per_tool_call']:.0f} us per tool call\n"
         )
