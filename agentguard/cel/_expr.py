@@ -81,6 +81,10 @@ class ExprBackend:
 
     A checker environment costs ~40 µs to build and a spec compiles many expressions against the same
     declarations, so environments are cached per distinct set of declarations.
+
+    ``fast_path`` (default on): each expression is also compiled, where it can be, into a Python closure
+    that answers the common cases without the engine and hands it everything else
+    (:mod:`agentguard.cel._fast`). Turned off only to compare the two.
     """
 
     name = "cel-expr-python"
@@ -97,8 +101,7 @@ class ExprBackend:
         except RuntimeError as exc:
             raise _compile_error(expression, str(exc)) from None
         tree = CheckedExpr(checked.serialize())
-        variables, functions = tree.variables, tree.functions
-        if _MAP_INSERT in functions:
+        if _MAP_INSERT in tree.functions:
             raise CelCompileError(
                 expression,
                 f"transformMap() is not supported by this cel-expr-python ({_MAP_INSERT} is missing)",
@@ -106,7 +109,7 @@ class ExprBackend:
         return ExprProgram(
             expression,
             checked,
-            frozenset(variables & declarations.keys()),
+            frozenset(tree.variables & declarations.keys()),
             compile_fast(tree) if self._fast_path else None,
         )
 
