@@ -5,13 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agentguard_langchain import approval_from_resume, review_payload
-from agentguard_langchain.testing import answer, calls
+from agentguard_langchain import AgentGuardMiddleware, approval_from_resume, review_payload
+from agentguard_langchain.testing import ScriptedChatModel, answer, calls
+from langchain.agents import create_agent
 from langchain_core.messages import ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.memory import InMemoryStore
 from langgraph.types import Command
 
 from agentguard import Approval, Outcome, Phase, ReviewRequest, Rule
-from integrations.langchain.tests.conftest import BuildAgent, config, make_guard, user_says
+from integrations.langchain.tests.conftest import BuildAgent, Shop, config, make_guard, make_tools, user_says
 
 APPROVE = {"decisions": [{"type": "approve"}]}
 
@@ -248,3 +251,86 @@ def test_review_gates_added_to_the_guard_are_answered_by_interrupt(build_agent: 
     done = h.agent.invoke(Command(resume=APPROVE), config())
     assert tool_messages(done)[0].status == "success"
     assert h.shop.runs["lookup_order"] == 1
+
+
+class Workers:
+    """Two workers of one deployment: each its own Guard and middleware (its own memory), sharing the
+    checkpointer and the store, as LangGraph Platform workers do."""
+
+    def __init__(self, script: list[Any], *, store: bool = True) -> None:
+        self.shop = Shop()
+        self.shop.tools = make_tools(self.shop)
+        self.model = ScriptedChatModel(script=script)
+        self.checkpointer = InMemorySaver()
+        self.store = InMemoryStore() if store else None
+        self.agents = [self._agent() for _ in range(2)]
+
+    def _agent(self) -> Any:
+        return create_agent(
+            self.model,
+            tools=self.shop.tools,
+            middleware=[AgentGuardMiddleware(make_guard())],
+            checkpointer=self.checkpointer,
+            store=self.store,
+        )
+
+    def held(self) -> list[Any]:
+        assert self.store is not None
+        return self.store.search(("agentguard-held-results",))
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_a_resume_on_another_worker_does_not_run_the_tool_again(decision: str) -> None:
+    w = Workers([calls(("export_data", {"table": "orders"})), answer("Done.")])
+    first = w.agents[0].invoke(user_says("export"), config())
+    assert interrupt_value(first)["agentguard"]["phase"] == "output"
+    assert w.shop.runs["export_data"] == 1
+    assert len(w.held()) == 1  # kept for whichever worker resumes
+
+    done = w.agents[1].invoke(Command(resume=APPROVE if decision == "approve" else reject("no")), config())
+    assert w.shop.runs["export_data"] == 1  # the other worker did not run it again
+    (message,) = tool_messages(done)
+    if decision == "approve":
+        assert message.status == "success"
+        assert "orders-row-1" in message.content
+    else:
+        assert message.status == "error"
+        assert "orders-row" not in message.content
+    assert w.held() == []  # the review is over
+
+
+async def test_an_async_resume_on_another_worker_does_not_run_the_tool_again() -> None:
+    w = Workers([calls(("wire_money", {"to": "ACME", "amount": 10})), answer("Wired.")])
+    first = await w.agents[0].ainvoke(user_says("wire 10 to ACME"), config())
+    assert interrupt_value(first)["agentguard"]["phase"] == "input"
+    middle = await w.agents[1].ainvoke(Command(resume=APPROVE), config())  # input approved on worker 2
+    assert interrupt_value(middle)["agentguard"]["phase"] == "output"
+    assert w.shop.runs["wire_money"] == 1
+    done = await w.agents[0].ainvoke(Command(resume=APPROVE), config())  # output approved on worker 1
+    assert w.shop.runs["wire_money"] == 1
+    (message,) = tool_messages(done)
+    assert message.status == "success"
+    assert "W-1" in message.content
+    assert w.held() == []
+
+
+def test_a_resume_on_the_same_worker_leaves_no_stored_result() -> None:
+    w = Workers([calls(("export_data", {"table": "orders"})), answer("Done.")])
+    w.agents[0].invoke(user_says("export"), config())
+    done = w.agents[0].invoke(Command(resume=APPROVE), config())
+    assert w.shop.runs["export_data"] == 1
+    assert tool_messages(done)[0].status == "success"
+    assert w.held() == []
+
+
+def test_only_calls_paused_after_the_tool_ran_are_stored() -> None:
+    w = Workers(
+        [
+            calls(("lookup_order", {"order_id": "A-1"})),
+            calls(("refund", {"order_id": "A-1", "amount": 5})),
+            answer("ok"),
+        ]
+    )
+    first = w.agents[0].invoke(user_says("refund A-1"), config())
+    assert interrupt_value(first)["agentguard"]["phase"] == "input"  # the refund has not run
+    assert w.held() == []

@@ -29,9 +29,11 @@ try:
     from langchain_core.outputs import ChatGeneration, LLMResult
     from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import BaseTool, tool
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
     from langgraph.config import get_config
     from langgraph.errors import GraphBubbleUp
     from langgraph.runtime import Runtime
+    from langgraph.store.base import BaseStore
     from langgraph.types import Command, interrupt
     from langsmith.utils import tracing_is_enabled as langsmith_tracing
 except ImportError as exc:  # pragma: no cover - exercised only without the host installed
@@ -48,6 +50,7 @@ __all__ = [
     "BaseCallbackHandler",
     "BaseChatModel",
     "BaseMessage",
+    "BaseStore",
     "BaseTool",
     "ChatGeneration",
     "Command",
@@ -55,6 +58,7 @@ __all__ = [
     "ExtendedModelResponse",
     "GraphBubbleUp",
     "HumanMessage",
+    "JsonPlusSerializer",
     "LLMResult",
     "ModelRequest",
     "ModelResponse",

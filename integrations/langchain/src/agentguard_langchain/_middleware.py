@@ -35,8 +35,10 @@ Limits worth knowing:
   guarded too.
 - ``stream_mode="messages"`` streams model tokens as they are generated, before the output guardrail has
   seen the whole answer; stream ``"updates"`` or ``"values"`` to show users only guarded answers.
-- Engagements live in this process. After a restart a thread starts a new Engagement record, and a tool whose
-  output review was pending runs again when the run is resumed.
+- Engagements live in this process. A run resumed after a restart, or by another worker, starts a new
+  Engagement record for its thread. A tool that ran before its run paused for output review does not run
+  again there when the graph has a store (``create_agent(..., store=...)``): its result waits in the store
+  until the review is over. Without a store it runs again.
 """
 
 from __future__ import annotations
@@ -164,6 +166,15 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         self.interrupt_reviewers: tuple[str, ...] = (
             install_interrupt_reviewers(guard) if interrupt_reviews else ()
         )
+        # Capabilities whose output review pauses the graph after the tool ran: their results are also
+        # kept in the graph's store (when it has one) while the review is pending.
+        self._output_reviewed = frozenset(
+            name
+            for name, capability in guard.spec.capabilities.items()
+            if capability is not None
+            and capability.output_restriction is not None
+            and capability.output_restriction.require_review in self.interrupt_reviewers
+        )
         if not langsmith_tracing():
             self._skip_langsmith_thread_hops()
 
@@ -247,8 +258,9 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             session = self._sessions.for_thread(thread)
             if session is None:
                 log.warning(
-                    "agentguard: no open engagement for this run (evicted, or the process restarted): "
-                    "starting a new one; calls made before are not in its record"
+                    "agentguard: no open engagement for this run (evicted, the process restarted, or "
+                    "another worker paused it): starting a new one; calls made before are not in its record, "
+                    "and without a graph store a tool paused in output review runs again"
                 )
                 session = self._open(thread, context, None)
         return session
@@ -425,7 +437,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
     ) -> ToolResult:
         """Run the call through ``guard.call``; LangChain's handler is what runs the tool."""
         session = self._session(request.state, request.runtime.context)
-        call = ToolCallTranslation(request, session, self._resolver)
+        call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed)
         with session.engagement.activate(), Scope(call.lc_name, call.call_id) as scope:
             replay_interrupts(call.interrupts_to_replay())
             try:
@@ -437,10 +449,14 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                     reasoning=call.reasoning,
                 )
             except GraphBubbleUp:
-                raise  # paused for review: the held result waits for the re-run
+                call.persist()  # paused for review: the held result waits for the re-run, on any worker
+                raise
             except Exception as exc:
-                return call.fail(exc, self.on_denied)
-        return call.finish(output)
+                result = call.fail(exc, self.on_denied)
+            else:
+                result = call.finish(output)
+        call.release()
+        return result
 
     async def awrap_tool_call(
         self,
@@ -448,7 +464,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
         session = self._session(request.state, request.runtime.context)
-        call = ToolCallTranslation(request, session, self._resolver)
+        call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed)
         with session.engagement.activate(), Scope(call.lc_name, call.call_id) as scope:
             replay_interrupts(call.interrupts_to_replay())
             try:
@@ -460,10 +476,14 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                     reasoning=call.reasoning,
                 )
             except GraphBubbleUp:
+                await call.apersist()
                 raise
             except Exception as exc:
-                return call.fail(exc, self.on_denied)
-        return call.finish(output)
+                result = call.fail(exc, self.on_denied)
+            else:
+                result = call.finish(output)
+        await call.arelease()
+        return result
 
 
 def _earlier_messages(messages: Sequence[BaseMessage], previous: Session | None) -> list[str]:

@@ -45,6 +45,8 @@ class HeldResult:
     result: ToolMessage | Command[Any]
     output: Any
     content: object
+    stored: bool = False
+    """Also kept in the graph's store, for a resume on another worker (see ``_toolcall``)."""
 
 
 @dataclass(eq=False)

@@ -7,6 +7,8 @@ tool handler (so inputs a guardian rewrote reach the tool and inner middleware s
 
 from __future__ import annotations
 
+import base64
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
@@ -20,10 +22,20 @@ from agentguard import (
     ReviewDenied,
 )
 from agentguard_langchain._content import decode_output, encode_output, message_text
-from agentguard_langchain._host import AIMessage, BaseTool, Command, ToolCallRequest, ToolMessage
+from agentguard_langchain._host import (
+    AIMessage,
+    BaseStore,
+    BaseTool,
+    Command,
+    JsonPlusSerializer,
+    ToolCallRequest,
+    ToolMessage,
+)
 from agentguard_langchain._sessions import HeldResult, Session
 
-__all__ = ["RECOVERABLE", "OnDenied", "ToolCallTranslation", "ToolFailed", "ToolResolver"]
+__all__ = ["RECOVERABLE", "OnDenied", "StoredResult", "ToolCallTranslation", "ToolFailed", "ToolResolver"]
+
+log = logging.getLogger("agentguard_langchain")
 
 OnDenied = Literal["message", "raise"]
 
@@ -90,11 +102,61 @@ def _unwrap(tool: BaseTool) -> tuple[BaseTool | None, str | None]:
     return tool.model_copy(update=update), name
 
 
+class StoredResult:
+    """The result of one tool call that ran before its run paused for output review, kept in the graph's
+    LangGraph store (``create_agent(..., store=...)``) until the review is over.
+
+    A resume may be handled by another worker than the one that paused (LangGraph Platform, any deployment
+    with a shared checkpointer): there the call is not in memory, and without this record the tool would run
+    a second time. Results are serialized as LangGraph's checkpointers serialize them.
+    """
+
+    NAMESPACE = "agentguard-held-results"
+    _serde = JsonPlusSerializer()
+
+    def __init__(self, store: BaseStore, thread: str, call_id: str) -> None:
+        self._store = store
+        self._namespace = (self.NAMESPACE, thread)
+        self._key = call_id
+
+    def _load(self, value: Mapping[str, Any] | None) -> ToolResult | None:
+        if value is None:
+            return None
+        result: ToolResult = self._serde.loads_typed((value["type"], base64.b64decode(value["data"])))
+        log.info("agentguard: tool call %s ran before the run paused; its stored result is used", self._key)
+        return result
+
+    def _dump(self, result: ToolResult) -> dict[str, str]:
+        kind, data = self._serde.dumps_typed(result)
+        return {"type": kind, "data": base64.b64encode(data).decode()}
+
+    def get(self) -> ToolResult | None:
+        item = self._store.get(self._namespace, self._key)
+        return self._load(item.value if item is not None else None)
+
+    async def aget(self) -> ToolResult | None:
+        item = await self._store.aget(self._namespace, self._key)
+        return self._load(item.value if item is not None else None)
+
+    def put(self, result: ToolResult) -> None:
+        self._store.put(self._namespace, self._key, self._dump(result))
+
+    async def aput(self, result: ToolResult) -> None:
+        await self._store.aput(self._namespace, self._key, self._dump(result))
+
+    def delete(self) -> None:
+        self._store.delete(self._namespace, self._key)
+
+    async def adelete(self) -> None:
+        await self._store.adelete(self._namespace, self._key)
+
+
 class ToolCallTranslation:
     """Everything about one tool call the middleware needs before and after ``guard.call``."""
 
     __slots__ = (
         "_anonymous",
+        "_done",
         "call_id",
         "inputs",
         "lc_name",
@@ -102,10 +164,17 @@ class ToolCallTranslation:
         "reasoning",
         "request",
         "session",
+        "stored",
         "tool",
     )
 
-    def __init__(self, request: ToolCallRequest, session: Session, resolver: ToolResolver) -> None:
+    def __init__(
+        self,
+        request: ToolCallRequest,
+        session: Session,
+        resolver: ToolResolver,
+        output_reviewed: frozenset[str] = frozenset(),
+    ) -> None:
         tool_call = request.tool_call
         self.request = request
         self.session = session
@@ -115,6 +184,14 @@ class ToolCallTranslation:
         self.name, self.tool = resolver.resolve(self.lc_name, request.tool)
         self.reasoning = _reasoning(request.state, self.call_id)
         self._anonymous: HeldResult | None = None
+        self._done: HeldResult | None = None
+        store = request.runtime.store if self.name in output_reviewed else None
+        self.stored = (
+            StoredResult(store, session.thread, self.call_id)
+            if store is not None and session.thread is not None and self.call_id is not None
+            else None
+        )
+        """Where the result waits across workers, for a call whose output review may pause the run."""
 
     # -- the function the pipeline invokes -------------------------------------------------------------
 
@@ -131,6 +208,9 @@ class ToolCallTranslation:
         self, handler: Callable[[ToolCallRequest], ToolResult], answered: Callable[[], int]
     ) -> Callable[..., Any]:
         def run(**inputs: Any) -> Any:
+            result = self.stored.get() if self.stored is not None else None
+            if result is not None:  # the tool ran on another worker before the run paused
+                return self.accept(result, answered(), stored=True)
             return self.accept(handler(self._request(inputs)), answered())
 
         return run
@@ -139,23 +219,55 @@ class ToolCallTranslation:
         self, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]], answered: Callable[[], int]
     ) -> Callable[..., Awaitable[Any]]:
         async def run(**inputs: Any) -> Any:
+            result = await self.stored.aget() if self.stored is not None else None
+            if result is not None:
+                return self.accept(result, answered(), stored=True)
             return self.accept(await handler(self._request(inputs)), answered())
 
         return run
 
-    def accept(self, result: ToolResult, interrupts_before: int) -> Any:
+    def accept(self, result: ToolResult, interrupts_before: int, *, stored: bool = False) -> Any:
         """The tool's output for the pipeline; the LangChain result is held until the pipeline lets it out."""
         message = _tool_message(result, self.call_id)
         if isinstance(message, ToolMessage) and message.status == "error":
             raise ToolFailed(message)
         content = message.content if message is not None else None
         output = decode_output(content)
+        held = HeldResult(result, output, content, stored)
         if self.call_id is not None:
-            self.session.held[self.call_id] = HeldResult(result, output, content)
+            self.session.held[self.call_id] = held
             self.session.replays[self.call_id] = interrupts_before
         else:
-            self._anonymous = HeldResult(result, output, content)
+            self._anonymous = held
         return output
+
+    # -- a run paused for review ------------------------------------------------------------------------
+
+    def _to_store(self) -> HeldResult | None:
+        held = self.session.held.get(self.call_id) if self.stored and self.call_id else None
+        return held if held is not None and not held.stored else None
+
+    def persist(self) -> None:
+        """The run pauses: a result held for output review goes to the store too, for any worker to resume."""
+        held = self._to_store()
+        if held is not None and self.stored is not None:
+            self.stored.put(held.result)
+            held.stored = True
+
+    async def apersist(self) -> None:
+        held = self._to_store()
+        if held is not None and self.stored is not None:
+            await self.stored.aput(held.result)
+            held.stored = True
+
+    def release(self) -> None:
+        """The call is over: its stored result, if any, is deleted."""
+        if self._done is not None and self._done.stored and self.stored is not None:
+            self.stored.delete()
+
+    async def arelease(self) -> None:
+        if self._done is not None and self._done.stored and self.stored is not None:
+            await self.stored.adelete()
 
     # -- after the pipeline ----------------------------------------------------------------------------
 
@@ -204,9 +316,11 @@ class ToolCallTranslation:
 
     def _pop(self) -> HeldResult | None:
         if self.call_id is None:
-            return self._anonymous
-        self.session.replays.pop(self.call_id, None)
-        return self.session.held.pop(self.call_id, None)
+            self._done = self._anonymous
+        else:
+            self.session.replays.pop(self.call_id, None)
+            self._done = self.session.held.pop(self.call_id, None)
+        return self._done
 
 
 def _tool_message(result: ToolResult, call_id: str | None) -> ToolMessage | None:
