@@ -43,10 +43,10 @@ from typing import Any
 
 from _common import print_table, write_results
 from agentguard_langchain import AgentGuardMiddleware
+from agentguard_langchain.demo import lookup_order, send_email  # the demo's support tools
 from agentguard_langchain.testing import ScriptedChatModel, answer, calls
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
-from langchain_core.tools import tool
 
 from agentguard import Guard
 
@@ -56,18 +56,6 @@ TARGET_RATIO = 1.05
 Sample = tuple[float, float]
 """(wall seconds, process CPU seconds) of one run."""
 PAYLOAD = {"messages": [{"role": "user", "content": "Check every open order and tell the team."}]}
-
-
-@tool
-def lookup_order(order_id: str) -> dict[str, str]:
-    """Look an order up by its id."""
-    return {"order_id": order_id, "status": "shipped"}
-
-
-@tool
-def send_email(to: str, body: str) -> dict[str, str]:
-    """Email the support team."""
-    return {"status": "sent"}
 
 
 class NoopMiddleware(AgentMiddleware):

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from agentguard.errors import Phase, Rule
 from agentguard.policy import CheckResult, RuleContext
+from agentguard.spec import describe_value
 
 __all__ = [
     "ArgumentsSchema",
@@ -65,20 +66,7 @@ _MAX_MESSAGES = 3
 
 
 def _describe(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"the boolean {str(value).lower()}"
-    if isinstance(value, int | float):
-        return f"the number {value!r}"
-    if isinstance(value, str):
-        shown = value if len(value) <= 40 else value[:37] + "..."
-        return f"the string {shown!r}"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, list | tuple):
-        return "an array"
-    return f"a {type(value).__name__}"
+    return describe_value(value, json_terms=True)
 
 
 def _is_type(name: str, value: object) -> bool:

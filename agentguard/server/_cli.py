@@ -21,21 +21,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from agentguard._httputil import is_loopback
+from agentguard._servecli import add_listen_options, start_logging, token_from_env
 from agentguard.errors import ConfigurationError, SpecError
 from agentguard.remote import attach_remote_agents
 
 from ._agents import load_agents
 
 __all__ = ["add_parser"]
-
-_LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,11 +47,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--runner", required=True, metavar="MODULE:CALLABLE", help="runner(guard, engagement, input)"
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8800, help="port to listen on (default: 8800)")
-    parser.add_argument(
-        "--token-env", metavar="VAR", help="environment variable holding the bearer token every request needs"
-    )
+    add_listen_options(parser, port=8800)
     parser.add_argument(
         "--max-body-bytes", type=int, default=1_048_576, help="largest input (default: 1 MiB)"
     )
@@ -80,7 +73,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument("--ssl-certfile", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
     parser.add_argument("--ssl-keyfile", metavar="FILE", help="the certificate's private key (PEM)")
-    parser.add_argument("--log-level", choices=_LOG_LEVELS, default="info", help="log level (default: info)")
     parser.set_defaults(run=run)
 
 
@@ -118,11 +110,10 @@ def run(args: argparse.Namespace) -> int:
     """Load and check everything, then serve until interrupted."""
     if (args.ssl_certfile is None) != (args.ssl_keyfile is None):
         return _fail("--ssl-certfile and --ssl-keyfile go together", 2)
-    token: str | None = None
-    if args.token_env:
-        token = os.environ.get(args.token_env)
-        if not token:
-            return _fail(f"${args.token_env} is not set or empty", 2)
+    try:
+        token = token_from_env(args.token_env)
+    except ValueError as error:
+        return _fail(str(error), 2)
     try:
         tokens = _remote_tokens(args.remote_token)
     except ValueError as error:
@@ -159,13 +150,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as error:
         return _fail(str(error), 2)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    if token is None and not is_loopback(args.host):
-        logging.getLogger("agentguard.server").warning(
-            "serving on %s without a token: anyone who can reach it can start engagements", args.host
-        )
+    start_logging(args, token, "agentguard.server", "start engagements")
     uvicorn.run(
         app,
         host=args.host,

@@ -17,7 +17,6 @@ document is how a typo in a path turns into a confusing YAML error.
 
 from __future__ import annotations
 
-import datetime
 import difflib
 import os
 import types
@@ -39,6 +38,7 @@ from ._yaml import (
     Labels,
     Position,
     Positions,
+    describe_value,
     dotted,
     field_problem,
     in_file_order,
@@ -115,10 +115,10 @@ def _validation_problem(
         reason = (
             f"key {value!r} is not a valid reference: {error['ctx']['error']}"
             if kind == "value_error"
-            else f"keys must be strings, not {_describe(value)}"
+            else f"keys must be strings, not {describe_value(value)}"
         )
     elif kind == "invalid_key":
-        reason = f"keys must be strings, not {_describe(value)}"
+        reason = f"keys must be strings, not {describe_value(value)}"
     elif kind == "missing":
         reason = "required field is missing"
     elif kind == "extra_forbidden":
@@ -133,7 +133,7 @@ def _validation_problem(
     elif kind == "greater_than_equal":
         reason = f"must be at least {error['ctx']['ge']}, not {value!r}"
     elif kind in _EXPECTED:
-        reason = f"expected {_EXPECTED[kind]}, got {_describe(value)}"
+        reason = f"expected {_EXPECTED[kind]}, got {describe_value(value)}"
         if kind == "string_type" and not isinstance(value, list | dict):
             reason += " (quote the value to make it a string)"
     else:
@@ -148,26 +148,6 @@ _EXPECTED = {
     "dict_type": "a mapping",
     "model_type": "a mapping",
 }
-
-
-def _describe(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"the boolean {str(value).lower()}"
-    if isinstance(value, int | float):
-        return f"the number {value!r}"
-    if isinstance(value, str):
-        return f"the string {value!r}"
-    if isinstance(value, datetime.date):
-        return f"the date {value.isoformat()}"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, bytes):
-        return "binary data"
-    return f"a {type(value).__name__}"
 
 
 def _fields_at(path: FieldPath) -> list[str]:

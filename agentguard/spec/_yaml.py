@@ -16,6 +16,7 @@ missing one) at its nearest parent, and :func:`dotted` names a field path the wa
 
 from __future__ import annotations
 
+import datetime
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ __all__ = [
     "Position",
     "Positions",
     "YamlDocument",
+    "describe_value",
     "dotted",
     "field_problem",
     "in_file_order",
@@ -321,3 +323,29 @@ def _yaml_reason(exc: yaml.MarkedYAMLError) -> str:
     if exc.context:
         reason = f"{reason} ({exc.context})"
     return reason
+
+
+def describe_value(value: object, *, json_terms: bool = False) -> str:
+    """How a problem names a value it refuses ("expected a string, got the number 3").
+
+    Spec problems speak YAML (mappings, lists); JSON Schema problems speak JSON (objects, arrays) and
+    shorten long strings, since the value is someone's data rather than a field the reader wrote.
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        shown = value[:37] + "..." if json_terms and len(value) > 40 else value
+        return f"the string {shown!r}"
+    if isinstance(value, datetime.date):
+        return f"the date {value.isoformat()}"
+    if isinstance(value, Mapping):
+        return "an object" if json_terms else "a mapping"
+    if isinstance(value, list | tuple):
+        return "an array" if json_terms else "a list"
+    if isinstance(value, bytes):
+        return "binary data"
+    return f"a {type(value).__name__}"

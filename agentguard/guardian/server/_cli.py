@@ -13,18 +13,14 @@ cannot be loaded, 2 for a usage error.
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 
-from agentguard._httputil import is_loopback
+from agentguard._servecli import add_listen_options, start_logging, token_from_env
 from agentguard.errors import SpecError
 
 from ._rules import load_rules
 
 __all__ = ["add_parser"]
-
-_LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,25 +31,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description="Serve AOS JSON-RPC on / and /aos, deciding every step with the rules of a YAML file.",
     )
     parser.add_argument("--rules", required=True, metavar="FILE", help="rules YAML file")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8700, help="port to listen on (default: 8700)")
-    parser.add_argument(
-        "--token-env",
-        metavar="VAR",
-        help="environment variable holding the bearer token every request must carry",
-    )
-    parser.add_argument("--log-level", choices=_LOG_LEVELS, default="info", help="log level (default: info)")
+    add_listen_options(parser, port=8700)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Load the rules, then serve until interrupted."""
-    token: str | None = None
-    if args.token_env:
-        token = os.environ.get(args.token_env)
-        if not token:
-            print(f"agentguard guardian: ${args.token_env} is not set or empty", file=sys.stderr)
-            return 2
+    try:
+        token = token_from_env(args.token_env)
+    except ValueError as error:
+        print(f"agentguard guardian: {error}", file=sys.stderr)
+        return 2
     try:
         rules = load_rules(args.rules)
     except SpecError as error:
@@ -69,12 +57,6 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as error:
         print(f"agentguard guardian: {error}", file=sys.stderr)
         return 1
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    if token is None and not is_loopback(args.host):
-        logging.getLogger("agentguard.guardian.server").warning(
-            "serving on %s without a token: anyone who can reach it can ask for decisions", args.host
-        )
+    start_logging(args, token, "agentguard.guardian.server", "ask for decisions")
     uvicorn.run(create_app(rules, token=token), host=args.host, port=args.port, log_level=args.log_level)
     return 0

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from agentguard_langchain import AgentGuardMiddleware, approval_from_resume, review_payload
+from agentguard_langchain._toolcall import StoredResult
 from agentguard_langchain.testing import ScriptedChatModel, answer, calls
 from langchain.agents import create_agent
 from langchain_core.messages import ToolMessage
@@ -276,7 +277,7 @@ class Workers:
 
     def held(self) -> list[Any]:
         assert self.store is not None
-        return self.store.search(("agentguard-held-results",))
+        return self.store.search((StoredResult.NAMESPACE,))
 
 
 @pytest.mark.parametrize("decision", ["approve", "reject"])
