@@ -1,14 +1,11 @@
-"""Shared test helpers: spec text builders and paths to the conformance data outside the repository."""
+"""Shared test helpers: spec text builders."""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
 
 
 def spec_text(body: str = "", *, name: str = "test-agent") -> str:
@@ -22,9 +19,3 @@ def spec_text(body: str = "", *, name: str = "test-agent") -> str:
     )
     return head + textwrap.dedent(body)
 
-
-@pytest.fixture
-def shared_dir() -> Path:
-    if not SHARED.is_dir():
-        pytest.fail(f"conformance data not found at {SHARED} (shared/ must sit beside the repository)")
-    return SHARED

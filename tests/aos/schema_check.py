@@ -1,9 +1,9 @@
 """The published AOS JSON Schema, with its known defects patched, as a check for any AOS wire document.
 
-The schema is read from ``../shared/conformance/aos/`` (never copied into the repository) and its known
-defects (conformance/README.md) are patched in a local copy, each patch saying which defect and why. The
-patches make the schema *agree with the specification text*; they never loosen it beyond that
-(``test_aos_schema.py`` checks that the patched schema still refuses what the text refuses).
+The schema is kept in the repository as published (``tests/conformance/aos/``, source and license in
+``tests/conformance/README.md``) and its known defects (listed there) are patched in a local copy, each
+patch saying which defect and why. The patches make the schema *agree with the specification text*; they
+never loosen it beyond that (``test_aos_schema.py`` checks that the patched schema still refuses what the text refuses).
 
 Other test folders use :func:`schema_errors` to check the requests agentguard sends::
 
@@ -33,9 +33,7 @@ __all__ = [
     "schema_errors",
 ]
 
-SCHEMA_FILE = (
-    Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "aos" / "aos_schema.json"
-)
+SCHEMA_FILE = Path(__file__).resolve().parents[1] / "conformance" / "aos" / "aos_schema.json"
 
 # Method -> the schema's definition of its request (the schema still uses the earlier prefix ASOP).
 REQUEST_DEFINITIONS = {
@@ -135,7 +133,7 @@ def published_schema() -> dict[str, Any]:
     """The schema as published (a fresh copy is not made: do not modify it)."""
     if not SCHEMA_FILE.is_file():
         raise FileNotFoundError(
-            f"the published AOS schema is not at {SCHEMA_FILE} (shared/ must sit beside the repo)"
+            f"the published AOS schema is not at {SCHEMA_FILE}"
         )
     schema: dict[str, Any] = json.loads(SCHEMA_FILE.read_text())
     return schema

@@ -1,7 +1,8 @@
 """The CEL specification's own conformance cases, run through agentguard's CEL API.
 
-The cases (google/cel-spec ``tests/simple/testdata``, extracted to JSON) live outside the repository, in
-``../shared/conformance/cel/cases.json``; see that folder's README for the format. Only the core-language
+The cases (google/cel-spec ``tests/simple/testdata``, extracted to JSON) are kept in the repository, in
+``tests/conformance/cel/cases.json``; ``tests/conformance/README.md`` gives their source, version, license and
+format. Only the core-language
 files are run; extension libraries are not part of what agentguard offers.
 
 How a case maps onto agentguard:
@@ -34,7 +35,7 @@ import pytest
 
 from agentguard.cel import CelBackend, CelCompileError, CelEvaluationError, VarType
 
-CASES_FILE = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "cel" / "cases.json"
+CASES_FILE = Path(__file__).resolve().parents[1] / "conformance" / "cel" / "cases.json"
 
 CORE_FILES = (
     "basic",
@@ -153,7 +154,7 @@ def run(backend: CelBackend, case: dict[str, Any]) -> Outcome:
 @pytest.fixture(scope="module")
 def cases() -> list[dict[str, Any]]:
     if not CASES_FILE.is_file():
-        pytest.fail(f"conformance data not found at {CASES_FILE} (shared/ must sit beside the repository)")
+        pytest.fail(f"conformance data not found at {CASES_FILE}")
     return core_cases()
 
 
