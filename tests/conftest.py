@@ -18,4 +18,3 @@ def spec_text(body: str = "", *, name: str = "test-agent") -> str:
         "owner: tests@corp.com\n"
     )
     return head + textwrap.dedent(body)
-

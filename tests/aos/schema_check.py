@@ -132,9 +132,7 @@ def _patched(schema: dict[str, Any]) -> dict[str, Any]:
 def published_schema() -> dict[str, Any]:
     """The schema as published (a fresh copy is not made: do not modify it)."""
     if not SCHEMA_FILE.is_file():
-        raise FileNotFoundError(
-            f"the published AOS schema is not at {SCHEMA_FILE}"
-        )
+        raise FileNotFoundError(f"the published AOS schema is not at {SCHEMA_FILE}")
     schema: dict[str, Any] = json.loads(SCHEMA_FILE.read_text())
     return schema
 
