@@ -38,6 +38,7 @@ from agentguard.cel._base import (
     CelError,
     CelEvaluationError,
     CelProgram,
+    Reads,
     VarType,
 )
 
@@ -49,6 +50,7 @@ __all__ = [
     "CelError",
     "CelEvaluationError",
     "CelProgram",
+    "Reads",
     "VarType",
     "available_backends",
     "get_backend",

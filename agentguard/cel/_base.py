@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -32,8 +33,14 @@ __all__ = [
     "CelError",
     "CelEvaluationError",
     "CelProgram",
+    "Reads",
     "VarType",
+    "redacted",
 ]
+
+Reads = Mapping[str, "Reads"] | None
+"""What an expression reads of one value: ``None`` for the whole value, else the members it selects by a
+constant name (``recent["send-email"]``, ``history._total``), each with what it reads of that member."""
 
 
 class VarType(enum.Enum):
@@ -79,6 +86,34 @@ class CelEvaluationError(CelError):
         return f"CEL evaluation error: {self.message}"
 
 
+_QUOTED = re.compile(r"""(["'])((?:(?!\1)[^\\]|\\.)*)\1""")
+
+
+def redacted(message: str, source: str) -> str:
+    """An engine's evaluation error without the values it quotes.
+
+    Engines put the data they failed on into their messages (``Key not found in map : "SECRET-42"``,
+    ``Index error: index=5 size=1``, a regular expression taken from the data). A withheld output must not
+    reach a denial reason, a span or a log through them. So only the message's first clause is kept, and a
+    quoted name only where it is written in the expression ``source`` itself (a field or key the spec names,
+    which says what was missing without saying anything the spec does not). The operand *types* of "No
+    matching overloads found" hold no value and are kept.
+    """
+
+    def named(match: re.Match[str]) -> str:
+        quoted = match.group(2)
+        written = quoted and re.search(rf"(?<![\w-]){re.escape(quoted)}(?![\w-])", source)
+        return match.group(0) if written else "…"
+
+    text = message.strip()
+    head, _, tail = text.partition(":")
+    if head.startswith("No matching overloads found"):
+        return _QUOTED.sub(named, text)
+    names = [m.group(0) for m in _QUOTED.finditer(tail) if named(m) != "…"]
+    head = _QUOTED.sub(named, head).strip() or "evaluation error"
+    return f"{head}: {', '.join(names)}" if names else head
+
+
 @runtime_checkable
 class CelProgram(Protocol):
     """A compiled expression. Thread-safe: one program is evaluated concurrently by many engagements."""
@@ -90,6 +125,12 @@ class CelProgram(Protocol):
     @property
     def variables(self) -> frozenset[str]:
         """Declared top-level variables the expression actually references (bind only these)."""
+
+    @property
+    def reads(self) -> Mapping[str, Reads]:
+        """For each name in :attr:`variables`, the part of its value the expression reads, taken from the
+        syntax tree (never from the text). Binding only those parts gives the same answer as binding the
+        whole value; a backend that cannot tell says ``None`` (the whole value) for every variable."""
 
     def evaluate(self, variables: Mapping[str, Any]) -> Any:
         """Evaluate and return a plain Python value; raise :class:`CelEvaluationError` on failure.

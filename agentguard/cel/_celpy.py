@@ -48,7 +48,7 @@ import lark
 from celpy.celparser import CELParseError
 
 import agentguard
-from agentguard.cel._base import CelCompileError, CelEvaluationError, VarType
+from agentguard.cel._base import CelCompileError, CelEvaluationError, Reads, VarType, redacted
 
 __all__ = ["CelpyBackend"]
 
@@ -498,6 +498,11 @@ class CelpyProgram:
     def variables(self) -> frozenset[str]:
         return self._names
 
+    @property
+    def reads(self) -> Mapping[str, Reads]:
+        """Every variable whole: this backend does not narrow bindings (always right, only slower)."""
+        return dict.fromkeys(self._names)
+
     def evaluate(self, variables: Mapping[str, Any]) -> Any:
         values: dict[str, Any] = {}
         for name, bind in self._binders.items():
@@ -505,14 +510,18 @@ class CelpyProgram:
                 try:
                     values[name] = bind(variables[name])
                 except (TypeError, ValueError) as exc:
-                    raise CelEvaluationError(self._source, f"variable {name!r}: {exc}") from exc
+                    raise CelEvaluationError(
+                        self._source, f"variable {name!r} cannot be bound: {redacted(str(exc), self._source)}"
+                    ) from exc
         activation = self._qualified(values) if self._dotted else _Activation(self._base, values)
         try:
             result = self._run(activation)
         except Exception as exc:  # what escapes celpy's own error capture; celpy's runner does the same
-            raise CelEvaluationError(self._source, f"{type(exc).__name__}: {exc}") from exc
+            raise CelEvaluationError(
+                self._source, f"{type(exc).__name__}: {redacted(str(exc), self._source)}"
+            ) from exc
         if isinstance(result, ev.CELEvalError):
-            raise CelEvaluationError(self._source, _error_message(result))
+            raise CelEvaluationError(self._source, redacted(_error_message(result), self._source))
         return _to_python(result)
 
     def _qualified(self, values: dict[str, Any]) -> _Activation:

@@ -2,20 +2,26 @@
 
 The engine does not expose its AST, but ``Expression.serialize()`` is a ``google.protobuf.Any`` holding the
 checked expression. This module reads the few fields agentguard needs straight from the protobuf wire format:
-which variables and functions an expression uses (to bind only those), and the tree itself (for the fast
-path of :mod:`agentguard.cel._fast`).
+which variables and functions an expression uses (to bind only those), which parts of each variable it
+reads (:func:`reads_of`), and the tree itself (for the fast path of :mod:`agentguard.cel._fast`).
+
+Both forms the engine serializes are read: a ``CheckedExpr`` (the normal case) and a ``ParsedExpr`` (an
+expression compiled without the type checker, see :mod:`agentguard.cel._expr`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
-__all__ = ["CheckedExpr", "Message", "message", "text"]
+from agentguard.cel._base import Reads
+
+__all__ = ["CheckedExpr", "Message", "message", "reads_of", "text"]
 
 # Field numbers from google/cel-spec proto/cel/expr/checked.proto and syntax.proto.
 # Any:          type_url = 1, value = 2
 # CheckedExpr:  reference_map = 2 (map<int64, Reference>), expr = 4
+# ParsedExpr:   expr = 2
 # Reference:    name = 1, overload_id = 3, value = 4
 # Expr:         id = 2, const_expr = 3, ident_expr = 4, select_expr = 5, call_expr = 6, list_expr = 7,
 #               struct_expr = 8, comprehension_expr = 9
@@ -83,19 +89,25 @@ class CheckedExpr:
     comprehension variables in scope, and the reference map is consulted only for names not bound there.
     """
 
-    __slots__ = ("expr", "functions", "references", "variables")
+    __slots__ = ("checked", "expr", "functions", "references", "variables")
 
     def __init__(self, serialized: bytes) -> None:
-        checked = message(message(serialized)[2][0])
+        wrapper = message(serialized)
+        decoded = message(wrapper[2][0])
+        self.checked = not text(wrapper, 1).endswith(".ParsedExpr")
+        """Whether the type checker passed the expression (else it was parsed only)."""
         self.references: dict[int, str] = {}
         """Node id -> the variable name the checker resolved it to."""
-        for entry in checked.get(2, []):
-            fields = message(entry)
-            reference = message(fields[2][0]) if 2 in fields else {}
-            # A reference with overload ids is a function, one with a value is an enum constant.
-            if 1 in reference and 3 not in reference and 4 not in reference:
-                self.references[fields.get(1, [0])[0]] = text(reference, 1)
-        self.expr: bytes | None = checked[4][0] if 4 in checked else None
+        if not self.checked:
+            self.expr: bytes | None = decoded[2][0] if 2 in decoded else None
+        else:
+            for entry in decoded.get(2, []):
+                fields = message(entry)
+                reference = message(fields[2][0]) if 2 in fields else {}
+                # A reference with overload ids is a function, one with a value is an enum constant.
+                if 1 in reference and 3 not in reference and 4 not in reference:
+                    self.references[fields.get(1, [0])[0]] = text(reference, 1)
+            self.expr = decoded[4][0] if 4 in decoded else None
         self.variables: set[str] = set()
         self.functions: set[str] = set()
         if self.expr is not None:
@@ -111,30 +123,106 @@ def _walk(
         name = text(message(expr[4][0]), 1)
         if name not in scope:
             variables.add(references.get(node_id, name))
-    elif 5 in expr:  # selection: either a resolved qualified name, or a field of its operand
+        return
+    if 5 in expr and node_id in references:  # a selection the checker resolved to a qualified name
+        variables.add(references[node_id])
+        return
+    if 6 in expr:
+        functions.add(text(message(expr[6][0]), 2))
+    for child, inner in _children(expr, scope):
+        _walk(child, inner, references, variables, functions)
+
+
+def reads_of(tree: CheckedExpr, declared: frozenset[str]) -> dict[str, Reads]:
+    """What ``tree`` reads of each declared variable: the members it selects by a constant name, nested.
+
+    Built from the syntax tree, so comments, string literals, macros, method calls and shadowing
+    comprehension variables cannot hide a read. A variable (or a member of one) that is used in any way other
+    than selecting a member by a constant name -- ``history.exists(...)``, ``size(recent)``, ``x in recent``,
+    ``recent[name]`` with a computed name, a comparison -- is read whole (``None``). Binding only what this
+    says is read gives the same answer as binding everything, which the differential tests check.
+    """
+    found: dict[str, Reads] = {}
+    if tree.expr is not None:
+        _reads(tree.expr, frozenset(), tree.references, declared, found)
+    return found
+
+
+def _path(expr: Message, scope: frozenset[str], references: dict[int, str]) -> tuple[str, list[str]] | None:
+    """``(variable, [member, ...])`` when ``expr`` is nothing but constant selections from a variable."""
+    node_id = expr.get(2, [0])[0]
+    if 4 in expr:  # identifier
+        name = text(message(expr[4][0]), 1)
+        return None if name in scope else (references.get(node_id, name), [])
+    if 5 in expr:  # a.f, and has(a.f): presence of f is read from the same member
         if node_id in references:
-            variables.add(references[node_id])
-        else:
-            select = message(expr[5][0])
-            for operand in select.get(1, []):
-                _walk(operand, scope, references, variables, functions)
-    elif 6 in expr:  # call
+            return references[node_id], []
+        select = message(expr[5][0])
+        inner = _path(message(select[1][0]), scope, references) if 1 in select else None
+        return None if inner is None else (inner[0], [*inner[1], text(select, 2)])
+    if 6 in expr:  # a["f"]
         call = message(expr[6][0])
-        functions.add(text(call, 2))
+        args = call.get(3, [])
+        if text(call, 2) != "_[_]" or 1 in call or len(args) != 2:
+            return None
+        key = message(args[1])
+        if 3 not in key or 6 not in (constant := message(key[3][0])):
+            return None
+        inner = _path(message(args[0]), scope, references)
+        return None if inner is None else (inner[0], [*inner[1], bytes(constant[6][0]).decode()])
+    return None
+
+
+def _reads(
+    buf: bytes,
+    scope: frozenset[str],
+    references: dict[int, str],
+    declared: frozenset[str],
+    found: dict[str, Reads],
+) -> None:
+    expr = message(buf)
+    path = _path(expr, scope, references)
+    if path is not None:
+        variable, members = path
+        if variable in declared:
+            _add(found, variable, members)
+        return
+    for child, inner in _children(expr, scope):
+        _reads(child, inner, references, declared, found)
+
+
+def _add(found: dict[str, Reads], variable: str, members: list[str]) -> None:
+    """Merge one read into the tree of reads: ``None`` (read whole) absorbs every narrower read."""
+    node, key = found, variable
+    for member in members:
+        below = node.setdefault(key, {})
+        if below is None:
+            return
+        node, key = cast(dict[str, Reads], below), member
+    node[key] = None
+
+
+def _children(expr: Message, scope: frozenset[str]) -> Iterator[tuple[bytes, frozenset[str]]]:
+    """Each sub-expression of ``expr``, with the comprehension variables in scope there."""
+    if 5 in expr:
+        for operand in message(expr[5][0]).get(1, []):
+            yield operand, scope
+    elif 6 in expr:
+        call = message(expr[6][0])
         for child in call.get(1, []) + call.get(3, []):
-            _walk(child, scope, references, variables, functions)
-    elif 7 in expr:  # list
+            yield child, scope
+    elif 7 in expr:
         for child in message(expr[7][0]).get(1, []):
-            _walk(child, scope, references, variables, functions)
-    elif 8 in expr:  # map or message
+            yield child, scope
+    elif 8 in expr:
         for entry in message(expr[8][0]).get(2, []):
             fields = message(entry)
             for child in fields.get(3, []) + fields.get(4, []):
-                _walk(child, scope, references, variables, functions)
-    elif 9 in expr:  # comprehension (what the macros expand to)
+                yield child, scope
+    elif 9 in expr:
         loop = message(expr[9][0])
         accumulator = scope | {text(loop, 3)}
         iteration = accumulator | {text(loop, 1), text(loop, 8)}
         for number, inner in ((2, scope), (4, scope), (5, iteration), (6, iteration), (7, accumulator)):
             for child in loop.get(number, []):
-                _walk(child, inner, references, variables, functions)
+                yield child, inner

@@ -18,6 +18,17 @@ that shape this module, measured on 0.1.3:
 * The engine does not expose its AST, but ``Expression.serialize()`` is a ``google.protobuf.Any`` holding
   the ``cel.expr.CheckedExpr``. :mod:`agentguard.cel._checked` reads the few fields it needs straight from
   the protobuf wire format, so that ``protobuf`` need not be a dependency.
+* The checker rejects a comprehension over a string-keyed index of a ``dyn`` value
+  (``history["lookup-order"].exists(h, ...)``: "expression of type 'dyn' cannot be the range of a
+  comprehension"), although ``dyn`` is a valid range and the runtime evaluates it. When that is the only
+  problem the checker found (it goes on checking past it, so other problems are still reported), the
+  expression is compiled without the checker; a type error it would have caught becomes an evaluation
+  error, that is a failed assertion.
+* Strings cross into C++ as NUL-terminated text in places: ``"ls\x00; rm -rf /"`` is matched by
+  ``matches()`` as ``"ls"``, and bytes are cut the same way. A lone surrogate cannot be converted at all.
+  Values the engine cannot represent faithfully never reach it (:func:`unrepresentable`): the expression is
+  evaluated by the pure-Python ``cel-python`` backend instead when it is installed, and otherwise fails
+  with a reason that says why.
 """
 
 from __future__ import annotations
@@ -29,8 +40,8 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from agentguard.cel._base import CelCompileError, CelEvaluationError, VarType
-from agentguard.cel._checked import CheckedExpr
+from agentguard.cel._base import CelCompileError, CelEvaluationError, CelProgram, Reads, VarType, redacted
+from agentguard.cel._checked import CheckedExpr, reads_of
 from agentguard.cel._fast import Closure, Unsure, compile_fast
 
 __all__ = ["ExprBackend"]
@@ -54,6 +65,8 @@ _CONFIG = cel.NewEnvConfigFromYaml("extensions:\n  - name: two-var-comprehension
 
 # One diagnostic of the engine: "ERROR: <input>:LINE:COLUMN: reason", followed by a snippet with a caret.
 _DIAGNOSTIC = re.compile(r"^ERROR: [^:\n]*:(-?\d+):(-?\d+): (.*)$", re.MULTILINE)
+# The checker's false rejection of a dyn comprehension range (see the module docstring).
+_DYN_RANGE = "expression of type 'dyn' cannot be the range of a comprehension (must be list, map, or dynamic)"
 # absl status decoration around the whole text: "INVALID_ARGUMENT: ... [INVALID_ARGUMENT]".
 _STATUS_PREFIX = re.compile(r"^[A-Z_]+: ")
 _STATUS_SUFFIX = re.compile(r" \[[A-Z_]+\]$")
@@ -99,18 +112,25 @@ class ExprBackend:
         try:
             checked = env.compile(expression)
         except RuntimeError as exc:
-            raise _compile_error(expression, str(exc)) from None
+            error = _compile_error(expression, str(exc))
+            reasons = {reason for _, _, reason in _DIAGNOSTIC.findall(_STATUS_PREFIX.sub("", str(exc)))}
+            if reasons != {_DYN_RANGE}:
+                raise error from None
+            checked = env.compile(expression, disable_check=True)
         tree = CheckedExpr(checked.serialize())
         if _MAP_INSERT in tree.functions:
             raise CelCompileError(
                 expression,
                 f"transformMap() is not supported by this cel-expr-python ({_MAP_INSERT} is missing)",
             )
+        names = frozenset(tree.variables & declarations.keys())
         return ExprProgram(
             expression,
             checked,
-            frozenset(tree.variables & declarations.keys()),
+            names,
             compile_fast(tree) if self._fast_path else None,
+            reads=reads_of(tree, names),
+            declarations=dict(declarations),
         )
 
     def _env(self, declarations: Mapping[str, VarType]) -> cel.Env:
@@ -130,15 +150,27 @@ class ExprProgram:
     Thread-safe: the compiled expression is immutable and every evaluation gets its own activation.
     """
 
-    __slots__ = ("_expression", "_fast", "_names", "_source")
+    __slots__ = ("_declarations", "_expression", "_faithful", "_fast", "_names", "_reads", "_source")
 
     def __init__(
-        self, source: str, expression: cel.Expression, names: frozenset[str], fast: Closure | None = None
+        self,
+        source: str,
+        expression: cel.Expression,
+        names: frozenset[str],
+        fast: Closure | None = None,
+        *,
+        reads: Mapping[str, Reads] | None = None,
+        declarations: Mapping[str, VarType] | None = None,
     ) -> None:
         self._source = source
         self._expression = expression
         self._names = names
         self._fast = fast
+        self._reads: Mapping[str, Reads] = reads if reads is not None else dict.fromkeys(names)
+        self._declarations = declarations
+        # The same expression on the pure-Python engine, for values this engine cannot represent (built on
+        # first need).
+        self._faithful: CelProgram | None = None
 
     @property
     def source(self) -> str:
@@ -147,6 +179,10 @@ class ExprProgram:
     @property
     def variables(self) -> frozenset[str]:
         return self._names
+
+    @property
+    def reads(self) -> Mapping[str, Reads]:
+        return self._reads
 
     def evaluate(self, variables: Mapping[str, Any]) -> Any:
         if self._fast is not None:
@@ -160,21 +196,73 @@ class ExprProgram:
             if variables.keys() <= self._names
             else {n: variables[n] for n in self._names if n in variables}
         )
+        problem = unrepresentable(data)
+        if problem is not None:
+            return self._faithfully(data, problem)
         try:
             value = self._expression.eval(data=data)
         except RuntimeError as exc:  # a few failures are raised, e.g. a map literal with a duplicate key
             raise CelEvaluationError(
-                self._source, _STATUS_SUFFIX.sub("", _STATUS_PREFIX.sub("", str(exc)))
+                self._source, redacted(_STATUS_SUFFIX.sub("", _STATUS_PREFIX.sub("", str(exc))), self._source)
             ) from None
         result = value.plain_value()
         if type(result) is bool:  # the common case: an assertion's answer
             return result
         if type(result) is str and value.type() == _ERROR:
-            raise CelEvaluationError(self._source, _STATUS_PREFIX.sub("", result))
+            raise CelEvaluationError(self._source, redacted(_STATUS_PREFIX.sub("", result), self._source))
         return _plain(result)
+
+    def _faithfully(self, data: Mapping[str, Any], problem: str) -> Any:
+        """Evaluate on the pure-Python engine, which represents every string; fail if it is not installed."""
+        program = self._faithful
+        if program is None:
+            from agentguard.cel import get_backend  # the package imports this module: import at need
+
+            why = f"a bound value holds {problem}, which the cel-expr-python engine cannot represent"
+            try:
+                backend = get_backend("cel-python")
+            except ImportError:
+                raise CelEvaluationError(
+                    self._source, f"{why}; install agentguard[celpy] to evaluate such values"
+                ) from None
+            try:
+                program = backend.compile(
+                    self._source, self._declarations or dict.fromkeys(self._names, VarType.DYN)
+                )
+            except CelCompileError as exc:
+                raise CelEvaluationError(
+                    self._source, f"{why}, and cel-python cannot compile it: {exc.message}"
+                ) from None
+            self._faithful = program
+        return program.evaluate(data)
 
     def __repr__(self) -> str:
         return f"ExprProgram({self._source!r})"
+
+
+def unrepresentable(value: Any) -> str | None:
+    """What in ``value`` the engine cannot represent faithfully (a NUL character in a string or bytes, a lone
+    surrogate), or ``None``. Walks the whole value, iteratively: nesting depth costs no recursion."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind is str:
+            if "\x00" in item:
+                return "a NUL character"
+            if not item.isascii():
+                try:
+                    item.encode()
+                except UnicodeEncodeError:
+                    return "a lone surrogate (text that is not valid Unicode)"
+        elif kind is dict:
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif kind is list or kind is tuple:
+            pending.extend(item)
+        elif (kind is bytes or kind is bytearray) and b"\x00" in item:
+            return "a NUL byte"
+    return None
 
 
 def _plain(value: Any) -> Any:
