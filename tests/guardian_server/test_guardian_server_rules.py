@@ -14,7 +14,7 @@ import pytest
 from agentguard import aos
 from agentguard.cel import CelBackend, available_backends, get_backend
 from agentguard.errors import SpecError
-from agentguard.guardian.server import MODIFY_FAILED, GuardianRules, load_rules, parse_rules
+from agentguard.guardian.server import MODIFY_FAILED, RULE_FAILED, GuardianRules, load_rules, parse_rules
 from agentguard.guardian.server import _rules as rules_module
 from tests.guardian_server.support import request_for
 
@@ -244,35 +244,72 @@ def test_the_first_matching_rule_decides_and_methods_scope_rules(backend: CelBac
     }
 
 
-def test_a_failing_when_does_not_match_and_is_reported(backend: CelBackend) -> None:
-    rules = _rules(
-        """\
-        rules:
-          - name: missing-key
-            when: params.nothing.here == 1
-            decision: deny
-            message: m
-          - name: not-boolean
-            when: params.toolCallRequest.toolId
-            decision: deny
-            message: m
-          - name: memory
-            methods: [steps/memoryStore]
-            decision: deny
-            message: no memory
-        """,
-        backend,
+FAILING_RULES = """\
+rules:
+  - name: missing-key
+    when: params.nothing.here == 1
+    decision: {missing}
+    message: Missing
+    reason_codes: [own-code]
+  - name: not-boolean
+    when: params.toolCallRequest.toolId
+    decision: allow
+    message: m
+  - name: memory
+    methods: [steps/memoryStore]
+    decision: deny
+    message: no memory
+"""
+
+
+def test_a_deny_rule_whose_condition_errors_denies(backend: CelBackend) -> None:
+    answer = _decide(
+        _rules(FAILING_RULES.format(missing="deny"), backend), request_for("steps/toolCallRequest")
     )
+    assert answer["decision"] == "deny"
+    assert answer["message"] == "Missing (denied: the rule's condition could not be evaluated)"
+    assert answer["reasonCode"] == ["own-code", RULE_FAILED]
+    (error,) = answer["data"]["ruleErrors"]
+    assert (answer["data"]["rule"], error["rule"], error["field"]) == ("missing-key", "missing-key", "when")
+    assert error["error"].startswith("evaluation error (")  # the exception's type, never its message
+
+
+def test_any_other_rule_whose_condition_errors_follows_on_rule_error(backend: CelBackend) -> None:
+    rules = _rules(FAILING_RULES.format(missing="allow"), backend)
     answer = _decide(rules, request_for("steps/toolCallRequest"))
+    assert (answer["decision"], answer["reasonCode"]) == ("deny", [RULE_FAILED])
+    assert answer["message"] == "Denied: the condition of rule 'missing-key' could not be evaluated"
+    # on_rule_error: allow only skips a failing rule; a deny rule that errors still denies.
+    skipping = _rules("on_rule_error: allow\n" + FAILING_RULES.format(missing="allow"), backend)
+    assert skipping.on_rule_error is aos.Decision.ALLOW
+    answer = _decide(skipping, request_for("steps/toolCallRequest"))
     assert (answer["decision"], answer["message"]) == ("allow", "No rule matched")
     errors = answer["data"]["ruleErrors"]
     assert [(e["rule"], e["field"]) for e in errors] == [("missing-key", "when"), ("not-boolean", "when")]
     assert errors[1]["error"] == "yielded str, not a boolean"
-    answer = _decide(rules, request_for("steps/memoryStore"))
-    assert answer["decision"] == "deny"
-    assert answer["data"]["rule"] == "memory"
-    # not-boolean fails differently here (no toolCallRequest): still reported, still not matching.
+    answer = _decide(skipping, request_for("steps/memoryStore"))
+    assert (answer["decision"], answer["data"]["rule"]) == ("deny", "memory")
     assert [e["rule"] for e in answer["data"]["ruleErrors"]] == ["missing-key", "not-boolean"]
+    failing_deny = _rules("on_rule_error: allow\n" + FAILING_RULES.format(missing="deny"), backend)
+    assert _decide(failing_deny, request_for("steps/toolCallRequest"))["decision"] == "deny"
+
+
+def test_a_failing_rule_reason_never_quotes_the_request(backend: CelBackend) -> None:
+    rules = _rules(
+        "rules: [{name: lookup, when: 'params.toolCallRequest.inputs[0].value[\"SECRET-42\"] == 1',"
+        " decision: deny, message: m}]",
+        backend,
+    )
+    answer = _decide(rules, request_for("steps/toolCallRequest"))
+    assert answer["decision"] == "deny"
+    assert "SECRET-42" not in str(answer)
+    assert "bob@corp.example" not in str(answer["data"])
+
+
+def test_on_rule_error_is_allow_or_deny() -> None:
+    assert "on_rule_error: Input should be 'allow' or 'deny'" in _problems("on_rule_error: modify\n")[0]
+    with pytest.raises(ValueError, match="on_rule_error"):
+        GuardianRules(on_rule_error=aos.Decision.MODIFY)
 
 
 def test_rule_failures_are_logged(caplog: pytest.LogCaptureFixture) -> None:
@@ -380,7 +417,7 @@ def test_modify_cel_merges_a_partial_or_whole_params_map(backend: CelBackend) ->
         (
             "set: {params.toolCallRequest.inputs: 'params.missing'}",
             "set.params.toolCallRequest.inputs",
-            "CEL",
+            "evaluation error",
         ),
         (
             "set: {params.toolCallRequest.inputs: '\"not a list\"'}",
@@ -536,5 +573,7 @@ def test_the_rules_module_docstring_example_behaves_as_described(backend: CelBac
     del external["params"]["toolCallRequest"]["inputs"][2:]
     external["params"]["toolCallRequest"]["inputs"][0]["value"] = "eve@evil.example"
     assert _decide(rules, external)["reasonCode"] == ["external-recipient"]
-    modified = _decide(rules, request_for("steps/toolCallRequest"))["modifiedRequest"]
+    internal = request_for("steps/toolCallRequest")
+    del internal["params"]["toolCallRequest"]["inputs"][2:]
+    modified = _decide(rules, internal)["modifiedRequest"]
     assert modified["params"]["toolCallRequest"]["inputs"][1] == {"name": "body", "value": "[redacted]"}

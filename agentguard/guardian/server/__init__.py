@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from agentguard._lazy import lazy_attributes
 
-from ._rules import DECLARATIONS, MODIFY_FAILED, GuardianRules, Rule, load_rules, parse_rules
+from ._rules import DECLARATIONS, MODIFY_FAILED, RULE_FAILED, GuardianRules, Rule, load_rules, parse_rules
 
 if TYPE_CHECKING:
     from ._app import ENDPOINTS, ServerErrorCode, create_app
@@ -41,6 +41,7 @@ __all__ = [
     "DECLARATIONS",
     "ENDPOINTS",
     "MODIFY_FAILED",
+    "RULE_FAILED",
     "GuardianRules",
     "Rule",
     "RunningServer",

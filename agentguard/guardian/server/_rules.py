@@ -4,6 +4,7 @@ A rules file (YAML)::
 
     default_decision: allow              # allow | deny; what happens when no rule matches (default: allow)
     default_message: No rule matched     # the message sent with the default decision
+    on_rule_error: deny                  # deny | allow; when a non-deny rule errors (default: deny)
     rules:                               # tried in order; the first that matches decides
       - name: no-external-email
         methods: [steps/toolCallRequest] # method names or globs (steps/*); absent: every method
@@ -38,10 +39,15 @@ Failures, and why they are handled so:
   have, a CEL expression that does not compile) is refused at load with every problem listed, by file,
   line, rule and field: a broken policy must never start serving. YAML is read by the spec loader's reader
   (:func:`agentguard.spec.read_yaml`), so aliases cannot expand without bound.
-- A ``when`` that fails at run time (a missing key, a type error) or is not a boolean does not match --
-  CEL's own reading of an error -- and the next rule is tried. The failure is logged and sent back in the
-  answer's ``data.ruleErrors`` so that the rule's author sees it. Write rules that must not be skipped so
-  that the default (``default_decision: deny``) is the safe outcome.
+- A ``when`` that fails at run time (a missing key, a type error such as a list where a string was
+  expected, an exhausted evaluation budget, any error of the engine) or is not a boolean *fails closed*: a
+  ``deny`` rule whose condition errors denies (reason codes: its own and ``rule-failed``), since a request
+  shaped to make a deny condition error must not slip past it; any other rule's error is answered with
+  ``on_rule_error`` (``deny`` by default, reason code ``rule-failed``). ``on_rule_error: allow`` is the
+  opt-out: the failing rule is then treated as not matching and the later rules and the default decide --
+  an erroring rule never allows by itself. Either way the answer's ``data.ruleErrors`` names each failing
+  rule and field (``{"rule": ..., "field": "when", "error": ...}``); the reason never quotes the request's
+  values (an engine's message may, so it goes to the debug log only).
 - A ``modify`` whose change cannot be computed or yields an invalid request is answered with ``deny``
   (reason code ``modify-failed``): the rule did match, and letting the unmodified step through would do
   exactly what it was written to prevent (the Agent Control Standard treats an unappliable modify so).
@@ -69,11 +75,19 @@ from agentguard.aos import (
     dump,
     parse_request,
 )
-from agentguard.cel import CelBackend, CelCompileError, CelError, CelProgram, VarType, get_backend
+from agentguard.cel import CelBackend, CelCompileError, CelProgram, VarType, get_backend
 from agentguard.errors import SpecError, SpecProblem
 from agentguard.spec import YamlDocument, dotted, locate, read_yaml
 
-__all__ = ["DECLARATIONS", "GuardianRules", "Rule", "load_rules", "parse_rules"]
+__all__ = [
+    "DECLARATIONS",
+    "MODIFY_FAILED",
+    "RULE_FAILED",
+    "GuardianRules",
+    "Rule",
+    "load_rules",
+    "parse_rules",
+]
 
 logger = logging.getLogger("agentguard.guardian.server")
 
@@ -82,6 +96,9 @@ DECLARATIONS: Mapping[str, VarType] = {"method": VarType.STRING, "params": VarTy
 
 MODIFY_FAILED = "modify-failed"
 """Reason code of the ``deny`` sent when a matching ``modify`` rule's change cannot be applied."""
+
+RULE_FAILED = "rule-failed"
+"""Reason code of the ``deny`` sent when a rule's condition cannot be evaluated on a request."""
 
 # ``ping`` is answered by the guardian itself with its status, never with a decision.
 _DECIDED_METHODS = tuple(name for name in METHODS if name != "ping")
@@ -119,21 +136,24 @@ class GuardianRules:
     """An ordered list of rules and the decision taken when none matches. Immutable and thread-safe.
 
     :meth:`decide` is the whole policy, free of I/O: the server only parses requests and sends answers.
+    ``on_rule_error`` is what a failing non-deny rule's condition decides: ``DENY`` (the default) or
+    ``ALLOW``, which only skips the failing rule (see the module docstring).
     """
 
     rules: tuple[Rule, ...] = ()
     default_decision: Decision = Decision.ALLOW
     default_message: str = "No rule matched"
     source: str = field(default="<rules>", compare=False)
+    on_rule_error: Decision = Decision.DENY
 
     def __post_init__(self) -> None:
-        if self.default_decision is Decision.MODIFY:
+        if Decision.MODIFY in (self.default_decision, self.on_rule_error):
             raise ValueError(
-                "the default decision is 'allow' or 'deny': there is nothing to modify by default"
+                "the default decision and on_rule_error are 'allow' or 'deny': there is nothing to modify"
             )
 
     def decide(self, request: AOSRequest) -> AOSSuccessResult:
-        """The decision on ``request``: the first matching rule's, or the default."""
+        """The decision on ``request``: the first matching rule's, a failing rule's, or the default."""
         wire = dump(request)
         variables = {"method": request.method, "params": wire["params"]}
         errors: list[JSONObject] = []
@@ -144,6 +164,8 @@ class GuardianRules:
                 matched = _matches(rule, variables)
             except _RuleError as error:
                 errors.append(_record(rule, error))
+                if rule.decision is Decision.DENY or self.on_rule_error is Decision.DENY:
+                    return _failed(rule, errors)
                 continue
             if matched:
                 return _apply(rule, wire, variables, errors)
@@ -156,11 +178,31 @@ def _record(rule: Rule, error: _RuleError) -> JSONObject:
     return {"rule": rule.name, "field": error.field, "error": error.reason}
 
 
+def _failed(rule: Rule, errors: list[JSONObject]) -> AOSSuccessResult:
+    """The ``deny`` answered when ``rule``'s condition could not be evaluated (fail closed)."""
+    if rule.decision is Decision.DENY:
+        message = f"{rule.message} (denied: the rule's condition could not be evaluated)"
+        reason_codes = [*rule.reason_codes, RULE_FAILED]
+    else:
+        message = f"Denied: the condition of rule {rule.name!r} could not be evaluated"
+        reason_codes = [RULE_FAILED]
+    return AOSSuccessResult(
+        decision=Decision.DENY,
+        message=message,
+        reason_code=reason_codes,
+        data={"rule": rule.name, "ruleErrors": list(errors)},
+    )
+
+
 def _evaluate(program: CelProgram, variables: Mapping[str, Any], field: str) -> Any:
+    # Any exception counts: an engine may raise more than CelError on odd input (a RecursionError on deep
+    # nesting, a MemoryError), and a rule that cannot be evaluated must fail closed, not escape as a 500.
+    # The engine's own message may quote the request's values: it goes to the debug log only.
     try:
         return program.evaluate(variables)
-    except CelError as error:
-        raise _RuleError(field, str(error)) from None
+    except Exception as error:
+        logger.debug("guardian rule expression %s raised %s", field, error)
+        raise _RuleError(field, f"evaluation error ({type(error).__name__})") from None
 
 
 def _matches(rule: Rule, variables: Mapping[str, Any]) -> bool:
@@ -265,6 +307,7 @@ class _RuleDoc(_Document):
 
 class _RulesDoc(_Document):
     default_decision: Literal["allow", "deny"] = "allow"
+    on_rule_error: Literal["allow", "deny"] = "deny"
     default_message: str = "No rule matched"
     rules: list[_RuleDoc] = Field(default_factory=list)
 
@@ -403,6 +446,7 @@ def parse_rules(text: str, *, source: str = "<string>", backend: CelBackend | No
         default_decision=Decision(doc.default_decision),
         default_message=doc.default_message,
         source=source,
+        on_rule_error=Decision(doc.on_rule_error),
     )
 
 
