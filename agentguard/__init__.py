@@ -15,44 +15,53 @@ call, guardrail and review, keeps the Engagement record, and reports each step::
         send_email(to="bob@corp.com", body="hi")       # allowed: the recipient is @corp.com
         send_email(to="eve@evil.test", body="hi")      # raises RestrictionViolation
 
-``import agentguard`` loads no agent framework, web server or OpenTelemetry SDK.
+``import agentguard`` loads no agent framework, web server or OpenTelemetry SDK, and nothing else either: each
+name below is imported from its module on first use, so the command line and tools that need one corner of
+the library (``agentguard validate``, ``--help``) do not pay for all of it.
 """
 
-from agentguard._steps import AgentInfo
-from agentguard.engagement import Decision, EngagementStatus, Outcome, StepRecord, User
-from agentguard.errors import (
-    AgentGuardError,
-    CapabilityDenied,
-    ConfigurationError,
-    EngagementClosed,
-    GuardianDenied,
-    GuardrailViolation,
-    IdentityError,
-    Phase,
-    PolicyViolation,
-    RestrictionViolation,
-    ReviewDenied,
-    Rule,
-    RuleViolation,
-    ShortCircuitViolation,
-    SpecError,
-    SpecProblem,
-)
-from agentguard.guard import Engagement, Guard
-from agentguard.policy import (
-    Approval,
-    ApprovalConfig,
-    CheckResult,
-    CredentialRequest,
-    CredentialResolver,
-    Credentials,
-    Reviewer,
-    ReviewRequest,
-    RuleContext,
-    Severity,
-    TerminalReviewer,
-    current_credentials,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentguard._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from agentguard._steps import AgentInfo
+    from agentguard.engagement import Decision, EngagementStatus, Outcome, StepRecord, User
+    from agentguard.errors import (
+        AgentGuardError,
+        CapabilityDenied,
+        ConfigurationError,
+        EngagementClosed,
+        GuardianDenied,
+        GuardrailViolation,
+        IdentityError,
+        Phase,
+        PolicyViolation,
+        RestrictionViolation,
+        ReviewDenied,
+        Rule,
+        RuleViolation,
+        ShortCircuitViolation,
+        SpecError,
+        SpecProblem,
+    )
+    from agentguard.guard import Engagement, Guard
+    from agentguard.policy import (
+        Approval,
+        ApprovalConfig,
+        CheckResult,
+        CredentialRequest,
+        CredentialResolver,
+        Credentials,
+        Reviewer,
+        ReviewRequest,
+        RuleContext,
+        Severity,
+        TerminalReviewer,
+        current_credentials,
+    )
 
 __version__ = "0.1.0"
 
@@ -95,3 +104,50 @@ __all__ = [
     "__version__",
     "current_credentials",
 ]
+
+_EXPORTS = {
+    "agentguard._steps": ("AgentInfo",),
+    "agentguard.engagement": ("Decision", "EngagementStatus", "Outcome", "StepRecord", "User"),
+    "agentguard.errors": (
+        "AgentGuardError",
+        "CapabilityDenied",
+        "ConfigurationError",
+        "EngagementClosed",
+        "GuardianDenied",
+        "GuardrailViolation",
+        "IdentityError",
+        "Phase",
+        "PolicyViolation",
+        "RestrictionViolation",
+        "ReviewDenied",
+        "Rule",
+        "RuleViolation",
+        "ShortCircuitViolation",
+        "SpecError",
+        "SpecProblem",
+    ),
+    "agentguard.guard": ("Engagement", "Guard"),
+    "agentguard.policy": (
+        "Approval",
+        "ApprovalConfig",
+        "CheckResult",
+        "CredentialRequest",
+        "CredentialResolver",
+        "Credentials",
+        "Reviewer",
+        "ReviewRequest",
+        "RuleContext",
+        "Severity",
+        "TerminalReviewer",
+        "current_credentials",
+    ),
+}
+"""Where each public name lives; the ``TYPE_CHECKING`` imports above say the same for type checkers."""
+
+__getattr__ = lazy_attributes(
+    __name__, {name: module for module, names in _EXPORTS.items() for name in names}
+)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -12,57 +12,114 @@ they are deployed: OpenAgentSpec agents (YAML, schema, names, CEL) and the descr
 by their content. Warnings (an unknown provider, a secret written in a file) are printed but do not fail
 the check. Exit status: 0 when every file is valid, 1 when any is not, 2 for a usage error.
 
-Each subcommand is one ``_add_<name>`` function that adds its parser and sets ``run`` to the function
-carrying it out; adding a subcommand means writing one and listing it in :data:`_SUBCOMMANDS`.
+Each subcommand is a function that adds its parser and sets ``run`` to the function carrying it out; adding
+a subcommand means writing one and listing it, with its one-line summary, in :data:`_COMMANDS`. Only the
+subcommand being run is imported (``agentguard --help`` lists the summaries and imports none of them), so
+the command line starts in a fraction of the time the whole library takes to import.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
-from agentguard.cel import BACKEND_ENV_VAR, DEFAULT_BACKEND, get_backend
-from agentguard.checks._cli import add_parser as _add_audit
-from agentguard.errors import ConfigurationError, SpecError, SpecProblem
-from agentguard.formats import Format, LoadOptions, descriptor_of, read_document, read_file
-from agentguard.guardian.server._cli import add_parser as _add_guardian
-from agentguard.server._cli import add_parser as _add_serve
-from agentguard.spec import load_spec_text
+if TYPE_CHECKING:
+    from agentguard.errors import SpecProblem
+    from agentguard.formats import Format
 
 __all__ = ["main"]
 
 _Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
+@dataclass(frozen=True)
+class _Command:
+    summary: str
+    """The line ``agentguard --help`` shows (the subcommand's own parser is not built for that)."""
+    add_parser: str
+    """``module:function`` adding the subcommand's parser, imported only when the subcommand is named."""
+    extra: str | None = None
+    """The optional dependency set (``pip install 'agentguard[<extra>]'``) the subcommand needs to run."""
+
+
+_EXTRAS = {"server": ("starlette", "uvicorn", "jsonschema")}
+"""The top-level modules of each extra the command line checks for (as in ``pyproject.toml``)."""
+
+_BROKEN_PIPE = 128 + 13
+"""The exit status of a process ended by ``SIGPIPE`` (signal 13), as shells report it."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line with ``argv`` (default: ``sys.argv[1:]``) and return the exit status."""
-    parser = _build_parser()
-    args = parser.parse_args(argv)
+    """Run the command line with ``argv`` (default: ``sys.argv[1:]``) and return the exit status.
+
+    Output piped into a program that stops reading early (``agentguard validate ... | head``) ends the
+    command quietly, with the status of a process killed by ``SIGPIPE``, instead of with a traceback.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _build_parser(argv).parse_args(argv)
+    missing = _missing_extra(args.command)
+    if missing is not None:
+        print(missing, file=sys.stderr)
+        return 1
     run: Callable[[argparse.Namespace], int] = args.run
-    return run(args)
+    try:
+        status = run(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Nothing more can reach the reader. Point stdout at /dev/null so that the interpreter's own flush
+        # at exit does not fail again and print a traceback after all.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return _BROKEN_PIPE
+    return status
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser, with the full parser of only the subcommand ``argv`` names (summaries for the rest)."""
     parser = argparse.ArgumentParser(
         prog="agentguard", description="Guard every step an AI agent takes with OpenAgentSpec policies."
     )
-    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
-    for add in _SUBCOMMANDS:
-        add(subparsers)
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", dest="command", required=True)
+    named = argv[0] if argv else None
+    for name, command in _COMMANDS.items():
+        if name == named:
+            module, _, function = command.add_parser.partition(":")
+            add: Callable[[_Subparsers], None] = getattr(importlib.import_module(module), function)
+            add(subparsers)
+        else:
+            subparsers.add_parser(name, help=command.summary)
     return parser
+
+
+def _missing_extra(name: str) -> str | None:
+    """Why subcommand ``name`` cannot run in this installation, with the command that fixes it; else ``None``."""
+    extra = _COMMANDS[name].extra
+    if extra is None:
+        return None
+    absent = [module for module in _EXTRAS[extra] if importlib.util.find_spec(module) is None]
+    if not absent:
+        return None
+    return (
+        f"agentguard {name} needs the {extra!r} extra ({', '.join(absent)} not installed): "
+        f"pip install 'agentguard[{extra}]'"
+    )
 
 
 # -------------------------------------------------------------------------------------------- validate
 
 
 def _add_validate(subparsers: _Subparsers) -> None:
+    from agentguard.cel import BACKEND_ENV_VAR, DEFAULT_BACKEND
+
     parser = subparsers.add_parser(
         "validate",
-        help="check agent files (OpenAgentSpec, Agent Spec, Agent Manifest, OS Protocol app)",
+        help=_COMMANDS["validate"].summary,
         description="Check OpenAgentSpec agent files (YAML, schema, names and CEL expressions) and agent "
         "descriptors (Agent Spec, Agent Manifest, OS Protocol app), told apart by their content. "
         "Exits 0 when every file is valid, 1 otherwise.",
@@ -94,6 +151,11 @@ class _Checked:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from agentguard.cel import get_backend
+    from agentguard.errors import ConfigurationError, SpecError
+    from agentguard.formats import LoadOptions, descriptor_of, read_document, read_file
+    from agentguard.spec import load_spec_text
+
     try:
         backend = get_backend(args.cel_backend)
     except (ValueError, ImportError) as error:  # unknown backend name, or its engine is not installed
@@ -160,7 +222,7 @@ def _summary(results: Sequence[_Checked]) -> str:
 def _add_demo(subparsers: _Subparsers) -> None:
     parser = subparsers.add_parser(
         "demo",
-        help="run the guarded LangChain support-agent demo (needs agentguard-langchain)",
+        help=_COMMANDS["demo"].summary,
         description="A scripted LangChain support agent under a real spec, an in-process reference guardian "
         "on 127.0.0.1, a timeline of every step and decision, audit reports and an OpenTelemetry trace. "
         "No API key, no network.",
@@ -191,10 +253,20 @@ def _demo(args: argparse.Namespace) -> int:
     return result
 
 
-_SUBCOMMANDS: tuple[Callable[[_Subparsers], None], ...] = (
-    _add_validate,
-    _add_guardian,
-    _add_audit,
-    _add_serve,
-    _add_demo,
-)
+_COMMANDS = {
+    "validate": _Command(
+        "check agent files (OpenAgentSpec, Agent Spec, Agent Manifest, OS Protocol app)",
+        "agentguard.cli:_add_validate",
+    ),
+    "guardian": _Command(
+        "run the reference AOS guardian", "agentguard.guardian.server._cli:add_parser", extra="server"
+    ),
+    "audit": _Command("list, show and query audit reports", "agentguard.checks._cli:add_parser"),
+    "serve": _Command(
+        "serve OpenAgentSpec agents over HTTP", "agentguard.server._cli:add_parser", extra="server"
+    ),
+    "demo": _Command(
+        "run the guarded LangChain support-agent demo (needs agentguard-langchain)",
+        "agentguard.cli:_add_demo",
+    ),
+}

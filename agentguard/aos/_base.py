@@ -63,6 +63,7 @@ class WireModel(BaseModel):
         extra="allow",
         strict=True,
         allow_inf_nan=False,
+        defer_build=True,
     )
 
 

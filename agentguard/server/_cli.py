@@ -85,6 +85,8 @@ def _load_runner(spec: str) -> Callable[..., Any]:
     module_name, colon, attribute = spec.partition(":")
     if not colon or not module_name or not attribute:
         raise ValueError(f"--runner must be MODULE:CALLABLE, not {spec!r}")
+    if os.getcwd() not in sys.path:  # the runner lives in the user's project, as with `python -m`
+        sys.path.insert(0, os.getcwd())
     target: Any = importlib.import_module(module_name)
     for part in attribute.split("."):
         target = getattr(target, part)
