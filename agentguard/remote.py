@@ -67,11 +67,12 @@ from typing import Any, TypeAlias, TypeVar
 
 import httpx
 
-from agentguard._httputil import declared_too_large, is_loopback
+from agentguard._httputil import is_loopback
 from agentguard.cel import CelBackend, get_backend
 from agentguard.engagement import to_plain
 from agentguard.errors import AgentGuardError, ConfigurationError, SpecError
 from agentguard.guard import Guard
+from agentguard.guardian._deadline import TooLarge, deadline_transport, read_async, read_sync
 from agentguard.policy import Credentials, current_credentials
 from agentguard.spec import CompiledSpec, Reference, load_spec_text
 
@@ -151,7 +152,10 @@ class RemoteLimits:
 
 @dataclass(frozen=True, slots=True)
 class _Send:
+    """Send ``request`` and read its whole answer by ``deadline`` (``time.monotonic()``)."""
+
     request: httpx.Request
+    deadline: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,10 +168,6 @@ class _Reply:
     status: int
     headers: httpx.Headers
     body: bytes
-
-
-class _TooLarge(Exception):
-    """A driver stopped reading a response at the size limit."""
 
 
 _Flow: TypeAlias = Generator[_Send | _Pause, Any, _T]
@@ -217,7 +217,8 @@ class RemoteAgent:
 
     def call(self, input: Mapping[str, Any], credentials: Credentials | None = None) -> dict[str, Any]:
         """Run one remote engagement with blocking I/O and return its output and exposed values."""
-        with httpx.Client(verify=self._verify, trust_env=False, follow_redirects=False) as client:
+        transport = deadline_transport(verify=self._verify)
+        with httpx.Client(transport=transport, trust_env=False, follow_redirects=False) as client:
             flow = self._call_flow(input, self._bearer(credentials))
             try:
                 effect = next(flow)
@@ -227,7 +228,7 @@ class RemoteAgent:
                             time.sleep(effect.seconds)
                             value: Any = None
                         else:
-                            value = _send_sync(client, effect.request, self.limits.max_response_bytes)
+                            value = _reply(read_sync(client, effect.request, **self._bounds(effect)))
                     except Exception as exc:
                         effect = flow.throw(exc)
                     else:
@@ -248,7 +249,8 @@ class RemoteAgent:
                             await asyncio.sleep(effect.seconds)
                             value: Any = None
                         else:
-                            value = await _send_async(client, effect.request, self.limits.max_response_bytes)
+                            answer = await read_async(client, effect.request, **self._bounds(effect))
+                            value = _reply(answer)
                     except Exception as exc:
                         effect = flow.throw(exc)
                     else:
@@ -279,6 +281,9 @@ class RemoteAgent:
             "    input: the JSON object that starts the remote agent's engagement\n"
         )
         return call_remote_agent
+
+    def _bounds(self, effect: _Send) -> dict[str, Any]:
+        return {"deadline": effect.deadline, "limit": self.limits.max_response_bytes}
 
     def _bearer(self, credentials: Credentials | None) -> str | None:
         token = self._token
@@ -376,9 +381,9 @@ class RemoteAgent:
 
     def _cancel_quietly(self, location: httpx.URL, token: str | None) -> _Flow[None]:
         """Ask the remote server to cancel an engagement this call gave up on; a failure changes nothing."""
-        request = self._request("DELETE", location, token, time.monotonic() + self.limits.request_timeout)
+        send = self._request("DELETE", location, token, time.monotonic() + self.limits.request_timeout)
         try:
-            yield _Send(request)
+            yield send
         except Exception:
             return
 
@@ -394,23 +399,25 @@ class RemoteAgent:
         headers: Mapping[str, str] | None = None,
         content: bytes | None = None,
         extra: float = 0.0,
-    ) -> httpx.Request:
-        """A request timed out by ``request_timeout`` (+ ``extra`` for a long poll), never past ``deadline``."""
+    ) -> _Send:
+        """A request whose whole exchange takes at most ``request_timeout`` (+ ``extra`` for a long poll),
+        and never goes past ``deadline``."""
         seconds = max(min(self.limits.request_timeout + extra, deadline - time.monotonic()), 0.001)
         all_headers = dict(headers or {})
         if token:
             all_headers["Authorization"] = f"Bearer {token}"
-        return httpx.Request(
+        request = httpx.Request(
             method,
             url,
             headers=all_headers,
             content=content,
             extensions={"timeout": httpx.Timeout(seconds).as_dict()},
         )
+        return _Send(request, time.monotonic() + seconds)
 
-    def _exchange(self, request: httpx.Request, what: str, deadline: float) -> _Flow[_Reply]:
+    def _exchange(self, send: _Send, what: str, deadline: float) -> _Flow[_Reply]:
         try:
-            reply: _Reply = yield _Send(request)
+            reply: _Reply = yield send
         except httpx.TimeoutException as exc:
             if time.monotonic() >= deadline:
                 raise self._error(
@@ -480,34 +487,15 @@ def _describe(error: Mapping[str, Any] | None) -> str:
     return f"[{rule}] {text}" if rule else str(text)
 
 
-def _send_sync(client: httpx.Client, request: httpx.Request, limit: int) -> _Reply:
-    response = client.send(request, stream=True)
-    try:
-        if declared_too_large(response.headers.get("content-length"), limit):
-            raise _TooLarge
-        body = bytearray()
-        for chunk in response.iter_bytes():
-            body += chunk
-            if len(body) > limit:
-                raise _TooLarge
-        return _Reply(response.status_code, response.headers, bytes(body))
-    finally:
-        response.close()
+def _reply(answer: httpx.Response | TooLarge) -> _Reply:
+    """The read answer as the flow sees it; raises :class:`_TooLarge` for one cut at the size limit."""
+    if isinstance(answer, TooLarge):
+        raise _TooLarge
+    return _Reply(answer.status_code, answer.headers, answer.content)
 
 
-async def _send_async(client: httpx.AsyncClient, request: httpx.Request, limit: int) -> _Reply:
-    response = await client.send(request, stream=True)
-    try:
-        if declared_too_large(response.headers.get("content-length"), limit):
-            raise _TooLarge
-        body = bytearray()
-        async for chunk in response.aiter_bytes():
-            body += chunk
-            if len(body) > limit:
-                raise _TooLarge
-        return _Reply(response.status_code, response.headers, bytes(body))
-    finally:
-        await response.aclose()
+class _TooLarge(Exception):
+    """A driver stopped reading a response at the size limit."""
 
 
 # -- attaching to a guard ----------------------------------------------------------------------------------

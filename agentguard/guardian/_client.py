@@ -45,7 +45,9 @@ from typing import Literal, Self, TypeVar
 import httpx
 from opentelemetry.trace import TracerProvider
 
+from agentguard.guardian._deadline import deadline_transport, read_async, read_sync
 from agentguard.guardian._flow import (
+    DEFAULT_MAX_REPLY_BYTES,
     Flow,
     Reply,
     Settings,
@@ -62,7 +64,7 @@ from agentguard.guardian._retry import Retry
 from agentguard.guardian._tracing import RequestTracing
 from agentguard.guardian._types import GuardianOutcome, GuardianStats, GuardianUnavailable, GuardianVerdict
 
-__all__ = ["EventCallback", "GuardianClient"]
+__all__ = ["DEFAULT_MAX_REPLY_BYTES", "EventCallback", "GuardianClient"]
 
 T = TypeVar("T")
 
@@ -99,8 +101,9 @@ def _drive_sync(flow: Flow[T], client: httpx.Client, tracing: RequestTracing, st
             reply = None
             continue
         with tracing.request(effect.request, *_label(effect.request, step)) as traced:
+            deadline = time.monotonic() + effect.timeout
             try:
-                reply = client.send(effect.request)
+                reply = read_sync(client, effect.request, deadline=deadline, limit=effect.limit)
             except httpx.RequestError as exc:
                 reply = exc
             traced.finish(reply)
@@ -122,8 +125,9 @@ async def _drive_async(
             reply = None
             continue
         with tracing.request(effect.request, *_label(effect.request, step)) as traced:
+            deadline = time.monotonic() + effect.timeout
             try:
-                reply = await client.send(effect.request)
+                reply = await read_async(client, effect.request, deadline=deadline, limit=effect.limit)
             except httpx.RequestError as exc:
                 reply = exc
             traced.finish(reply)
@@ -277,7 +281,8 @@ class _Core:
             return client
         with self._lock:
             if self._sync_http is None:
-                self._sync_http = httpx.Client(transport=self._transport)
+                transport = self._transport if self._transport is not None else deadline_transport()
+                self._sync_http = httpx.Client(transport=transport)
             return self._sync_http
 
     def async_http(self) -> httpx.AsyncClient:
@@ -321,8 +326,12 @@ class GuardianClient:
     :meth:`adecide`; ``"observe"`` steps are handed to :meth:`submit` and delivered in the background. The
     client itself serves both entry points in either mode.
 
-    ``timeout`` (seconds) applies to each HTTP attempt; with ``retry`` a step can take up to
-    ``(retry.attempts + 1) * timeout`` plus the back-off delays. ``retry=None`` means a single attempt.
+    ``timeout`` (seconds) bounds each HTTP attempt as a whole -- connecting, sending, and reading the status,
+    headers and every byte of the answer together -- so a guardian that trickles its answer cannot stretch
+    it. With ``retry`` a step can take up to ``(retry.attempts + 1) * timeout`` plus the back-off delays
+    (and one more ``timeout`` for ``ping_on_start``'s ping); ``retry=None`` means a single attempt. An
+    answer longer than ``max_reply_bytes`` (default 16 MiB) is not read further: the step ends
+    ``NO_DECISION`` with the cause ``"reply too large: ..."`` (never retried), and ``on_failure`` decides.
     ``token`` is sent as ``Authorization: Bearer <token>``; ``headers`` are added to every request
     (``Content-Type: application/json`` is always set, as AOS requires).
 
@@ -341,6 +350,11 @@ class GuardianClient:
     span name = the AOS method) made with ``tracer_provider`` (default: the global one) and carries the
     W3C ``traceparent`` of the step it belongs to, so a guardian that reads it continues the agent's trace.
 
+    ``flush_timeout`` (seconds, default 5) bounds :meth:`flush` when it is given no timeout -- which is how
+    an engagement's close waits for an observe-mode client -- so that a slow guardian or a queue filled by
+    other engagements cannot hold the agent: what is still queued then is delivered later, and a warning
+    says how many steps were waiting.
+
     Close the client (or use it as a context manager) to deliver what is queued and release connections;
     use :meth:`aclose` / ``async with`` if :meth:`adecide` was used, so that the asyncio connections are
     closed on their own event loop.
@@ -357,6 +371,8 @@ class GuardianClient:
         headers: Mapping[str, str] | None = None,
         token: str | None = None,
         queue_size: int = 10_000,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+        flush_timeout: float = 5.0,
         ping_on_start: bool = False,
         on_event: EventCallback | None = None,
         transport: httpx.BaseTransport | None = None,
@@ -371,6 +387,10 @@ class GuardianClient:
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         if queue_size < 1:
             raise ValueError(f"queue_size must be >= 1, got {queue_size!r}")
+        if max_reply_bytes < 1:
+            raise ValueError(f"max_reply_bytes must be >= 1, got {max_reply_bytes!r}")
+        if not flush_timeout >= 0:
+            raise ValueError(f"flush_timeout must be >= 0 seconds, got {flush_timeout!r}")
         try:
             parsed = httpx.URL(url)
         except httpx.InvalidURL as exc:
@@ -387,8 +407,17 @@ class GuardianClient:
         if async_transport is None and isinstance(transport, httpx.AsyncBaseTransport):
             async_transport = transport
         self._mode: Literal["enforce", "observe"] = mode
+        self._flush_timeout = flush_timeout
+        self._flush_log = RateLimitedLog(_logger)
         self._core = _Core(
-            Settings(url=url, headers=merged, timeout=timeout, retry=retry, on_failure=on_failure),
+            Settings(
+                url=url,
+                headers=merged,
+                timeout=timeout,
+                retry=retry,
+                on_failure=on_failure,
+                max_reply_bytes=max_reply_bytes,
+            ),
             ping_on_start=ping_on_start,
             queue_size=queue_size,
             on_event=on_event,
@@ -448,8 +477,22 @@ class GuardianClient:
         self._core.submit(request)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every step submitted before this call was delivered or failed; False on timeout."""
-        return self._core.backlog.flush(timeout)
+        """Wait until every step submitted before this call was delivered or failed; False on timeout.
+
+        ``timeout=None`` waits at most the client's ``flush_timeout``. Steps still queued when the wait
+        ends are not lost -- the worker goes on delivering them -- and a (rate-limited) warning says how
+        many there were.
+        """
+        limit = self._flush_timeout if timeout is None else timeout
+        backlog = self._core.backlog
+        if backlog.flush(limit):
+            return True
+        self._flush_log.warning(
+            "guardian observe: flush gave up after %g s with %d steps not yet delivered",
+            limit,
+            backlog.unfinished,
+        )
+        return False
 
     # The timeout bounds a wait on a worker thread, mirroring flush(); asyncio.timeout cannot cancel that.
     async def aflush(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
@@ -478,7 +521,8 @@ class GuardianClient:
         """Deliver what is queued (waiting at most ``timeout`` seconds), then release connections.
 
         Steps still queued after ``timeout`` are dropped and counted; the delivery in progress is allowed
-        to finish. Later :meth:`decide` calls return ``NO_DECISION`` (``"client closed"``); later
+        to finish, which takes at most one step's time (``timeout`` of the client per attempt, see the class
+        documentation). Later :meth:`decide` calls return ``NO_DECISION`` (``"client closed"``); later
         :meth:`submit` calls drop. Closing twice is harmless.
         """
         backlog = self._core.backlog

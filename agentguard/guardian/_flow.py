@@ -8,7 +8,8 @@ and returns its result. The drivers in :mod:`agentguard.guardian._client` only p
 
     flow = decision_flow(settings, encode_step(request), ping_first=False)
     effect = next(flow)
-    # Send -> reply = client.send(effect.request), or the httpx.RequestError it raised
+    # Send -> reply = the response, read whole within effect.timeout and effect.limit (or TooLarge),
+    #         or the httpx.RequestError raised (a timeout once effect.timeout has passed)
     # Sleep -> time.sleep(effect.seconds); reply = None
     effect = flow.send(reply)     # ... until StopIteration carries the GuardianVerdict
 
@@ -31,10 +32,12 @@ from typing import Literal, TypeVar
 
 import httpx
 
+from agentguard.guardian._deadline import TooLarge
 from agentguard.guardian._retry import Retry, backoff_delay_ms
 from agentguard.guardian._types import GuardianOutcome, GuardianUnavailable, GuardianVerdict
 
 __all__ = [
+    "DEFAULT_MAX_REPLY_BYTES",
     "Effect",
     "Flow",
     "Reply",
@@ -51,14 +54,24 @@ __all__ = [
 
 T = TypeVar("T")
 
+DEFAULT_MAX_REPLY_BYTES = 16 * 1024 * 1024
+"""Default cap on a guardian's answer: a ``modify`` carries a whole request, so room for large tool inputs."""
+
 _DECISIONS = {"allow": GuardianOutcome.ALLOW, "deny": GuardianOutcome.DENY, "modify": GuardianOutcome.MODIFY}
 
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """Effect: send ``request`` and resume the flow with the response (body read) or the error raised."""
+    """Effect: send ``request`` and resume the flow with the response (body read) or the error raised.
+
+    ``timeout`` (seconds) bounds the whole exchange -- connect, send, headers and every chunk of the body
+    together -- and ``limit`` the body's size: past either, the driver stops and resumes the flow with an
+    ``httpx.TimeoutException`` or a :class:`TooLarge`.
+    """
 
     request: httpx.Request
+    timeout: float
+    limit: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +82,7 @@ class Sleep:
 
 
 Effect = Send | Sleep
-Reply = httpx.Response | httpx.RequestError | None
+Reply = httpx.Response | httpx.RequestError | TooLarge | None
 Flow = Generator[Effect, Reply, T]
 
 
@@ -82,6 +95,7 @@ class Settings:
     timeout: float
     retry: Retry | None
     on_failure: Literal["deny", "allow"]
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +148,9 @@ def decision_flow(settings: Settings, step: Step, *, ping_first: bool) -> Flow[G
         pinged = yield from _ping_exchange(settings, round(settings.timeout * 1000))
         if isinstance(pinged, _Failure):
             return no_decision(settings, f"ping: {pinged.cause}", started, attempts=0)
-    outcome, attempts = yield from _exchange(_post(settings, step.body, settings.timeout), settings.retry)
+    outcome, attempts = yield from _exchange(
+        settings, _post(settings, step.body, settings.timeout), settings.timeout
+    )
     if isinstance(outcome, _Failure):
         return no_decision(settings, outcome.cause, started, attempts)
     decided = _interpret_decision(outcome, step.request_id, step.method)
@@ -172,7 +188,7 @@ def _ping_exchange(settings: Settings, timeout_ms: int) -> Flow[dict[str, object
             "params": {"timestamp": timestamp, "timeout": timeout_ms},
         }
     ).encode()
-    outcome, _ = yield from _exchange(_post(settings, body, timeout_ms / 1000), settings.retry)
+    outcome, _ = yield from _exchange(settings, _post(settings, body, timeout_ms / 1000), timeout_ms / 1000)
     if isinstance(outcome, _Failure):
         return outcome
     result = _unwrap_envelope(outcome, ping_id)
@@ -190,7 +206,8 @@ def _ping_exchange(settings: Settings, timeout_ms: int) -> Flow[dict[str, object
 
 
 def _post(settings: Settings, body: bytes, timeout: float) -> httpx.Request:
-    # The timeout travels on the request (as httpx's own build_request does) so ping can use its own.
+    # Each socket operation is also capped at the whole exchange's timeout (as httpx's own build_request
+    # does): on a transport the driver cannot clamp to the deadline, no single read outlives it either.
     return httpx.Request(
         "POST",
         settings.url,
@@ -200,15 +217,19 @@ def _post(settings: Settings, body: bytes, timeout: float) -> httpx.Request:
     )
 
 
-def _exchange(request: httpx.Request, retry: Retry | None) -> Flow[tuple[httpx.Response | _Failure, int]]:
+def _exchange(
+    settings: Settings, request: httpx.Request, timeout: float
+) -> Flow[tuple[httpx.Response | _Failure, int]]:
     """Send ``request`` until it gets a 2xx response or a failure that may not be retried.
 
-    Returns the last outcome and how many requests were made.
+    Each attempt may take ``timeout`` seconds in all. Returns the last outcome and how many requests were
+    made.
     """
+    retry = settings.retry
     attempt = 0
     while True:
         attempt += 1
-        outcome = _classify((yield Send(request)))
+        outcome = _classify((yield Send(request, timeout, settings.max_reply_bytes)))
         if (
             isinstance(outcome, httpx.Response)
             or retry is None
@@ -227,6 +248,8 @@ def _classify(reply: Reply) -> httpx.Response | _Failure:
     if isinstance(reply, httpx.RequestError):
         # e.g. httpx.DecodingError: the guardian answered, but with a body that cannot be decoded.
         return _malformed(_describe(reply))
+    if isinstance(reply, TooLarge):
+        return _Failure("too-large", f"reply too large: more than {reply.limit} bytes")
     if reply is None:
         raise RuntimeError("flow driver resumed a Send effect without a reply")
     status = reply.status_code

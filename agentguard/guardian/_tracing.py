@@ -33,6 +33,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
+from agentguard.guardian._deadline import TooLarge
 from agentguard.guardian._observe import RateLimitedLog
 
 __all__ = ["ClientSpan", "RequestTracing", "ServerSpan", "ServerTracing"]
@@ -96,8 +97,8 @@ class ClientSpan(_Traced):
 
     __slots__ = ()
 
-    def finish(self, reply: httpx.Response | httpx.RequestError) -> None:
-        """Record how the HTTP request ended: its status code, or the transport error it raised."""
+    def finish(self, reply: httpx.Response | httpx.RequestError | TooLarge) -> None:
+        """Record how the HTTP request ended: its status code, the transport error it raised, or TooLarge."""
         span = self.span
         if span is None:
             return
