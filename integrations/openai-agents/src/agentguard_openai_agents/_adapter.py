@@ -1,0 +1,279 @@
+"""``AgentGuard``: one OpenAgentSpec guard wrapped around OpenAI Agents SDK agents.
+
+::
+
+    from agents import Runner, SQLiteSession
+    from agentguard import Guard, User
+    from agentguard_openai_agents import AgentGuard
+
+    guarded = AgentGuard(Guard.from_file("agent.yaml"))
+    agent = guarded.wrap(agent)                       # tools, handoffs, guardrails: one call
+    async with guarded.session(SQLiteSession("c-1"), user=User(id="u-42")) as session:
+        result = await Runner.run(agent, "Where is A-1?", session=session, hooks=guarded.hooks)
+
+What goes where: every function tool's ``on_invoke_tool`` runs through ``guard.acall`` (see
+:mod:`agentguard_openai_agents._tools`); the spec's guardrails are the agent's blocking input guardrail and
+its output guardrail; handoffs are agent capabilities; :attr:`AgentGuard.hooks` records the model's messages
+and settles rejected reviews. The engagement is the one current in the calling context: a
+:meth:`AgentGuard.session` block, or any ``with guard.engagement(...)`` block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from agentguard import Engagement, EngagementStatus, Guard, GuardrailViolation, Phase, User
+from agentguard_openai_agents._host import (
+    Agent,
+    FunctionTool,
+    GuardrailFunctionOutput,
+    Handoff,
+    InputGuardrail,
+    ModelResponse,
+    OutputGuardrail,
+    RunContextWrapper,
+    RunHooks,
+    Session,
+    TResponseInputItem,
+    handoff,
+)
+from agentguard_openai_agents._sessions import GuardedSession
+from agentguard_openai_agents._tools import (
+    GuardedHandoff,
+    GuardedTool,
+    Pending,
+    ReviewPending,
+    sdk_reviewer,
+)
+
+__all__ = ["AgentGuard", "GuardHooks"]
+
+_lock = threading.Lock()
+
+
+class AgentGuard:
+    """Guards OpenAI Agents SDK agents with one :class:`~agentguard.Guard`.
+
+    ``names`` maps SDK tool and agent names to spec names where the default (lowercase, ``_`` and spaces
+    turned into ``-``) does not fit. Reviewer ids the spec names and nobody answers on the Guard are answered
+    through the SDK's approvals (``result.interruptions`` → ``RunState.approve`` / ``reject``).
+    """
+
+    def __init__(self, guard: Guard, *, names: Mapping[str, str] | None = None) -> None:
+        self.guard = guard
+        self.names = dict(names or {})
+        self.prerun: dict[str, Any] = {}
+        """Outcomes of calls the pipeline decided in ``needs_approval``, by call id, until the SDK invokes."""
+        self.pending: dict[str, Pending] = {}
+        """Calls paused for the SDK's approval, by call id."""
+        self._wrapped: dict[int, Agent[Any]] = {}
+        self._originals: set[int] = set()
+        self._engagements: dict[str, Engagement] = {}
+        self._reviews = _review_map(guard)
+        guard.add_passthrough_exceptions(ReviewPending)
+        with _lock:  # idempotent: a second AgentGuard on the same Guard reuses the SDK reviewers
+            for reviewer_id in sorted(guard.required_reviewers()):
+                existing, _ = guard.reviewer_for(reviewer_id)
+                if existing is None:
+                    guard.add_reviewer(reviewer_id, sdk_reviewer(reviewer_id))
+        self.input_guardrail: InputGuardrail[Any] = InputGuardrail(
+            guardrail_function=self._check_input, name="agentguard-input", run_in_parallel=False
+        )
+        """The spec's input guardrail, blocking: the model never sees input that fails it."""
+        self.output_guardrail: OutputGuardrail[Any] = OutputGuardrail(
+            guardrail_function=self._check_output, name="agentguard-output"
+        )
+        self.hooks = GuardHooks(self)
+        """Pass as ``Runner.run(..., hooks=guarded.hooks)``: model messages and handoffs recorded, rejected
+        reviews settled before the model runs again."""
+
+    # -- what the spec asks for --------------------------------------------------------------------------
+
+    def reviewed(self, name: str) -> bool:
+        """May a call of ``name`` need review? (Then the SDK asks ``needs_approval`` before running it.)"""
+        return name in self._reviews or "*" in self._reviews
+
+    def reviews_output(self, name: str) -> bool:
+        return Phase.OUTPUT in self._reviews.get(name, ())
+
+    # -- wrapping ----------------------------------------------------------------------------------------
+
+    def wrap(self, agent: Agent[Any]) -> Agent[Any]:
+        """A copy of ``agent`` whose function tools, agents-as-tools and handoffs go through the guard, with
+        the spec's guardrails. Idempotent; handoff targets are wrapped too (cycles included).
+
+        Refuses (``ValueError``) what it cannot guard: hosted tools and MCP servers (their calls never pass
+        through Python code the adapter could wrap).
+        """
+        if id(agent) in self._originals:
+            return agent
+        done = self._wrapped.get(id(agent))
+        if done is not None:
+            return done
+        if agent.mcp_servers:
+            raise ValueError(
+                f"agent {agent.name!r} has MCP servers: their tools are listed at run time and would bypass "
+                "agentguard; convert them to function tools or guard the MCP client"
+            )
+        tools = []
+        for tool in agent.tools:
+            if not isinstance(tool, FunctionTool):
+                raise ValueError(
+                    f"agent {agent.name!r}: {type(tool).__name__} {getattr(tool, 'name', '')!r} runs outside "
+                    "this process (or outside function-tool code) and cannot be guarded; remove it"
+                )
+            kind = "agent" if getattr(tool, "_is_agent_tool", False) else "tool"
+            tools.append(GuardedTool(self, tool, kind).build(tool))
+        clone = agent.clone(
+            tools=tools,
+            input_guardrails=[*agent.input_guardrails, self.input_guardrail],
+            output_guardrails=[*agent.output_guardrails, self.output_guardrail],
+        )
+        self._wrapped[id(agent)] = clone
+        self._originals.add(id(clone))
+        clone.handoffs = [self._handoff(h) for h in agent.handoffs]
+        return clone
+
+    def _handoff(self, target: Agent[Any] | Handoff[Any, Any]) -> Handoff[Any, Any]:
+        spec = handoff(self.wrap(target)) if isinstance(target, Agent) else target
+        return dataclasses.replace(spec, on_invoke_handoff=GuardedHandoff(self, spec).on_invoke_handoff)
+
+    # -- engagements -------------------------------------------------------------------------------------
+
+    def session(self, session: Session | None = None, *, user: User | None = None) -> GuardedSession:
+        """The engagement of one SDK session, current for a ``with`` / ``async with`` block (one per run).
+
+        The same session id gets the same engagement across runs, unless the spec says
+        ``retain_memory: false``: then every block is a fresh engagement, and the session the block yields
+        returns only what was added inside it, so the model never sees earlier runs. Pass the yielded object
+        as ``Runner.run(..., session=...)``. Without a session, each block is a fresh engagement.
+        """
+        key = session.session_id if session is not None else None
+        with _lock:
+            eng = self._engagements.get(key) if key is not None and self.guard.retain_memory else None
+            if eng is None or eng.status is not EngagementStatus.ACTIVE:
+                eng = self.guard.engagement(user, metadata={"session_id": key} if key else None)
+                if key is not None and self.guard.retain_memory:
+                    self._engagements[key] = eng
+        return GuardedSession(eng, session, keep=self.guard.retain_memory)
+
+    def engagement_for(self, session_id: str) -> Engagement | None:
+        """The engagement kept for an SDK session id (``None`` before its first run, or without memory)."""
+        return self._engagements.get(session_id)
+
+    def _engagement(self) -> Engagement:
+        eng = self.guard.current_engagement()
+        if eng is None:
+            raise RuntimeError(
+                "the guarded agent ran outside an engagement: run it inside `with guarded.session(...)` or "
+                "`with guard.engagement(...)`"
+            )
+        return eng
+
+    # -- guardrails --------------------------------------------------------------------------------------
+
+    async def _check_input(
+        self, ctx: RunContextWrapper[Any], agent: Agent[Any], data: str | list[TResponseInputItem]
+    ) -> GuardrailFunctionOutput:
+        eng = self._engagement()
+        eng.new_turn()
+        return await _guardrail(eng, _last_user_text(data), Phase.INPUT)
+
+    async def _check_output(
+        self, ctx: RunContextWrapper[Any], agent: Agent[Any], output: Any
+    ) -> GuardrailFunctionOutput:
+        text = output if isinstance(output, str) else json.dumps(output, default=str, ensure_ascii=False)
+        return await _guardrail(self._engagement(), text, Phase.OUTPUT)
+
+
+async def _guardrail(eng: Engagement, text: str, phase: Phase) -> GuardrailFunctionOutput:
+    """Run one guardrail; a violation trips the SDK's tripwire and is its ``output_info``.
+
+    The SDK's guardrails cannot rewrite text, so a guardian ``modify`` of the message fails closed.
+    """
+    try:
+        checked = await (eng.acheck_input(text) if phase is Phase.INPUT else eng.acheck_output(text))
+    except GuardrailViolation as exc:
+        return GuardrailFunctionOutput(output_info=exc, tripwire_triggered=True)
+    if checked != text:
+        reason = "the guardian rewrote the message and an OpenAI Agents SDK guardrail cannot pass a rewrite on"
+        return GuardrailFunctionOutput(output_info=GuardrailViolation(reason, phase=phase), tripwire_triggered=True)
+    return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
+
+
+def _last_user_text(data: str | list[TResponseInputItem]) -> str:
+    """The newest user message of a run's input, as text (what the input guardrail checks)."""
+    if isinstance(data, str):
+        return data
+    for item in reversed(data):
+        if isinstance(item, Mapping) and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content
+            return "\n".join(
+                str(part.get("text", "")) for part in content or () if isinstance(part, Mapping)
+            )
+    return ""
+
+
+def _review_map(guard: Guard) -> dict[str, frozenset[Phase]]:
+    """Capability → the phases the spec reviews; ``"*"`` when review gates added outside the spec exist
+    (the Guard does not say which capability a gate is on, so every call may need review)."""
+    reviews: dict[str, frozenset[Phase]] = {}
+    named: set[str] = set()
+    for name, cap in guard.spec.capabilities.items():
+        if cap is None:
+            continue
+        phases = set()
+        for phase, restriction in ((Phase.INPUT, cap.input_restriction), (Phase.OUTPUT, cap.output_restriction)):
+            if restriction is not None and restriction.require_review:
+                phases.add(phase)
+                named.add(restriction.require_review)
+        if phases:
+            reviews[name] = frozenset(phases)
+    if guard.required_reviewers() - named:
+        reviews["*"] = frozenset({Phase.INPUT})
+    return reviews
+
+
+class GuardHooks(RunHooks[Any]):
+    """Run hooks for what the guardrails and tools do not see: the model's messages.
+
+    Each model answer that asks for tools is recorded as a ``steps/message`` (the final answer goes through
+    the output guardrail instead); before each model call, reviews the SDK rejected are recorded as
+    rejections (the SDK never invokes a rejected tool, so nothing else would).
+    """
+
+    def __init__(self, adapter: AgentGuard) -> None:
+        self.adapter = adapter
+
+    async def on_llm_start(
+        self,
+        context: RunContextWrapper[Any],
+        agent: Agent[Any],
+        system_prompt: str | None,
+        input_items: list[TResponseInputItem],
+    ) -> None:
+        pending = self.adapter.pending
+        for call_id, paused in list(pending.items()):
+            if not paused.answered and context.is_tool_approved(paused.tool.sdk_name, call_id) is False:
+                del pending[call_id]
+                await paused.tool.settle(context, call_id, paused)
+
+    async def on_llm_end(self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse) -> None:
+        eng = self.adapter.guard.current_engagement()
+        if eng is None:
+            return
+        calls = [item for item in response.output if getattr(item, "type", None) == "function_call"]
+        if calls:
+            text = "".join(
+                getattr(part, "text", "")
+                for item in response.output
+                if getattr(item, "type", None) == "message"
+                for part in getattr(item, "content", ())
+            )
+            await eng.areport_message("agent", text or json.dumps([c.name for c in calls]))

@@ -1,0 +1,51 @@
+"""The one place that imports the OpenAI Agents SDK: a missing or too-old ``openai-agents`` fails with one
+clear error. Every other module of this package imports SDK names from here."""
+
+from __future__ import annotations
+
+try:
+    from agents import (
+        Agent,
+        AgentsException,
+        FunctionTool,
+        GuardrailFunctionOutput,
+        Handoff,
+        InputGuardrail,
+        InputGuardrailTripwireTriggered,
+        ModelResponse,
+        OutputGuardrail,
+        OutputGuardrailTripwireTriggered,
+        RunContextWrapper,
+        RunHooks,
+        Session,
+        Tool,
+        TResponseInputItem,
+        handoff,
+    )
+    from agents.memory import SessionSettings
+    from agents.tool_context import ToolContext
+except ImportError as exc:  # pragma: no cover - exercised only without the host installed
+    raise ImportError(
+        f"agentguard-openai-agents needs openai-agents>=0.24 ({exc}): pip install agentguard-openai-agents"
+    ) from exc
+
+__all__ = [
+    "Agent",
+    "AgentsException",
+    "FunctionTool",
+    "GuardrailFunctionOutput",
+    "Handoff",
+    "InputGuardrail",
+    "InputGuardrailTripwireTriggered",
+    "ModelResponse",
+    "OutputGuardrail",
+    "OutputGuardrailTripwireTriggered",
+    "RunContextWrapper",
+    "RunHooks",
+    "Session",
+    "SessionSettings",
+    "Tool",
+    "TResponseInputItem",
+    "ToolContext",
+    "handoff",
+]

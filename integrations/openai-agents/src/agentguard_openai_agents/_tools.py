@@ -1,0 +1,293 @@
+"""One SDK function tool (or handoff) call translated into one ``guard.acall``, and the verdict translated back.
+
+The pipeline decides; this module maps names, hands the pipeline a function that runs the SDK's own invoker
+with the arguments the pipeline lets through (so a guardian ``modify`` reaches the tool), and turns a denial
+into tool output the model can recover from, or a loop stop / failed guardrail into :class:`RunStopped`.
+
+Review (``require_review``) goes through the SDK's human-in-the-loop. A reviewed tool gets a ``needs_approval``
+callable that runs the call through the pipeline *before* the SDK would invoke it:
+
+- the local checks (capability, loop, restrictions, guardian) run first, so a denied call is never sent for
+  approval; its denial is kept by call id and handed to the model when the SDK invokes the tool;
+- an input review with no decision yet pauses: ``needs_approval`` answers ``True`` and the run ends with
+  ``result.interruptions``;
+- an output review runs the tool first; the result is held by the core (keyed by call id) and the run pauses
+  the same way, so the model has not seen it. On resume after ``RunState.approve`` the SDK invokes the tool,
+  the core hands back the held result: the tool does not run again.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from agentguard import (
+    Approval,
+    CapabilityDenied,
+    GuardianDenied,
+    IdentityError,
+    Phase,
+    PolicyViolation,
+    RestrictionViolation,
+    ReviewDenied,
+    ReviewRequest,
+)
+from agentguard_openai_agents._host import (
+    Agent,
+    AgentsException,
+    FunctionTool,
+    Handoff,
+    InputGuardrailTripwireTriggered,
+    OutputGuardrailTripwireTriggered,
+    RunContextWrapper,
+    ToolContext,
+)
+
+if TYPE_CHECKING:
+    from agentguard_openai_agents._adapter import AgentGuard
+
+__all__ = [
+    "RECOVERABLE",
+    "GuardedHandoff",
+    "GuardedTool",
+    "ReviewPending",
+    "RunStopped",
+    "sdk_reviewer",
+    "spec_name",
+    "violation_of",
+]
+
+RECOVERABLE: tuple[type[PolicyViolation], ...] = (
+    CapabilityDenied,
+    RestrictionViolation,
+    ReviewDenied,
+    GuardianDenied,
+    IdentityError,
+)
+"""Denials of one call the model can recover from: it gets them as the tool's output and carries on.
+Everything else (a loop stop, a failed guardrail, a stopped engagement) ends the run."""
+
+
+class RunStopped(AgentsException):
+    """The run ended because agentguard stopped it inside a tool call or handoff (loop, closed engagement).
+
+    An :class:`agents.AgentsException`, so the SDK passes it through unchanged; ``violation`` (also the
+    ``__cause__``) is agentguard's typed error, e.g. :class:`~agentguard.ShortCircuitViolation`.
+    """
+
+    def __init__(self, violation: PolicyViolation) -> None:
+        super().__init__(str(violation))
+        self.violation = violation
+
+
+class ReviewPending(Exception):
+    """The SDK has no decision yet on a reviewed call: the run must pause (a host control-flow exception)."""
+
+
+def violation_of(error: BaseException) -> PolicyViolation | None:
+    """agentguard's typed error inside an exception a guarded run ended with (``None`` if there is none).
+
+    Covers :class:`RunStopped` and the SDK's input / output guardrail tripwires raised by the guard's
+    guardrails (their ``output_info`` is the :class:`~agentguard.GuardrailViolation`).
+    """
+    if isinstance(error, PolicyViolation):
+        return error
+    if isinstance(error, RunStopped):
+        return error.violation
+    if isinstance(error, InputGuardrailTripwireTriggered | OutputGuardrailTripwireTriggered):
+        info = error.guardrail_result.output.output_info
+        return info if isinstance(info, PolicyViolation) else None
+    return None
+
+
+def spec_name(sdk_name: str, names: Mapping[str, str]) -> str:
+    """The spec name of an SDK tool or agent: an explicit mapping, else lowercase with runs of other
+    characters than letters, digits, ``.`` and ``-`` turned into ``-`` (``lookup_order`` → ``lookup-order``,
+    ``"Billing agent"`` → ``billing-agent``)."""
+    mapped = names.get(sdk_name)
+    return mapped if mapped is not None else re.sub(r"[^a-z0-9.-]+", "-", sdk_name.lower()).strip("-")
+
+
+def denial_text(exc: PolicyViolation) -> str:
+    """What the model reads instead of the tool's output when agentguard denied the call."""
+    after = "The tool ran, but its result was withheld." if exc.phase is Phase.OUTPUT else "The tool was not run."
+    return f"agentguard denied this tool call: {exc}. {after}"
+
+
+# -- review through the SDK's approvals ---------------------------------------------------------------
+
+
+@dataclass
+class Pending:
+    """A reviewed call the SDK was asked to approve: the phase it was asked for, and how to settle it."""
+
+    tool: GuardedTool
+    inputs: dict[str, Any]
+    phase: Phase
+    answered: bool = False
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """The SDK call the pipeline is deciding right now: where its reviewer reads the SDK's decision."""
+
+    adapter: AgentGuard
+    context: RunContextWrapper[Any]
+    tool: GuardedTool
+    call_id: str
+    inputs: dict[str, Any]
+
+
+_scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("agentguard_oa_scope", default=None)
+
+
+def sdk_reviewer(reviewer_id: str) -> Callable[[ReviewRequest], Approval]:
+    """A reviewer answered by ``RunState.approve`` / ``reject``: no decision yet raises :class:`ReviewPending`.
+
+    The SDK approves a *call*, once. A call with both an input and an output review is asked once (input);
+    its output review then fails closed rather than reusing that answer for a result nobody saw.
+    """
+
+    def review(request: ReviewRequest) -> Approval:
+        scope = _scope.get()
+        if scope is None:
+            return Approval(False, "no OpenAI Agents SDK run is asking for this review", reviewer_id)
+        status = scope.context.is_tool_approved(scope.tool.sdk_name, scope.call_id)
+        pending = scope.adapter.pending.get(scope.call_id)
+        if status is None:
+            scope.adapter.pending[scope.call_id] = Pending(scope.tool, scope.inputs, request.phase)
+            raise ReviewPending(f"{request.capability!r} awaits approval by {reviewer_id!r}")
+        if pending is not None and (pending.phase is not request.phase or pending.answered):
+            reason = (
+                f"the SDK approves a call once; it was asked about the {pending.phase.value} of "
+                f"{request.capability!r}, not its {request.phase.value}"
+            )
+            return Approval(False, reason, reviewer_id)
+        if pending is not None:
+            pending.answered = True
+        return Approval(status, None if status else "rejected through the SDK", reviewer_id)
+
+    review.__agentguard_sdk_review__ = reviewer_id  # type: ignore[attr-defined]
+    return review
+
+
+# -- function tools -----------------------------------------------------------------------------------
+
+
+class GuardedTool:
+    """The guarded ``on_invoke_tool`` (and, for reviewed tools, ``needs_approval``) of one function tool."""
+
+    def __init__(self, adapter: AgentGuard, tool: FunctionTool, kind: Literal["tool", "agent"]) -> None:
+        self.adapter = adapter
+        self.sdk_name = tool.name
+        self.name = spec_name(tool.name, adapter.names)
+        self.kind = kind
+        self._invoke = tool.on_invoke_tool
+        self.output_reviewed = adapter.reviews_output(self.name)
+
+    def build(self, tool: FunctionTool) -> FunctionTool:
+        """The wrapped copy of ``tool`` (the original is left as it was)."""
+        if not self.adapter.reviewed(self.name):
+            return dataclasses.replace(tool, on_invoke_tool=self.on_invoke_tool)
+        if tool.needs_approval is not False:
+            raise ValueError(
+                f"tool {tool.name!r} sets needs_approval and the spec requires review of {self.name!r}: "
+                "let the spec decide (remove needs_approval) so the call is asked about once"
+            )
+        return dataclasses.replace(tool, on_invoke_tool=self.on_invoke_tool, needs_approval=self.needs_approval)
+
+    async def on_invoke_tool(self, ctx: ToolContext[Any], arguments: str) -> Any:
+        """The SDK invokes the tool: hand over a decided pre-run outcome, or run the call through the guard."""
+        prerun = self.adapter.prerun.pop(ctx.tool_call_id, _NONE)
+        if prerun is not _NONE:
+            return prerun
+        if self.output_reviewed and self._lost_review(ctx):
+            return (
+                "agentguard denied this tool call: it was approved in output review, but the held result is "
+                "not in this process (the engagement that ran the tool is gone). The tool was not run again."
+            )
+        try:
+            return await self.guarded(ctx, _inputs(arguments))
+        finally:
+            self.adapter.pending.pop(ctx.tool_call_id, None)
+
+    async def needs_approval(self, context: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
+        """Run the call through the pipeline before the SDK invokes it; ``True`` when a review must pause."""
+        ctx = ToolContext.from_agent_context(
+            context, call_id, tool_name=self.sdk_name, tool_arguments=json.dumps(params)
+        )
+        try:
+            self.adapter.prerun[call_id] = await self.guarded(ctx, dict(params))
+        except ReviewPending:
+            return True
+        return False
+
+    def _lost_review(self, ctx: ToolContext[Any]) -> bool:
+        status = ctx.is_tool_approved(self.sdk_name, ctx.tool_call_id)
+        return status is not None and ctx.tool_call_id not in self.adapter.pending
+
+    async def guarded(self, ctx: ToolContext[Any], inputs: dict[str, Any]) -> Any:
+        """``guard.acall`` with the SDK's invoker as the tool; denials become output, stops :class:`RunStopped`."""
+
+        async def run(**arguments: Any) -> Any:
+            return await self._invoke(ctx, json.dumps(arguments))
+
+        token = _scope.set(_Scope(self.adapter, ctx, self, ctx.tool_call_id, inputs))
+        try:
+            return await self.adapter.guard.acall(self.name, inputs, run, kind=self.kind, call_id=ctx.tool_call_id)
+        except RECOVERABLE as exc:
+            return denial_text(exc)
+        except PolicyViolation as exc:
+            raise RunStopped(exc) from exc
+        finally:
+            _scope.reset(token)
+
+    async def settle(self, context: RunContextWrapper[Any], call_id: str, pending: Pending) -> None:
+        """Record the SDK's rejection of a paused call (the SDK never invokes a rejected tool)."""
+        ctx = ToolContext.from_agent_context(
+            context, call_id, tool_name=self.sdk_name, tool_arguments=json.dumps(pending.inputs)
+        )
+        await self.guarded(ctx, pending.inputs)
+
+
+_NONE: Any = object()
+
+
+def _inputs(arguments: str) -> dict[str, Any]:
+    """The model's JSON arguments as the inputs the pipeline checks (a non-object is one ``input``)."""
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return {"input": arguments}
+    return value if isinstance(value, dict) else {"input": value}
+
+
+# -- handoffs -----------------------------------------------------------------------------------------
+
+
+class GuardedHandoff:
+    """A handoff as an agent capability: checked and recorded by the guard, then handed to the guarded agent."""
+
+    def __init__(self, adapter: AgentGuard, handoff: Handoff[Any, Any]) -> None:
+        self.adapter = adapter
+        self.name = spec_name(handoff.agent_name, adapter.names)
+        self._invoke: Callable[[RunContextWrapper[Any], str], Awaitable[Any]] = handoff.on_invoke_handoff
+
+    async def on_invoke_handoff(self, ctx: RunContextWrapper[Any], arguments: str) -> Agent[Any]:
+        targets: list[Agent[Any]] = []
+
+        async def run(**inputs: Any) -> dict[str, str]:
+            target = await self._invoke(ctx, json.dumps(inputs) if inputs else arguments)
+            targets.append(self.adapter.wrap(target))
+            return {"agent": target.name}  # the record names the agent; the Agent object stays out of it
+
+        try:
+            await self.adapter.guard.acall(self.name, _inputs(arguments), run, kind="agent")
+        except PolicyViolation as exc:  # the SDK has no error output for a handoff: the run ends
+            raise RunStopped(exc) from exc
+        return targets[0]

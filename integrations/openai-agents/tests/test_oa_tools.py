@@ -1,0 +1,125 @@
+"""Function tools through the guard in real ``Runner`` runs: allowed, denied and recovered, withheld, loops,
+guardrails, and what the adapter refuses to wrap."""
+
+from __future__ import annotations
+
+import pytest
+from agents import Agent, InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered, Runner, WebSearchTool
+from agentguard_openai_agents import AgentGuard, RunStopped, violation_of
+from agentguard_openai_agents.testing import answer, calls
+
+from agentguard import GuardrailViolation, Outcome, Rule, ShortCircuitViolation, User
+
+from .conftest import BuildAgent
+
+
+async def test_allowed_call_runs_once_and_is_recorded(build_agent: BuildAgent) -> None:
+    h = build_agent([calls(("lookup_order", {"order_id": "A-1"})), answer("A-1 has shipped.")])
+    async with h.guarded.session(user=User(id="u1")) as session:
+        result = await Runner.run(h.agent, "Where is A-1?", hooks=h.guarded.hooks)
+    assert result.final_output == "A-1 has shipped."
+    assert h.shop.runs["lookup_order"] == 1
+    assert "shipped" in h.tool_outputs(result)[0]
+    eng = session.engagement
+    assert eng.state.names == ["lookup-order"]
+    assert [s.kind for s in eng.steps] == [
+        "steps/message",  # the user's input, through the input guardrail
+        "steps/message",  # the model's message asking for the tool (hooks)
+        "steps/toolCallRequest",
+        "steps/message",  # the final answer, through the output guardrail
+    ]
+
+
+def test_restriction_denial_reaches_the_model_which_recovers(build_agent: BuildAgent) -> None:
+    h = build_agent(
+        [
+            calls(("send_email", {"to": "eve@evil.test", "body": "hi"})),
+            calls(("send_email", {"to": "bob@corp.com", "body": "hi"})),
+            answer("Sent to Bob instead."),
+        ]
+    )
+    with h.guard.engagement(user=User(id="u1")) as eng:
+        result = Runner.run_sync(h.agent, "Email the update", hooks=h.guarded.hooks)
+    denied, sent = h.tool_outputs(result)
+    assert "agentguard denied this tool call" in denied and "not run" in denied
+    assert sent == "sent to bob@corp.com"
+    assert h.shop.args == [("send_email", {"to": "bob@corp.com", "body": "hi"})]
+    assert result.final_output == "Sent to Bob instead."
+    assert any(d.rule is Rule.RESTRICTION and d.outcome is Outcome.DENY for d in eng.decisions)
+
+
+def test_unknown_capability_is_denied(build_agent: BuildAgent) -> None:
+    h = build_agent([calls(("delete_everything", {})), answer("I may not do that.")])
+    with h.guard.engagement():
+        result = Runner.run_sync(h.agent, "Delete it all")
+    assert h.shop.runs["delete_everything"] == 0
+    assert "agentguard denied" in h.tool_outputs(result)[0]
+
+
+async def test_withheld_output_never_reaches_the_model(build_agent: BuildAgent) -> None:
+    h = build_agent([calls(("web_search", {"query": "many things"})), answer("Nothing to share.")])
+    async with h.guarded.session() as session:
+        result = await Runner.run(h.agent, "Search", hooks=h.guarded.hooks)
+    assert h.shop.runs["web_search"] == 1
+    (output,) = h.tool_outputs(result)
+    assert "SECRET" not in output and "withheld" in output
+    assert all("SECRET" not in str(item) for call in h.model.calls for item in call.input)
+    assert session.engagement.view()["history"]["web-search"][0]["outputs"] is None
+
+
+async def test_loop_stop_ends_the_run_with_the_typed_error(build_agent: BuildAgent) -> None:
+    h = build_agent([*(calls(("lookup_order", {"order_id": "A-1"})) for _ in range(3)), answer("never")])
+    async with h.guarded.session() as session:
+        with pytest.raises(RunStopped) as raised:
+            await Runner.run(h.agent, "Loop", hooks=h.guarded.hooks)
+    assert isinstance(violation_of(raised.value), ShortCircuitViolation)
+    assert h.shop.runs["lookup_order"] == 2
+    assert session.engagement.status.value == "stopped"
+
+
+def test_input_guardrail_blocks_before_the_model_sees_the_input(build_agent: BuildAgent) -> None:
+    h = build_agent([answer("never")])
+    with h.guard.engagement(), pytest.raises(InputGuardrailTripwireTriggered) as raised:
+        Runner.run_sync(h.agent, "My card is 4111 1111 1111 1111")
+    assert isinstance(violation_of(raised.value), GuardrailViolation)
+    assert h.model.calls == ()
+
+
+async def test_output_guardrail_trips_on_the_final_answer(build_agent: BuildAgent) -> None:
+    h = build_agent([answer("That is a stupid question.")])
+    async with h.guarded.session():
+        with pytest.raises(OutputGuardrailTripwireTriggered) as raised:
+            await Runner.run(h.agent, "Hello")
+    assert isinstance(violation_of(raised.value), GuardrailViolation)
+
+
+async def test_streamed_run_is_guarded_the_same_way(build_agent: BuildAgent) -> None:
+    h = build_agent(
+        [
+            calls(("send_email", {"to": "eve@evil.test", "body": "hi"})),
+            calls(("lookup_order", {"order_id": "A-1"})),
+            answer("Done."),
+        ]
+    )
+    async with h.guarded.session():
+        streamed = Runner.run_streamed(h.agent, "Go", hooks=h.guarded.hooks)
+        async for _ in streamed.stream_events():
+            pass
+    assert streamed.final_output == "Done."
+    assert h.shop.runs == {"lookup_order": 1}
+    assert "agentguard denied" in h.tool_outputs(streamed)[0]
+
+
+def test_a_tool_outside_an_engagement_does_not_run(build_agent: BuildAgent) -> None:
+    h = build_agent([calls(("lookup_order", {"order_id": "A-1"})), answer("x")])
+    with pytest.raises(Exception, match="outside an engagement"):
+        Runner.run_sync(h.agent, "Where is A-1?")
+    assert h.shop.runs["lookup_order"] == 0
+
+
+def test_wrap_is_idempotent_and_refuses_what_it_cannot_guard(build_agent: BuildAgent) -> None:
+    h = build_agent([])
+    assert h.guarded.wrap(h.agent) is h.agent
+    with pytest.raises(ValueError, match="cannot be guarded"):
+        h.guarded.wrap(Agent(name="searcher", tools=[WebSearchTool()]))
+    assert AgentGuard(h.guard).guard is h.guard  # a second adapter on the same guard installs nothing twice
