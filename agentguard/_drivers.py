@@ -66,6 +66,16 @@ def _call(effect: Invoke) -> Any:
         reset_credentials(token)
 
 
+async def _acall(effect: Invoke) -> Any:
+    """``_call`` for the async driver: the credentials stay set while the coroutine body runs."""
+    token = set_credentials(effect.credentials)
+    try:
+        value = effect.fn(*effect.args, **effect.kwargs)
+        return await value if inspect.isawaitable(value) else value
+    finally:
+        reset_credentials(token)
+
+
 def _overran(effect: Invoke, future: concurrent.futures.Future[Any]) -> InvokeTimedOut:
     if not effect.keep_running and effect.on_late is not None:
         on_late = effect.on_late
@@ -143,8 +153,7 @@ def _perform_sync(effect: Effect) -> Any:
 async def _perform_async(effect: Effect) -> Any:
     if isinstance(effect, Invoke):
         if effect.timeout_ms is None:
-            value = _call(effect)
-            return await value if inspect.isawaitable(value) else value
+            return await _acall(effect)
         return await _invoke_with_timeout(effect, effect.timeout_ms)
     if isinstance(effect, AskReviewer):
         reviewer, request, timeout_ms = effect.reviewer, effect.request, effect.timeout_ms
@@ -178,7 +187,7 @@ async def _invoke_with_timeout(effect: Invoke, timeout_ms: int) -> Any:
     """An async tool runs as a task (cancelled on timeout unless it must keep running); a sync tool runs in
     a worker thread (which cannot be cancelled: its late outcome is reported through ``on_late``)."""
     if inspect.iscoroutinefunction(effect.fn):
-        task: asyncio.Future[Any] = asyncio.ensure_future(_call(effect))  # the task copies the credentials
+        task: asyncio.Future[Any] = asyncio.ensure_future(_acall(effect))
         done, _ = await asyncio.wait({task}, timeout=timeout_ms / 1000)
         if done:
             return task.result()

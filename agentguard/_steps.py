@@ -141,14 +141,21 @@ class StepBuilder:
     def __init__(self, agent: Callable[[], dict[str, Any]]) -> None:
         self._agent = agent
 
-    def context(self, state: EngagementState, step: StepRecord) -> dict[str, Any]:
-        """AOS ``StepContext``: agent, session (= engagement), turn and step ids, UTC time, user."""
+    def context(self, state: EngagementState, step: StepRecord, *, own_step: bool = False) -> dict[str, Any]:
+        """AOS ``StepContext``: agent, session (= engagement), turn and step ids, UTC time, user.
+
+        ``own_step``: this AOS step is a later one of the same record (a ``steps/toolCallResult`` after its
+        ``steps/toolCallRequest``): it gets a step id and a timestamp of its own, and the two are linked by
+        ``executionId``, so that a guardian keying on ``stepId`` never sees two steps as one.
+        """
+        agent = self._agent()
+        step_id, at = (new_id(), datetime.now(UTC)) if own_step else (step.step_id, step.timestamp)
         ctx: dict[str, Any] = {
-            "agent": self._agent(),
+            "agent": agent,
             "session": {"id": state.id},
             "turnId": step.turn_id,
-            "stepId": step.step_id,
-            "timestamp": step.timestamp.isoformat().replace("+00:00", "Z"),
+            "stepId": step_id,
+            "timestamp": at.isoformat().replace("+00:00", "Z"),
         }
         user = state.user
         if user is not None:
@@ -157,8 +164,12 @@ class StepBuilder:
                 u["name"] = user.name
             if user.email:
                 u["email"] = user.email
-            if user.organization:
-                u["organization"] = {"id": user.organization}
+            # Required by the AOS text: the user's own, else the agent's, else an explicit "unknown".
+            u["organization"] = (
+                {"id": user.organization}
+                if user.organization
+                else agent.get("organization") or _NO_ORGANIZATION
+            )
             if user.metadata:
                 u["metadata"] = to_plain(user.metadata)
             ctx["user"] = u
@@ -192,7 +203,7 @@ class StepBuilder:
         self, state: EngagementState, step: StepRecord, outputs: Any, *, is_error: bool
     ) -> dict[str, Any]:
         params = {
-            "context": self.context(state, step),
+            "context": self.context(state, step, own_step=True),
             "executionId": step.call_id,
             "result": {"outputs": _text_parts(outputs), "isError": is_error},
         }

@@ -35,11 +35,12 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from agentguard.cel import CelProgram
 from agentguard.errors import Phase, Rule
 
 __all__ = [
@@ -231,20 +232,16 @@ def to_plain(value: Any, *, owned: bool = False) -> Any:
     return str(value)
 
 
-_MAP_REF = re.compile(
-    r"""(?<![\w.])(recent|history)\s*(?:\.\s*([A-Za-z_]\w*)|\[\s*(["'])([^"'\\]*)\3\s*\])?"""
-    r"""(?:\s*\.\s*(inputs|outputs)\b)?"""
-)
-_STRING = re.compile(r"""("(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')""")
+_ENTRY_PARTS = frozenset({"inputs", "outputs"})
 
 
 @dataclass(frozen=True, slots=True)
 class ViewPlan:
     """Which parts of the Engagement view one expression reads.
 
-    ``recent_keys`` / ``history_keys`` list the members an expression selects with a literal name
+    ``recent_keys`` / ``history_keys`` list the members an expression selects with a constant name
     (``recent["send-email"]``, ``history._total``); ``None`` means the variable is used as a whole
-    (``history[x]`` with a computed key, ``size(history)``, ...) and is bound whole.
+    (``history[x]`` with a computed key, ``size(history)``, ``history.exists(...)``, ...) and is bound whole.
     """
 
     variables: frozenset[str]
@@ -255,42 +252,22 @@ class ViewPlan:
     recent_fields: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
 
     @classmethod
-    def for_expression(cls, expression: str, variables: Iterable[str]) -> ViewPlan:
-        variables = frozenset(variables)
-        keys: dict[str, set[str] | None] = {"recent": set(), "history": set()}
-        fields: dict[str, set[str] | None] = {}
-        # Blank out string literals so that "history" inside a string is not taken as a reference, but read
-        # the literal right after `history[` from the original text (that is the key we want).
-        masked = _STRING.sub(
-            lambda m: m.group(0)[0] + "_" * (len(m.group(0)) - 2) + m.group(0)[0], expression
-        )
-        for match in _MAP_REF.finditer(masked):
-            found = keys[match.group(1)]
-            if found is None:
-                continue
-            if match.group(2):
-                key = match.group(2)
-            elif match.group(3):
-                start, end = match.span(4)
-                key = expression[start:end]
-            else:
-                keys[match.group(1)] = None
-                continue
-            found.add(key)
-            if match.group(1) == "recent":
-                part = match.group(5)
-                if part is None:
-                    fields[key] = None
-                elif key not in fields:
-                    fields[key] = {part}
-                elif (known := fields[key]) is not None:
-                    known.add(part)
-        recent, history = keys["recent"], keys["history"]
+    def of(cls, program: CelProgram) -> ViewPlan:
+        """The plan of a compiled expression, from what its syntax tree reads (:attr:`CelProgram.reads`).
+
+        Never from the text: a comment, a string literal or a macro cannot hide a read from the tree.
+        """
+        reads = program.reads
+        recent, history = reads.get("recent", {}), reads.get("history", {})
+        fields: dict[str, frozenset[str] | None] = {}
+        if recent is not None:
+            for key, parts in recent.items():
+                fields[key] = frozenset(parts) if parts is not None and parts.keys() <= _ENTRY_PARTS else None
         return cls(
-            variables,
+            program.variables,
             frozenset(recent) if recent is not None else None,
             frozenset(history) if history is not None else None,
-            {k: frozenset(v) if v is not None else None for k, v in fields.items()},
+            fields,
         )
 
 
@@ -328,8 +305,9 @@ class EngagementState:
         self._recent: dict[str, Any] = {}
         self._names: list[str] = []
         self._history: dict[str, Any] = {"_list": self._names, "_total": 0}
-        # The invoked names, newest first, one char per name, at most `loop_window` long: the short-circuit
-        # detector matches a regex against it (see repeated_block), at a cost independent of history length.
+        # The attempted names (invoked or refused), newest first, one char per name, at most `loop_window`
+        # long: the short-circuit detector matches a regex against it (see repeated_block), at a cost
+        # independent of history length.
         self._chars: dict[str, str] = {}
         self._reversed = ""
         self._loop_window = loop_window
@@ -385,7 +363,11 @@ class EngagementState:
                         if entry is None:
                             continue
                         wanted = parts.get(key)
-                        selected[key] = entry if wanted is None else {p: entry[p] for p in wanted}
+                        selected[key] = (
+                            {p: entry[p] for p in wanted}
+                            if wanted is not None and type(entry) is dict
+                            else entry
+                        )
                     out["recent"] = selected
             elif var == "user":
                 out["user"] = self._user_view
@@ -446,7 +428,10 @@ class EngagementState:
         return len(self._in_flight)
 
     def rollback_call(self, record: CallRecord, *, reason: str) -> None:
-        """Take a denied call back out of ``recent`` and ``history``: it was never invoked (decision 2)."""
+        """Take a denied call back out of ``recent`` and ``history``: it was never invoked (decision 2).
+
+        The short-circuit detector keeps it: a refused attempt is an attempt (decision 5).
+        """
         with self._lock:
             record.status = "denied"
             record.error = reason
@@ -465,8 +450,6 @@ class EngagementState:
                     if seen == index:
                         del self._names[position]
                         break
-            tail = self._names[-self._loop_window :]
-            self._reversed = "".join(self._char(n) for n in reversed(tail))
             if entries:
                 self._recent[record.name] = entries[-1]
             else:
@@ -500,12 +483,25 @@ class EngagementState:
             record.ended_at = time.time()
             self._settled(record)
 
-    def would_short_circuit(self, name: str, k: int, max_block: int) -> int | None:
-        """Block length at which calling ``name`` now would repeat a block ``k`` times, else ``None``."""
-        if k * max_block > self._loop_window:
-            return find_short_circuit([*self._names, name], k, max_block)
+    def attempted(self, name: str) -> None:
+        """Count an attempt that was refused before it became a call (decision 5: refused attempts count)."""
         with self._lock:
+            self._reversed = (self._char(name) + self._reversed)[: self._loop_window]
+
+    def would_short_circuit(self, name: str, k: int, max_block: int) -> int | None:
+        """Block length at which attempting ``name`` now would repeat a block ``k`` times, else ``None``.
+
+        The detector sees every attempted call, refused ones included, over the last ``loop_window``
+        attempts; a longer window asked for here widens it from now on.
+        """
+        with self._lock:
+            self._loop_window = max(self._loop_window, k * max_block)
             return repeated_block(self._char(name) + self._reversed, k, max_block)
+
+    def attempts(self, count: int) -> list[str]:
+        """The last ``count`` attempted names, oldest first (to explain a loop)."""
+        names = {char: name for name, char in self._chars.items()}
+        return [names[char] for char in reversed(self._reversed[:count])]
 
     # -- status ---------------------------------------------------------------------------------------
 

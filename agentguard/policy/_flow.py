@@ -621,26 +621,43 @@ def tool_call_flow(ctx: FlowContext, state: EngagementState, call: ToolCall) -> 
 _NO_LOOP = "no block of calls repeated short_circuit times"
 
 
+def _short_circuit(
+    ctx: FlowContext, state: EngagementState, step: StepRecord, name: str, *, refused: bool
+) -> None:
+    """Decision 5: stop the engagement when this attempt repeats a block of attempts ``short_circuit`` times.
+
+    Checked for attempts another rule refuses too, so that an agent retrying a refused call is stopped.
+    """
+    k = ctx.policy.short_circuit
+    if k is None:
+        return
+    block = state.would_short_circuit(name, k, ctx.short_circuit_max_block)
+    if block is None:
+        if not refused:
+            ctx.decide(state, step, Decision(Rule.SHORT_CIRCUIT, Outcome.ALLOW, Phase.INPUT, _NO_LOOP, name))
+        return
+    loop = " -> ".join([*state.attempts(block - 1), name])
+    reason = (
+        f"calling {name!r} would repeat [{loop}] {k} times in a row "
+        f"(lifespan.short_circuit: {k}); the engagement is stopped"
+    )
+    error = ShortCircuitViolation(reason, capability=name, phase=Phase.INPUT)
+    if _blocks(ctx, state, step, error):
+        state.stop(EngagementStatus.STOPPED, reason)
+        raise error
+
+
 def _tool_call(ctx: FlowContext, state: EngagementState, step: StepRecord, call: ToolCall) -> Flow[Any]:
     name = call.name
     if not state.active:
         raise _deny(ctx, state, step, _closed_error(state, name, Phase.INPUT))
-    rule = _capability(ctx, state, step, name, call.kind)
-    k = ctx.policy.short_circuit
-    if k is not None:
-        block = state.would_short_circuit(name, k, ctx.short_circuit_max_block)
-        if block is not None:
-            loop = " -> ".join([*state.names[len(state.names) - block + 1 :], name])
-            reason = (
-                f"calling {name!r} would repeat [{loop}] {k} times in a row "
-                f"(lifespan.short_circuit: {k}); the engagement is stopped"
-            )
-            error = ShortCircuitViolation(reason, capability=name, phase=Phase.INPUT)
-            if _blocks(ctx, state, step, error):
-                state.stop(EngagementStatus.STOPPED, reason)
-                raise error
-        else:
-            ctx.decide(state, step, Decision(Rule.SHORT_CIRCUIT, Outcome.ALLOW, Phase.INPUT, _NO_LOOP, name))
+    try:
+        rule = _capability(ctx, state, step, name, call.kind)
+    except PolicyViolation:
+        _short_circuit(ctx, state, step, name, refused=True)  # a refused attempt is an attempt (decision 5)
+        state.attempted(name)
+        raise
+    _short_circuit(ctx, state, step, name, refused=False)
 
     # The record holds JSON-like inputs for CEL and AOS; the tool gets the caller's own objects unless a
     # guardian rewrote them.

@@ -29,7 +29,7 @@ class Assertion:
 
     @classmethod
     def of(cls, program: CelProgram, field: str) -> Assertion:
-        return cls(program, ViewPlan.for_expression(program.source, program.variables), field)
+        return cls(program, ViewPlan.of(program), field)
 
     @property
     def source(self) -> str:

@@ -83,7 +83,7 @@ class ApprovalConfig:
 
     def reviewers_for(self, named: str) -> list[str]:
         """The reviewers to ask, in order: the one the spec names, then the configured approvers."""
-        return [named, *(a for a in self.approvers if a != named)]
+        return list(dict.fromkeys([named, *self.approvers]))  # each asked once
 
 
 @dataclass(frozen=True)
@@ -132,21 +132,33 @@ Reviewer = Callable[[ReviewRequest], "Approval | bool | Awaitable[Approval | boo
 
 
 def coerce_approval(answer: object, reviewer: str) -> Approval:
-    """Accept ``Approval`` or ``bool`` from a reviewer; anything else is a reviewer error (a denial)."""
+    """Accept ``Approval`` or ``bool`` from a reviewer; anything else is a reviewer error (a denial).
+
+    Only ``approved is True`` approves: ``"false"``, ``1``, ``[0]`` or ``None`` in an ``Approval`` (which is
+    not validated when built) are rejections, and are recorded as ``False``.
+    """
     if isinstance(answer, Approval):
-        return (
-            answer
-            if answer.approved_by
-            else Approval(answer.approved, answer.reason, reviewer, answer.timestamp)
+        approved = answer.approved is True
+        if approved is answer.approved and isinstance(answer.approved_by, str) and answer.approved_by:
+            return answer
+        by = answer.approved_by if isinstance(answer.approved_by, str) and answer.approved_by else reviewer
+        reason = (
+            answer.reason if isinstance(answer.reason, str) or answer.reason is None else str(answer.reason)
         )
+        if answer.approved is not approved and answer.approved is not False:
+            reason = f"not approved: approved was {type(answer.approved).__name__}, not True"
+        return Approval(approved, reason, by, answer.timestamp)
     if isinstance(answer, bool):
         return Approval(approved=answer, approved_by=reviewer)
     raise TypeError(f"reviewer {reviewer!r} returned {type(answer).__name__}, expected Approval or bool")
 
 
 def approval_tally(responses: Sequence[Approval], remaining: int, required: int) -> bool | None:
-    """``True`` once enough approvals are in, ``False`` once they can no longer be reached, else ``None``."""
-    approvals = sum(1 for r in responses if r.approved)
+    """``True`` once enough approvals are in, ``False`` once they can no longer be reached, else ``None``.
+
+    Approvals count by distinct approver: one person approving twice is one approval.
+    """
+    approvals = len({r.approved_by for r in responses if r.approved is True})
     if approvals >= required:
         return True
     if approvals + remaining < required:

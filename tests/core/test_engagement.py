@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentguard.cel import get_backend
 from agentguard.engagement import EngagementState, User, ViewPlan, find_short_circuit, to_plain
+from agentguard.spec import ENGAGEMENT_DECLARATIONS
+
+
+def _plan(expression: str) -> ViewPlan:
+    return ViewPlan.of(get_backend().compile(expression, ENGAGEMENT_DECLARATIONS))
 
 
 def test_view_has_every_field_of_the_engagement_section() -> None:
@@ -115,23 +121,23 @@ def test_view_is_a_snapshot() -> None:
     ],
 )
 def test_view_plan_binds_only_the_history_keys_used(expression: str, keys: set[str]) -> None:
-    plan = ViewPlan.for_expression(expression, {"history"})
+    plan = _plan(expression)
     assert plan.history_keys == frozenset(keys)
 
 
 def test_view_plan_falls_back_to_whole_history_for_computed_keys() -> None:
     assert (
-        ViewPlan.for_expression("history[recent._name].size() > 0", {"history", "recent"}).history_keys
+        _plan("history[recent._name].size() > 0").history_keys
         is None
     )
-    assert ViewPlan.for_expression("size(history) > 0", {"history"}).history_keys is None
+    assert _plan("size(history) > 0").history_keys is None
 
 
 def test_bindings_prune_history() -> None:
     state = EngagementState(user=User(id="u"))
     for i in range(50):
         state.complete_call(state.begin_call("t", {"i": i}), i)
-    plan = ViewPlan.for_expression("history._total < 100 && user.id == 'u'", {"history", "user"})
+    plan = _plan("history._total < 100 && user.id == 'u'")
     bound = state.bindings(plan)
     assert bound == {"history": {"_total": 50}, "user": {"id": "u", "email": None}}
 
@@ -227,19 +233,15 @@ def test_short_circuit_matches_its_definition(sequence: list[str], k: int, max_b
 
 
 def test_view_plan_prunes_recent_by_literal_name() -> None:
-    plan = ViewPlan.for_expression('recent["send-email"].inputs.to != "" && recent._name == "x"', {"recent"})
+    plan = _plan('recent["send-email"].inputs.to != "" && recent._name == "x"')
     assert plan.recent_keys == frozenset({"send-email", "_name"})
-    assert ViewPlan.for_expression("recent[recent._name].inputs.size() > 0", {"recent"}).recent_keys is None
+    assert _plan("recent[recent._name].inputs.size() > 0").recent_keys is None
     state = EngagementState()
     state.complete_call(state.begin_call("send-email", {"to": "a"}), None)
     state.complete_call(state.begin_call("other", {}), None)
     assert state.bindings(plan) == {"recent": {"send-email": {"inputs": {"to": "a"}}, "_name": "other"}}
-    whole = ViewPlan.for_expression(
-        'recent["send-email"] != null && recent["send-email"].outputs == null', {"recent"}
-    )
+    whole = _plan('recent["send-email"] != null && recent["send-email"].outputs == null')
     assert whole.recent_fields == {"send-email": None}
     assert state.bindings(whole) == {"recent": {"send-email": {"inputs": {"to": "a"}, "outputs": None}}}
-    both = ViewPlan.for_expression(
-        'recent["send-email"].inputs.to == recent["send-email"].outputs', {"recent"}
-    )
+    both = _plan('recent["send-email"].inputs.to == recent["send-email"].outputs')
     assert both.recent_fields == {"send-email": frozenset({"inputs", "outputs"})}

@@ -432,7 +432,8 @@ def test_short_circuit_spec_example_two_and_engagement_stays_stopped() -> None:
     assert calls == ["a", "b", "a", "b", "a"]
 
 
-def test_denied_attempts_do_not_enter_the_loop_sequence() -> None:
+def test_refused_attempts_count_toward_a_loop() -> None:
+    """Decision 5: the detector sees every attempt; ``history`` holds only the invoked calls."""
     text = spec_text(
         """
         capabilities:
@@ -449,13 +450,44 @@ def test_denied_attempts_do_not_enter_the_loop_sequence() -> None:
     def a(ok: bool) -> None:
         return None
 
-    with guard.engagement():
+    with guard.engagement() as eng:
         a(ok=True)
         with pytest.raises(RestrictionViolation):
             a(ok=False)
-        a(ok=True)  # the denied attempt is not in the sequence: it is "a a" now, not "a a a"
-        with pytest.raises(ShortCircuitViolation):
+        with pytest.raises(ShortCircuitViolation):  # "a a a": the refused attempt is the second
             a(ok=True)
+        assert eng.view()["history"]["_list"] == ["a"]
+
+
+def test_an_agent_retrying_a_refused_call_forever_is_stopped() -> None:
+    text = spec_text(
+        """
+        capabilities:
+          a:
+            input_restriction:
+              assertion: "false"
+        lifespan:
+          short_circuit: 3
+        """
+    )
+    guard = make_guard(text)
+    guard.tool(name="a")(lambda: None)
+    with guard.engagement() as eng:
+        for _ in range(2):
+            with pytest.raises(RestrictionViolation):
+                guard.call("a", {}, lambda: None)
+        with pytest.raises(ShortCircuitViolation):
+            guard.call("a", {}, lambda: None)
+        assert eng.status is EngagementStatus.STOPPED
+
+
+def test_attempts_at_a_tool_that_is_not_a_capability_count_toward_a_loop() -> None:
+    guard = make_guard(spec_text("capabilities:\n  a:\nlifespan:\n  short_circuit: 2\n"))
+    with guard.engagement():
+        with pytest.raises(CapabilityDenied):
+            guard.call("shell", {}, lambda: None)
+        with pytest.raises(ShortCircuitViolation):
+            guard.call("shell", {}, lambda: None)
 
 
 # -- guardrails ---------------------------------------------------------------------------------------------
