@@ -9,9 +9,11 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
+from agentguard._servecli import ServerLimits
+from agentguard.guardian.server import _thread as server_thread
 from agentguard.guardian.server._cli import add_parser
+from agentguard.guardian.server._thread import BoundedConfig
 from tests.guardian_server.support import request_for
 
 
@@ -30,13 +32,15 @@ def rules_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """What ``uvicorn.run`` was called with (it is not really run)."""
+    """What the server would have been run with (it is not really run)."""
     calls: dict[str, Any] = {}
 
-    def fake_run(app: Any, **options: Any) -> None:
-        calls.update(options, app=app)
+    def fake_serve(config: BoundedConfig) -> None:
+        calls.update(
+            app=config.app, host=config.host, port=config.port, log_level=config.log_level, config=config
+        )
 
-    monkeypatch.setattr(uvicorn, "run", fake_run)
+    monkeypatch.setattr(server_thread, "serve", fake_serve)
     return calls
 
 
@@ -111,17 +115,69 @@ def test_an_unreadable_rules_file_is_reported(
     assert not served
 
 
-def test_serving_beyond_loopback_without_a_token_warns(
-    rules_file: Path, served: dict[str, Any], caplog: pytest.LogCaptureFixture
+def test_serving_beyond_loopback_needs_a_token_or_insecure_open(
+    rules_file: Path,
+    served: dict[str, Any],
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for host, warned in (
-        ("0.0.0.0", True),
-        ("::1", False),
-        ("localhost", False),
-        ("guardian.internal", True),
-    ):
-        caplog.clear()
+    monkeypatch.setenv("GUARDIAN_TOKEN", "s3cret")
+    for host, open_ in (("0.0.0.0", False), ("::1", True), ("localhost", True), ("guardian.internal", False)):
         args = _parse("--rules", str(rules_file), "--host", host)
-        with caplog.at_level(logging.WARNING, logger="agentguard.guardian.server"):
-            assert args.run(args) == 0
-        assert ("without a token" in caplog.text) is warned, host
+        assert args.run(args) == (0 if open_ else 2), host
+        if not open_:
+            assert "refusing to listen on" in capsys.readouterr().err
+            for extra in (("--token-env", "GUARDIAN_TOKEN"), ("--insecure-open",)):
+                caplog.clear()
+                args = _parse("--rules", str(rules_file), "--host", host, *extra)
+                with caplog.at_level(logging.WARNING, logger="agentguard.guardian.server"):
+                    assert args.run(args) == 0
+                assert ("without a token" in caplog.text) is (extra == ("--insecure-open",))
+
+
+def test_every_limit_has_an_option(rules_file: Path, served: dict[str, Any]) -> None:
+    args = _parse(
+        "--rules", str(rules_file), "--header-timeout", "2.5", "--keep-alive-timeout", "3",
+        "--max-connections", "7", "--max-header-bytes", "4096", "--graceful-shutdown-timeout", "1",
+        "--max-body-bytes", "100", "--body-timeout", "4", "--rule-threads", "2",
+    )  # fmt: skip
+    assert args.run(args) == 0
+    config = served["config"]
+    assert config.limits == ServerLimits(
+        header_timeout=2.5,
+        keep_alive_timeout=3,
+        max_connections=7,
+        max_header_bytes=4096,
+        graceful_shutdown_timeout=1,
+    )
+    assert (config.timeout_keep_alive, config.h11_max_incomplete_event_size, config.access_log) == (
+        3,
+        4096,
+        False,
+    )
+    app = served["app"]
+    assert (app.max_body_bytes, app.body_timeout, app.pool._max_workers) == (100, 4, 2)
+    assert (
+        _parse("--rules", str(rules_file), "--max-connections", "0").run(
+            _parse("--rules", str(rules_file), "--max-connections", "0")
+        )
+        == 2
+    )
+
+
+def test_workers_load_the_app_from_the_environment(
+    rules_file: Path, served: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AGENTGUARD_GUARDIAN_SETTINGS", raising=False)
+    args = _parse("--rules", str(rules_file), "--workers", "2", "--body-timeout", "3")
+    assert args.run(args) == 0
+    config = served["config"]
+    assert (config.workers, config.factory, config.app) == (
+        2,
+        True,
+        "agentguard.guardian.server._cli:app_from_environment",
+    )
+    from agentguard.guardian.server._cli import app_from_environment
+
+    assert app_from_environment().body_timeout == 3

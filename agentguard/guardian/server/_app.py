@@ -1,16 +1,22 @@
-"""The reference guardian as an ASGI application (Starlette): AOS JSON-RPC over HTTP POST.
+"""The reference guardian as an ASGI application: AOS JSON-RPC over HTTP POST.
 
-The HTTP layer refuses, before reading a request's JSON, what is not for it -- each refusal an HTTP status
-with a JSON-RPC error body (``id: null``, codes from the server range of §6.1) so that any client can read
-why::
+A plain ASGI callable (no framework routing or middleware: each layer costs every request) that refuses,
+before reading a request's JSON, what is not for it -- each refusal an HTTP status with a JSON-RPC error
+body (``id: null``, codes from the server range of §6.1) so that any client can read why. The checks run
+in this order, the token first, so that nothing (not even "no such path") answers an unauthenticated
+client differently::
 
-    405  -32004  not POST (``Allow: POST``)
     401  -32001  no or wrong bearer token, when the app has one (``WWW-Authenticate: Bearer ...``)
+    404  -32005  not ``/`` or ``/aos``
+    405  -32004  not POST (``Allow: POST``)
     415  -32003  Content-Type is not application/json (a charset other than UTF-8 included)
     413  -32002  the body is larger than ``max_body_bytes`` (declared or as it streams in)
+    408  -32006  the whole body did not arrive within ``body_timeout`` seconds (the connection is closed)
 
 Everything else is JSON-RPC, answered with HTTP 200 (or 204 when there is nothing to answer), including
-internal errors: a guardian never answers a 500 with a traceback.
+internal errors: a guardian never answers a 500 with a traceback. The request is decided on a bounded pool
+of ``rule_threads`` worker threads (the caller's context copied), never on the event loop, so a request
+with a costly rule condition does not stall the others (a ``ping`` included).
 
 Each request is an OpenTelemetry SERVER span ``aos {method}`` (``opentelemetry-api`` only: the host's SDK,
 if any, records it) whose parent is read from the request's W3C ``traceparent``: an agentguard client sends
@@ -19,15 +25,15 @@ it, so the guardian's work shows up inside the agent's trace, below the step it 
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import enum
 import logging
+from collections.abc import AsyncIterator
 
 try:
-    from starlette.applications import Starlette
-    from starlette.requests import ClientDisconnect, Request
-    from starlette.responses import Response
-    from starlette.routing import Route
-    from starlette.types import Receive, Scope, Send
+    from starlette.datastructures import Headers
+    from starlette.types import Message, Receive, Scope, Send
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "the reference guardian needs Starlette and uvicorn: pip install 'agentguard[server]'"
@@ -36,14 +42,20 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from opentelemetry.trace import TracerProvider
 
 from agentguard import __version__
-from agentguard._httputil import bearer_challenge, declared_too_large, is_json_media_type, read_limited
+from agentguard._httputil import (
+    bearer_challenge,
+    declared_too_large,
+    is_json_media_type,
+    off_loop,
+    read_limited,
+)
 from agentguard.aos import ErrorCode
 from agentguard.guardian._tracing import ServerSpan, ServerTracing
 
 from ._dispatch import Dispatcher, error_body
 from ._rules import GuardianRules
 
-__all__ = ["ENDPOINTS", "ServerErrorCode", "create_app"]
+__all__ = ["ENDPOINTS", "GuardianApp", "ServerErrorCode", "create_app"]
 
 logger = logging.getLogger("agentguard.guardian.server")
 
@@ -60,83 +72,136 @@ class ServerErrorCode(enum.IntEnum):
     PAYLOAD_TOO_LARGE = -32002
     UNSUPPORTED_MEDIA_TYPE = -32003
     METHOD_NOT_ALLOWED = -32004
+    NOT_FOUND = -32005
+    REQUEST_TIMEOUT = -32006
 
 
-def _refuse(status: int, code: int, message: str, headers: dict[str, str] | None = None) -> Response:
-    return Response(
-        error_body(code, message), status_code=status, headers=headers, media_type="application/json"
-    )
+class _Answer:
+    """One HTTP answer: status, body, extra headers."""
 
-
-class _Endpoint:
-    """The one endpoint, with its settings bound once at creation.
-
-    It is a plain ASGI app rather than a Starlette request function so that it sees every HTTP method and
-    answers the wrong ones itself, with a readable body.
-    """
+    __slots__ = ("body", "headers", "status")
 
     def __init__(
-        self, dispatcher: Dispatcher, token: str | None, max_body_bytes: int, tracing: ServerTracing
+        self, status: int, body: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
+        self.status = status
+        self.body = body
+        self.headers = headers or []
+
+
+def _refuse(status: int, code: int, message: str, **headers: str) -> _Answer:
+    extra = [
+        (name.replace("_", "-").lower().encode(), value.encode("latin-1")) for name, value in headers.items()
+    ]
+    return _Answer(status, error_body(code, message), extra)
+
+
+class _Disconnected(Exception):
+    """The client went away before its body was read."""
+
+
+async def _body_chunks(receive: Receive) -> AsyncIterator[bytes]:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        yield message.get("body", b"")
+        if not message.get("more_body", False):
+            return
+
+
+class GuardianApp:
+    """The reference guardian's ASGI application, its settings bound once (see :func:`create_app`)."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        token: str | None,
+        max_body_bytes: int,
+        body_timeout: float,
+        tracing: ServerTracing,
+        rule_threads: int,
     ) -> None:
         self.dispatcher = dispatcher
         self.token = None if token is None else token.encode()
+        self.open_without_token = token is None
         self.max_body_bytes = max_body_bytes
+        self.body_timeout = body_timeout
         self.tracing = tracing
+        self.pool = concurrent.futures.ThreadPoolExecutor(rule_threads, thread_name_prefix="agentguard-rules")
+        self._too_large = f"Request body larger than {max_body_bytes} bytes"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        request = Request(scope, receive)
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":  # a WebSocket: not served
+            return
+        headers = Headers(scope=scope)
         server = scope.get("server") or (None, None)
-        client = request.client.host if request.client is not None else None
-        with self.tracing.serve(request.headers, server[0], server[1], client) as traced:
-            response = await self._respond(request, traced)
-            traced.finish(response.status_code, bytes(response.body) if response.status_code == 200 else None)
-            await response(scope, receive, send)
+        client = scope.get("client")
+        with self.tracing.serve(headers, server[0], server[1], client[0] if client else None) as traced:
+            answer = await self._respond(scope, receive, headers, traced)
+            traced.finish(answer.status, answer.body if answer.status == 200 else None)
+        response_headers = [
+            (b"content-length", str(len(answer.body)).encode()),
+            *([(b"content-type", b"application/json")] if answer.body else []),
+            *answer.headers,
+        ]
+        await send({"type": "http.response.start", "status": answer.status, "headers": response_headers})
+        await send({"type": "http.response.body", "body": answer.body})
 
-    async def _respond(self, request: Request, traced: ServerSpan) -> Response:
+    async def _respond(self, scope: Scope, receive: Receive, headers: Headers, traced: ServerSpan) -> _Answer:
         try:
-            refusal = self._check_headers(request)
+            refusal = self._check_head(scope, headers)
             if refusal is not None:
                 return refusal
-            body = await read_limited(request.stream(), self.max_body_bytes)
+            async with asyncio.timeout(self.body_timeout):  # a total: trickling bytes does not extend it
+                body = await read_limited(_body_chunks(receive), self.max_body_bytes)
             if body is None:
-                return _refuse(
-                    413,
-                    ServerErrorCode.PAYLOAD_TOO_LARGE,
-                    f"Request body larger than {self.max_body_bytes} bytes",
-                )
+                return _refuse(413, ServerErrorCode.PAYLOAD_TOO_LARGE, self._too_large, connection="close")
             traced.describe(body)
-            answer = self.dispatcher.handle(body)
-        except ClientDisconnect:
-            return Response(status_code=400)  # nobody is listening; uvicorn drops it
+            answer = await off_loop(self.pool, self.dispatcher.handle, body)
+        except _Disconnected:
+            return _Answer(400)  # nobody is listening; uvicorn drops it
+        except TimeoutError:
+            message = f"Request body not received within {self.body_timeout:g} s"
+            return _refuse(408, ServerErrorCode.REQUEST_TIMEOUT, message, connection="close")
         except Exception:
             logger.exception("internal error in the guardian's HTTP layer")
             return _refuse(200, ErrorCode.INTERNAL_ERROR, "Internal error")
         if answer is None:
-            return Response(status_code=204)
-        return Response(answer, media_type="application/json")
+            return _Answer(204)
+        return _Answer(200, answer)
 
-    def _check_headers(self, request: Request) -> Response | None:
-        if request.method != "POST":
-            return _refuse(
-                405, ServerErrorCode.METHOD_NOT_ALLOWED, "Method not allowed: use POST", {"Allow": "POST"}
-            )
+    def _check_head(self, scope: Scope, headers: Headers) -> _Answer | None:
         if self.token is not None:
-            challenge = bearer_challenge(request.headers.get("authorization", ""), self.token, realm=_REALM)
+            challenge = bearer_challenge(headers.get("authorization", ""), self.token, realm=_REALM)
             if challenge is not None:
-                return _refuse(
-                    401, ServerErrorCode.UNAUTHORIZED, "Unauthorized", {"WWW-Authenticate": challenge}
-                )
-        if not is_json_media_type(request.headers.get("content-type")):
+                return _refuse(401, ServerErrorCode.UNAUTHORIZED, "Unauthorized", www_authenticate=challenge)
+        if scope["path"] not in ENDPOINTS:
+            return _refuse(404, ServerErrorCode.NOT_FOUND, "Not found: the guardian answers on / and /aos")
+        if scope["method"] != "POST":
+            return _refuse(
+                405, ServerErrorCode.METHOD_NOT_ALLOWED, "Method not allowed: use POST", allow="POST"
+            )
+        if not is_json_media_type(headers.get("content-type")):
             return _refuse(
                 415, ServerErrorCode.UNSUPPORTED_MEDIA_TYPE, "Unsupported media type: send application/json"
             )
-        if declared_too_large(request.headers.get("content-length"), self.max_body_bytes):
-            return _refuse(
-                413,
-                ServerErrorCode.PAYLOAD_TOO_LARGE,
-                f"Request body larger than {self.max_body_bytes} bytes",
-            )
+        if declared_too_large(headers.get("content-length"), self.max_body_bytes):
+            return _refuse(413, ServerErrorCode.PAYLOAD_TOO_LARGE, self._too_large, connection="close")
         return None
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message: Message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.pool.shutdown(wait=False, cancel_futures=True)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
 
 
 def create_app(
@@ -144,16 +209,27 @@ def create_app(
     *,
     token: str | None = None,
     max_body_bytes: int = 1_048_576,
+    body_timeout: float = 10.0,
+    rule_threads: int = 4,
     version: str = __version__,
     tracer_provider: TracerProvider | None = None,
-) -> Starlette:
+) -> GuardianApp:
     """The reference guardian: answers AOS requests on ``/`` and ``/aos`` with ``rules``' decisions.
 
     ``token``, when given, is the bearer token every request must carry (compared in constant time).
-    ``version`` is what ``ping`` reports (default: agentguard's version). ``tracer_provider`` makes the
-    SERVER spans (default: the global tracer provider).
+    ``max_body_bytes`` and ``body_timeout`` bound one request's body (size; seconds for all of it to
+    arrive). ``rule_threads`` is the size of the thread pool that decides requests. ``version`` is what
+    ``ping`` reports (default: agentguard's version). ``tracer_provider`` makes the SERVER spans (default:
+    the global tracer provider). The connection limits (head deadline, connection cap, keep-alive) are the
+    server's: :func:`serve_in_thread` / the command line, with :class:`~agentguard._servecli.ServerLimits`.
     """
-    if max_body_bytes < 1:
-        raise ValueError("max_body_bytes must be positive")
-    endpoint = _Endpoint(Dispatcher(rules, version), token, max_body_bytes, ServerTracing(tracer_provider))
-    return Starlette(routes=[Route(path, endpoint) for path in ENDPOINTS])
+    if max_body_bytes < 1 or body_timeout <= 0 or rule_threads < 1:
+        raise ValueError("max_body_bytes, body_timeout and rule_threads must be positive")
+    return GuardianApp(
+        Dispatcher(rules, version),
+        token,
+        max_body_bytes,
+        body_timeout,
+        ServerTracing(tracer_provider),
+        rule_threads,
+    )
