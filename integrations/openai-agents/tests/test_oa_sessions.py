@@ -1,0 +1,169 @@
+"""Engagements per SDK session across turns, ``retain_memory: false``, concurrent sessions, handoffs and
+agents-as-tools as agent capabilities, the real reference guardian, and the same decisions as plain Python."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from agents import Agent, Runner, SQLiteSession
+from agentguard_openai_agents import AgentGuard, RunStopped
+from agentguard_openai_agents.testing import ScriptedModel, answer, calls
+
+from agentguard import CapabilityDenied, Guard, Outcome, RestrictionViolation, Rule, User
+from agentguard.guardian import GuardianClient
+from agentguard.guardian.server import RunningServer
+
+from .conftest import BuildAgent, make_guard
+
+
+async def test_one_engagement_per_session_across_turns(build_agent: BuildAgent) -> None:
+    h = build_agent(
+        [calls(("lookup_order", {"order_id": "A-1"})), answer("Shipped."), answer("You asked about A-1.")]
+    )
+    sdk_session = SQLiteSession("conv-1")
+    for text in ("Where is A-1?", "What did I ask?"):
+        async with h.guarded.session(sdk_session, user=User(id="u1")) as session:
+            await Runner.run(h.agent, text, session=session, hooks=h.guarded.hooks)
+    eng = h.guarded.engagement_for("conv-1")
+    assert eng is session.engagement and eng.user == User(id="u1")
+    assert eng.state.names == ["lookup-order"]
+    assert "Where is A-1?" in str(h.model.calls[-1].input)  # the session's memory reached the model
+
+
+async def test_retain_memory_false_gives_each_run_a_fresh_engagement_and_no_memory(
+    build_agent: BuildAgent,
+) -> None:
+    h = build_agent([answer("Hi."), answer("Hello again.")], retain=False)
+    sdk_session = SQLiteSession("conv-2")
+    engagements = []
+    for text in ("My name is Ann", "What is my name?"):
+        async with h.guarded.session(sdk_session) as session:
+            await Runner.run(h.agent, text, session=session)
+            engagements.append(session.engagement)
+    assert engagements[0] is not engagements[1]
+    assert engagements[0].status.value == "closed"
+    assert "Ann" not in str(h.model.calls[-1].input)
+    assert len(await sdk_session.get_items()) == 4  # the SDK session itself keeps everything
+
+
+async def test_concurrent_sessions_keep_separate_engagements(shop_guard: Any) -> None:
+    guard: Guard = shop_guard()
+    guarded = AgentGuard(guard)
+
+    async def converse(order: str) -> Any:
+        from agents import function_tool
+
+        @function_tool
+        async def lookup_order(order_id: str) -> dict[str, str]:
+            """Look an order up."""
+            await asyncio.sleep(0.01)  # let the other session run in between
+            return {"order_id": order_id}
+
+        model = ScriptedModel([calls(("lookup_order", {"order_id": order})) for _ in range(2)] + [answer(order)])
+        agent = guarded.wrap(Agent(name="shop", model=model, tools=[lookup_order]))
+        async with guarded.session(SQLiteSession(f"c-{order}")) as session:
+            await Runner.run(agent, f"Where is {order}?", session=session)
+            return session.engagement
+
+    first, second = await asyncio.gather(converse("A-1"), converse("B-2"))
+    assert first is not second
+    # two lookups each: three in one engagement would have been a loop (short_circuit: 3)
+    assert first.state.names == second.state.names == ["lookup-order", "lookup-order"]
+
+
+async def test_handoffs_and_agents_as_tools_are_agent_capabilities(shop_guard: Any) -> None:
+    guard: Guard = shop_guard()
+    guarded = AgentGuard(guard)
+    billing = Agent(name="Billing", model=ScriptedModel([answer("Billing here.")]))
+    helper = Agent(name="Helper", model=ScriptedModel([answer("helped")]))
+    triage_model = ScriptedModel(
+        [calls(("run_helper", {"input": "x"})), calls(("transfer_to_billing", {}))]
+    )
+    triage = guarded.wrap(
+        Agent(
+            name="triage",
+            model=triage_model,
+            tools=[helper.as_tool(tool_name="run_helper", tool_description="a helper agent")],
+            handoffs=[billing],
+        )
+    )
+    async with guarded.session() as session:
+        result = await Runner.run(triage, "I need billing")
+    assert result.final_output == "Billing here."
+    steps = {(s.name, s.payload.get("kind", "")) for s in session.engagement.steps if s.kind == "steps/toolCallRequest"}
+    assert {name for name, _ in steps} == {"run-helper", "billing"}
+    denied = [d for d in session.engagement.decisions if d.rule is Rule.CAPABILITY and d.outcome is Outcome.DENY]
+    assert [d.capability for d in denied] == ["run-helper"]  # not in the spec: the model got an error instead
+
+
+async def test_a_denied_handoff_ends_the_run(shop_guard: Any) -> None:
+    guarded = AgentGuard(shop_guard())
+    rogue = Agent(name="Rogue", model=ScriptedModel([answer("never")]))
+    triage = guarded.wrap(
+        Agent(name="triage", model=ScriptedModel([calls(("transfer_to_rogue", {}))]), handoffs=[rogue])
+    )
+    async with guarded.session():
+        with pytest.raises(RunStopped) as raised:
+            await Runner.run(triage, "Go rogue")
+    assert isinstance(raised.value.violation, CapabilityDenied)
+
+
+def test_guardian_deny_reaches_the_model_and_modify_reaches_the_tool(
+    build_agent: BuildAgent, guardian: RunningServer
+) -> None:
+    h = build_agent(
+        [
+            calls(("lookup_order", {"order_id": "X-9"})),
+            calls(("send_email", {"to": "bob@corp.com", "body": "card 4000"})),
+            answer("Done."),
+        ],
+        guard=make_guard(guardian=GuardianClient(guardian.url)),
+    )
+    with h.guard.engagement(user=User(id="u1")) as eng:
+        result = Runner.run_sync(h.agent, "Look up X-9 and email Bob", hooks=h.guarded.hooks)
+    denied, sent = h.tool_outputs(result)
+    assert "another tenant" in denied
+    assert h.shop.args == [("send_email", {"to": "bob@corp.com", "body": "[redacted]"})]
+    assert sent == "sent to bob@corp.com"
+    assert eng.view()["history"]["send-email"][0]["inputs"]["body"] == "[redacted]"
+
+
+SCENARIO: list[tuple[str, str, dict[str, Any]]] = [
+    ("lookup_order", "lookup-order", {"order_id": "A-1"}),
+    ("send_email", "send-email", {"to": "eve@evil.test", "body": "x"}),
+    ("send_email", "send-email", {"to": "bob@corp.com", "body": "x"}),
+    ("delete_everything", "delete-everything", {}),
+    ("web_search", "web-search", {"query": "many"}),
+    ("lookup_order", "lookup-order", {"order_id": "A-2"}),
+]
+
+
+def _decisions(eng: Any) -> list[tuple[str | None, str, str]]:
+    return [
+        (s.name, d.rule.value, d.outcome.value)
+        for s in eng.steps
+        if s.kind == "steps/toolCallRequest"
+        for d in s.decisions
+    ]
+
+
+def test_shared_scenario_same_decisions_as_plain_python(build_agent: BuildAgent) -> None:
+    h = build_agent([*(calls((sdk, args)) for sdk, _, args in SCENARIO), answer("done")])
+    with h.guard.engagement() as through_sdk:
+        Runner.run_sync(h.agent, "Go")
+
+    plain = make_guard(reviewers={"supervisor": lambda r: True, "auditor": lambda r: True})  # not asked here
+    tools = {"lookup-order": lambda order_id: {"order_id": order_id, "status": "shipped"},
+             "send-email": lambda to, body: f"sent to {to}",
+             "delete-everything": lambda: "deleted",
+             "web-search": lambda query: {"results": [f"SECRET-{query}-{i}" for i in range(5)]}}
+    with plain.engagement() as direct:
+        for _, name, args in SCENARIO:
+            try:
+                plain.call(name, args, tools[name])
+            except (RestrictionViolation, CapabilityDenied):
+                pass
+    assert _decisions(through_sdk) == _decisions(direct)
+    assert through_sdk.view()["history"] == direct.view()["history"]
