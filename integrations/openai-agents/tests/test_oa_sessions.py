@@ -4,12 +4,13 @@ agents-as-tools as agent capabilities, the real reference guardian, and the same
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
-from agents import Agent, Runner, SQLiteSession
 from agentguard_openai_agents import AgentGuard, RunStopped
 from agentguard_openai_agents.testing import ScriptedModel, answer, calls
+from agents import Agent, Runner, SQLiteSession
 
 from agentguard import CapabilityDenied, Guard, Outcome, RestrictionViolation, Rule, User
 from agentguard.guardian import GuardianClient
@@ -27,7 +28,8 @@ async def test_one_engagement_per_session_across_turns(build_agent: BuildAgent) 
         async with h.guarded.session(sdk_session, user=User(id="u1")) as session:
             await Runner.run(h.agent, text, session=session, hooks=h.guarded.hooks)
     eng = h.guarded.engagement_for("conv-1")
-    assert eng is session.engagement and eng.user == User(id="u1")
+    assert eng is session.engagement
+    assert eng.user == User(id="u1")
     assert eng.state.names == ["lookup-order"]
     assert "Where is A-1?" in str(h.model.calls[-1].input)  # the session's memory reached the model
 
@@ -61,7 +63,9 @@ async def test_concurrent_sessions_keep_separate_engagements(shop_guard: Any) ->
             await asyncio.sleep(0.01)  # let the other session run in between
             return {"order_id": order_id}
 
-        model = ScriptedModel([calls(("lookup_order", {"order_id": order})) for _ in range(2)] + [answer(order)])
+        model = ScriptedModel(
+            [calls(("lookup_order", {"order_id": order})) for _ in range(2)] + [answer(order)]
+        )
         agent = guarded.wrap(Agent(name="shop", model=model, tools=[lookup_order]))
         async with guarded.session(SQLiteSession(f"c-{order}")) as session:
             await Runner.run(agent, f"Where is {order}?", session=session)
@@ -78,9 +82,7 @@ async def test_handoffs_and_agents_as_tools_are_agent_capabilities(shop_guard: A
     guarded = AgentGuard(guard)
     billing = Agent(name="Billing", model=ScriptedModel([answer("Billing here.")]))
     helper = Agent(name="Helper", model=ScriptedModel([answer("helped")]))
-    triage_model = ScriptedModel(
-        [calls(("run_helper", {"input": "x"})), calls(("transfer_to_billing", {}))]
-    )
+    triage_model = ScriptedModel([calls(("run_helper", {"input": "x"})), calls(("transfer_to_billing", {}))])
     triage = guarded.wrap(
         Agent(
             name="triage",
@@ -92,9 +94,15 @@ async def test_handoffs_and_agents_as_tools_are_agent_capabilities(shop_guard: A
     async with guarded.session() as session:
         result = await Runner.run(triage, "I need billing")
     assert result.final_output == "Billing here."
-    steps = {(s.name, s.payload.get("kind", "")) for s in session.engagement.steps if s.kind == "steps/toolCallRequest"}
+    steps = {
+        (s.name, s.payload.get("kind", ""))
+        for s in session.engagement.steps
+        if s.kind == "steps/toolCallRequest"
+    }
     assert {name for name, _ in steps} == {"run-helper", "billing"}
-    denied = [d for d in session.engagement.decisions if d.rule is Rule.CAPABILITY and d.outcome is Outcome.DENY]
+    denied = [
+        d for d in session.engagement.decisions if d.rule is Rule.CAPABILITY and d.outcome is Outcome.DENY
+    ]
     assert [d.capability for d in denied] == ["run-helper"]  # not in the spec: the model got an error instead
 
 
@@ -155,15 +163,15 @@ def test_shared_scenario_same_decisions_as_plain_python(build_agent: BuildAgent)
         Runner.run_sync(h.agent, "Go")
 
     plain = make_guard(reviewers={"supervisor": lambda r: True, "auditor": lambda r: True})  # not asked here
-    tools = {"lookup-order": lambda order_id: {"order_id": order_id, "status": "shipped"},
-             "send-email": lambda to, body: f"sent to {to}",
-             "delete-everything": lambda: "deleted",
-             "web-search": lambda query: {"results": [f"SECRET-{query}-{i}" for i in range(5)]}}
+    tools = {
+        "lookup-order": lambda order_id: {"order_id": order_id, "status": "shipped"},
+        "send-email": lambda to, body: f"sent to {to}",
+        "delete-everything": lambda: "deleted",
+        "web-search": lambda query: {"results": [f"SECRET-{query}-{i}" for i in range(5)]},
+    }
     with plain.engagement() as direct:
         for _, name, args in SCENARIO:
-            try:
+            with contextlib.suppress(RestrictionViolation, CapabilityDenied):
                 plain.call(name, args, tools[name])
-            except (RestrictionViolation, CapabilityDenied):
-                pass
     assert _decisions(through_sdk) == _decisions(direct)
     assert through_sdk.view()["history"] == direct.view()["history"]

@@ -4,9 +4,15 @@ guardrails, and what the adapter refuses to wrap."""
 from __future__ import annotations
 
 import pytest
-from agents import Agent, InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered, Runner, WebSearchTool
 from agentguard_openai_agents import AgentGuard, RunStopped, violation_of
 from agentguard_openai_agents.testing import answer, calls
+from agents import (
+    Agent,
+    InputGuardrailTripwireTriggered,
+    OutputGuardrailTripwireTriggered,
+    Runner,
+    WebSearchTool,
+)
 
 from agentguard import GuardrailViolation, Outcome, Rule, ShortCircuitViolation, User
 
@@ -41,7 +47,8 @@ def test_restriction_denial_reaches_the_model_which_recovers(build_agent: BuildA
     with h.guard.engagement(user=User(id="u1")) as eng:
         result = Runner.run_sync(h.agent, "Email the update", hooks=h.guarded.hooks)
     denied, sent = h.tool_outputs(result)
-    assert "agentguard denied this tool call" in denied and "not run" in denied
+    assert "agentguard denied this tool call" in denied
+    assert "not run" in denied
     assert sent == "sent to bob@corp.com"
     assert h.shop.args == [("send_email", {"to": "bob@corp.com", "body": "hi"})]
     assert result.final_output == "Sent to Bob instead."
@@ -62,7 +69,8 @@ async def test_withheld_output_never_reaches_the_model(build_agent: BuildAgent) 
         result = await Runner.run(h.agent, "Search", hooks=h.guarded.hooks)
     assert h.shop.runs["web_search"] == 1
     (output,) = h.tool_outputs(result)
-    assert "SECRET" not in output and "withheld" in output
+    assert "SECRET" not in output
+    assert "withheld" in output
     assert all("SECRET" not in str(item) for call in h.model.calls for item in call.input)
     assert session.engagement.view()["history"]["web-search"][0]["outputs"] is None
 

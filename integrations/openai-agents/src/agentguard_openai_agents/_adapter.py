@@ -24,7 +24,7 @@ import dataclasses
 import json
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from agentguard import Engagement, EngagementStatus, Guard, GuardrailViolation, Phase, User
 from agentguard_openai_agents._host import (
@@ -35,6 +35,8 @@ from agentguard_openai_agents._host import (
     InputGuardrail,
     ModelResponse,
     OutputGuardrail,
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
     RunContextWrapper,
     RunHooks,
     Session,
@@ -126,7 +128,8 @@ class AgentGuard:
                     f"agent {agent.name!r}: {type(tool).__name__} {getattr(tool, 'name', '')!r} runs outside "
                     "this process (or outside function-tool code) and cannot be guarded; remove it"
                 )
-            kind = "agent" if getattr(tool, "_is_agent_tool", False) else "tool"
+            # ``Agent.as_tool`` marks its tools with this private flag; no public accessor says so (0.24).
+            kind: Literal["tool", "agent"] = "agent" if getattr(tool, "_is_agent_tool", False) else "tool"
             tools.append(GuardedTool(self, tool, kind).build(tool))
         clone = agent.clone(
             tools=tools,
@@ -200,8 +203,12 @@ async def _guardrail(eng: Engagement, text: str, phase: Phase) -> GuardrailFunct
     except GuardrailViolation as exc:
         return GuardrailFunctionOutput(output_info=exc, tripwire_triggered=True)
     if checked != text:
-        reason = "the guardian rewrote the message and an OpenAI Agents SDK guardrail cannot pass a rewrite on"
-        return GuardrailFunctionOutput(output_info=GuardrailViolation(reason, phase=phase), tripwire_triggered=True)
+        reason = (
+            "the guardian rewrote the message and an OpenAI Agents SDK guardrail cannot pass a rewrite on"
+        )
+        return GuardrailFunctionOutput(
+            output_info=GuardrailViolation(reason, phase=phase), tripwire_triggered=True
+        )
     return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
 
 
@@ -214,9 +221,8 @@ def _last_user_text(data: str | list[TResponseInputItem]) -> str:
             content = item.get("content")
             if isinstance(content, str):
                 return content
-            return "\n".join(
-                str(part.get("text", "")) for part in content or () if isinstance(part, Mapping)
-            )
+            parts = content if isinstance(content, list) else ()
+            return "\n".join(str(p.get("text", "")) for p in parts if isinstance(p, Mapping))
     return ""
 
 
@@ -229,7 +235,10 @@ def _review_map(guard: Guard) -> dict[str, frozenset[Phase]]:
         if cap is None:
             continue
         phases = set()
-        for phase, restriction in ((Phase.INPUT, cap.input_restriction), (Phase.OUTPUT, cap.output_restriction)):
+        for phase, restriction in (
+            (Phase.INPUT, cap.input_restriction),
+            (Phase.OUTPUT, cap.output_restriction),
+        ):
             if restriction is not None and restriction.require_review:
                 phases.add(phase)
                 named.add(restriction.require_review)
@@ -264,16 +273,18 @@ class GuardHooks(RunHooks[Any]):
                 del pending[call_id]
                 await paused.tool.settle(context, call_id, paused)
 
-    async def on_llm_end(self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse) -> None:
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    ) -> None:
         eng = self.adapter.guard.current_engagement()
         if eng is None:
             return
-        calls = [item for item in response.output if getattr(item, "type", None) == "function_call"]
+        calls = [item.name for item in response.output if isinstance(item, ResponseFunctionToolCall)]
         if calls:
             text = "".join(
                 getattr(part, "text", "")
                 for item in response.output
-                if getattr(item, "type", None) == "message"
-                for part in getattr(item, "content", ())
+                if isinstance(item, ResponseOutputMessage)
+                for part in item.content
             )
-            await eng.areport_message("agent", text or json.dumps([c.name for c in calls]))
+            await eng.areport_message("agent", text or json.dumps(calls))

@@ -24,6 +24,7 @@ try:
     )
     from agents.memory import SessionSettings
     from agents.tool_context import ToolContext
+    from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage
 except ImportError as exc:  # pragma: no cover - exercised only without the host installed
     raise ImportError(
         f"agentguard-openai-agents needs openai-agents>=0.24 ({exc}): pip install agentguard-openai-agents"
@@ -40,12 +41,14 @@ __all__ = [
     "ModelResponse",
     "OutputGuardrail",
     "OutputGuardrailTripwireTriggered",
+    "ResponseFunctionToolCall",
+    "ResponseOutputMessage",
     "RunContextWrapper",
     "RunHooks",
     "Session",
     "SessionSettings",
-    "Tool",
     "TResponseInputItem",
+    "Tool",
     "ToolContext",
     "handoff",
 ]

@@ -115,7 +115,9 @@ def spec_name(sdk_name: str, names: Mapping[str, str]) -> str:
 
 def denial_text(exc: PolicyViolation) -> str:
     """What the model reads instead of the tool's output when agentguard denied the call."""
-    after = "The tool ran, but its result was withheld." if exc.phase is Phase.OUTPUT else "The tool was not run."
+    after = (
+        "The tool ran, but its result was withheld." if exc.phase is Phase.OUTPUT else "The tool was not run."
+    )
     return f"agentguard denied this tool call: {exc}. {after}"
 
 
@@ -199,7 +201,9 @@ class GuardedTool:
                 f"tool {tool.name!r} sets needs_approval and the spec requires review of {self.name!r}: "
                 "let the spec decide (remove needs_approval) so the call is asked about once"
             )
-        return dataclasses.replace(tool, on_invoke_tool=self.on_invoke_tool, needs_approval=self.needs_approval)
+        return dataclasses.replace(
+            tool, on_invoke_tool=self.on_invoke_tool, needs_approval=self.needs_approval
+        )
 
     async def on_invoke_tool(self, ctx: ToolContext[Any], arguments: str) -> Any:
         """The SDK invokes the tool: hand over a decided pre-run outcome, or run the call through the guard."""
@@ -216,7 +220,9 @@ class GuardedTool:
         finally:
             self.adapter.pending.pop(ctx.tool_call_id, None)
 
-    async def needs_approval(self, context: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
+    async def needs_approval(
+        self, context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+    ) -> bool:
         """Run the call through the pipeline before the SDK invokes it; ``True`` when a review must pause."""
         ctx = ToolContext.from_agent_context(
             context, call_id, tool_name=self.sdk_name, tool_arguments=json.dumps(params)
@@ -239,7 +245,9 @@ class GuardedTool:
 
         token = _scope.set(_Scope(self.adapter, ctx, self, ctx.tool_call_id, inputs))
         try:
-            return await self.adapter.guard.acall(self.name, inputs, run, kind=self.kind, call_id=ctx.tool_call_id)
+            return await self.adapter.guard.acall(
+                self.name, inputs, run, kind=self.kind, call_id=ctx.tool_call_id
+            )
         except RECOVERABLE as exc:
             return denial_text(exc)
         except PolicyViolation as exc:

@@ -64,4 +64,3 @@ class ScriptedModel(_SDKScriptedModel):
             await asyncio.sleep(self.latency_ms / 1000)
         async for event in super().stream_response(*args, **kwargs):
             yield event
-
