@@ -72,8 +72,6 @@ class AgentGuard:
         """Outcomes of calls the pipeline decided in ``needs_approval``, by call id, until the SDK invokes."""
         self.pending: dict[str, Pending] = {}
         """Calls paused for the SDK's approval, by call id."""
-        self._wrapped: dict[int, Agent[Any]] = {}
-        self._originals: set[int] = set()
         self._engagements: dict[str, Engagement] = {}
         self._reviews = _review_map(guard)
         guard.add_passthrough_exceptions(ReviewPending)
@@ -111,11 +109,14 @@ class AgentGuard:
         Refuses (``ValueError``) what it cannot guard: hosted tools and MCP servers (their calls never pass
         through Python code the adapter could wrap).
         """
-        if id(agent) in self._originals:
+        return self._wrap(agent, {})
+
+    def _wrap(self, agent: Agent[Any], done: dict[int, Agent[Any]]) -> Agent[Any]:
+        """``wrap`` with ``done``: the agents wrapped in this call so far, by id (handoff cycles end there)."""
+        if any(g is self.input_guardrail for g in agent.input_guardrails):
             return agent
-        done = self._wrapped.get(id(agent))
-        if done is not None:
-            return done
+        if id(agent) in done:
+            return done[id(agent)]
         if agent.mcp_servers:
             raise ValueError(
                 f"agent {agent.name!r} has MCP servers: their tools are listed at run time and would bypass "
@@ -136,13 +137,14 @@ class AgentGuard:
             input_guardrails=[*agent.input_guardrails, self.input_guardrail],
             output_guardrails=[*agent.output_guardrails, self.output_guardrail],
         )
-        self._wrapped[id(agent)] = clone
-        self._originals.add(id(clone))
-        clone.handoffs = [self._handoff(h) for h in agent.handoffs]
+        done[id(agent)] = clone
+        clone.handoffs = [self._handoff(h, done) for h in agent.handoffs]
         return clone
 
-    def _handoff(self, target: Agent[Any] | Handoff[Any, Any]) -> Handoff[Any, Any]:
-        spec = handoff(self.wrap(target)) if isinstance(target, Agent) else target
+    def _handoff(
+        self, target: Agent[Any] | Handoff[Any, Any], done: dict[int, Agent[Any]]
+    ) -> Handoff[Any, Any]:
+        spec = handoff(self._wrap(target, done)) if isinstance(target, Agent) else target
         return dataclasses.replace(spec, on_invoke_handoff=GuardedHandoff(self, spec).on_invoke_handoff)
 
     # -- engagements -------------------------------------------------------------------------------------
