@@ -29,11 +29,11 @@ LIMIT = 64 * 1024
 class CrashingRules(GuardianRules):
     """The marker rules, plus a failure inside the guardian when params carry ``x-verdict: crash``."""
 
-    def decide(self, request: aos.AOSRequest) -> aos.AOSSuccessResult:
+    def decide(self, request: aos.AOSRequest, wire: aos.JSONObject | None = None) -> aos.AOSSuccessResult:
         params = aos.dump(request).get("params")
         if isinstance(params, dict) and params.get("x-verdict") == "crash":
             raise RuntimeError("the rules engine broke")
-        return super().decide(request)
+        return super().decide(request, wire)
 
 
 @pytest.fixture(scope="module")

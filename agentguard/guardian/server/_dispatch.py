@@ -23,15 +23,14 @@ from typing import Any, NoReturn
 from agentguard.aos import (
     AOSRequest,
     AOSRequestError,
-    AOSSuccessResponse,
     AOSSuccessResult,
     ErrorCode,
     InvalidRequestError,
+    JSONObject,
     JSONRPCError,
     JSONRPCErrorResponse,
     PingRequest,
     PingRequestResult,
-    PingRequestSuccessResponse,
     RequestId,
     WireModel,
     dump,
@@ -52,10 +51,14 @@ def _no_constants(name: str) -> NoReturn:
 
 
 def _encode(response: WireModel) -> bytes:
+    return _encode_json(dump(response))
+
+
+def _encode_json(data: JSONObject) -> bytes:
     # ASCII output: a string may hold a lone surrogate (a valid JSON escape, not valid UTF-8), which only an
     # escape can carry. The models refuse NaN and the infinities; allow_nan=False makes sure no body that a
     # client cannot parse ever leaves (it would surface as an internal error instead).
-    return json.dumps(dump(response), separators=(",", ":"), allow_nan=False).encode("ascii")
+    return json.dumps(data, separators=(",", ":"), allow_nan=False).encode("ascii")
 
 
 def _error(request_id: RequestId | None, code: int, message: str) -> JSONRPCErrorResponse:
@@ -89,7 +92,8 @@ class Dispatcher:
 
     def _handle_one(self, obj: Any) -> bytes | None:
         try:
-            request = parse_request(normalize_request(obj))
+            wire = normalize_request(obj)
+            request = parse_request(wire)
         except AOSRequestError as error:
             logger.info("refused request (%s): %s", int(error.code), error.message)
             # A valid request without an id is a notification: never answered. An invalid one is answered.
@@ -98,25 +102,24 @@ class Dispatcher:
                 return None
             return _encode(error.to_response())
         try:
-            return self._answer(request)
+            return self._answer(request, wire)
         except Exception:
             logger.exception("internal error while answering %s %r", request.method, request.id)
             if request.id is None:
                 return None
             return _encode(_error(request.id, ErrorCode.INTERNAL_ERROR, "Internal error"))
 
-    def _answer(self, request: AOSRequest) -> bytes | None:
-        result = self._result(request)
+    def _answer(self, request: AOSRequest, wire: JSONObject) -> bytes | None:
+        result = self._result(request, wire)
         if request.id is None:
             logger.info("notification %s decided: %s", request.method, dump(result))
             return None
-        if isinstance(result, PingRequestResult):
-            return _encode(PingRequestSuccessResponse(id=request.id, result=result))
-        return _encode(AOSSuccessResponse(id=request.id, result=result))
+        # The envelope is written directly: its members are fixed and the result is a validated model.
+        return _encode_json({"jsonrpc": "2.0", "id": request.id, "result": dump(result)})
 
-    def _result(self, request: AOSRequest) -> AOSSuccessResult | PingRequestResult:
+    def _result(self, request: AOSRequest, wire: JSONObject) -> AOSSuccessResult | PingRequestResult:
         if isinstance(request, PingRequest):
             return PingRequestResult(status="connected", version=self.version, timestamp=utc_timestamp())
-        decision = self.rules.decide(request)
+        decision = self.rules.decide(request, wire)
         logger.debug("%s %r: %s (%s)", request.method, request.id, decision.decision.value, decision.message)
         return decision
