@@ -168,7 +168,7 @@ class StepBuilder:
             u["organization"] = (
                 {"id": user.organization}
                 if user.organization
-                else agent.get("organization") or _NO_ORGANIZATION
+                else agent.get("organization") or {"id": "unknown"}
             )
             if user.metadata:
                 u["metadata"] = to_plain(user.metadata)

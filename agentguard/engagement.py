@@ -35,7 +35,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -53,7 +53,9 @@ __all__ = [
     "User",
     "ViewPlan",
     "find_short_circuit",
+    "is_plain",
     "new_id",
+    "one_shot",
     "repeated_block",
     "to_plain",
 ]
@@ -230,6 +232,47 @@ def to_plain(value: Any, *, owned: bool = False) -> Any:
     if fields is not None:
         return {name: to_plain(getattr(value, name)) for name in fields}
     return str(value)
+
+
+def is_plain(value: Any) -> bool:
+    """Whether ``value`` is already a JSON-like value (exact ``dict`` with ``str`` keys, ``list``, ``str``,
+    ``int``, ``float``, ``bool``, ``None``, all the way down): then it is delivered as it is."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        kind = type(item)
+        if kind in _PRIMITIVE:
+            continue
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
+                    return False
+            pending.extend(item.values())
+        elif kind is list:
+            pending.extend(item)
+        else:
+            return False
+    return True
+
+
+def one_shot(value: Any) -> str | None:
+    """What in ``value`` can be consumed only once (a generator, an iterator, a coroutine), or ``None``.
+
+    Such a value has no faithful JSON-like form: :func:`to_plain` would give checks its ``str()``, while the
+    consumer would get its items.
+    """
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if type(item) in _PRIMITIVE:
+            continue
+        if isinstance(item, Iterator | AsyncIterator | Awaitable):
+            return f"is a {type(item).__name__} object, which can be consumed only once"
+        if isinstance(item, Mapping):
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            pending.extend(item)
+    return None
 
 
 _ENTRY_PARTS = frozenset({"inputs", "outputs"})
@@ -427,12 +470,18 @@ class EngagementState:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    def rollback_call(self, record: CallRecord, *, reason: str) -> None:
+    def rollback_call(self, record: CallRecord, *, reason: str, attempted: bool = True) -> None:
         """Take a denied call back out of ``recent`` and ``history``: it was never invoked (decision 2).
 
-        The short-circuit detector keeps it: a refused attempt is an attempt (decision 5).
+        The short-circuit detector keeps it -- a refused attempt is an attempt (decision 5) -- unless
+        ``attempted`` is false: a host paused the run to ask a reviewer and will make the same call again
+        when it resumes, which must not count twice.
         """
         with self._lock:
+            if not attempted:
+                index = self._reversed.find(self._char(record.name))
+                if index >= 0:
+                    self._reversed = self._reversed[:index] + self._reversed[index + 1 :]
             record.status = "denied"
             record.error = reason
             record.ended_at = time.time()

@@ -24,6 +24,7 @@ stays in ``history`` with ``outputs: null``.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ from agentguard.engagement import (
     EngagementStatus,
     Outcome,
     StepRecord,
+    is_plain,
+    one_shot,
     to_plain,
 )
 from agentguard.errors import (
@@ -330,7 +333,13 @@ def _guardian(
     if client.mode == "observe":
         client.submit(request)
         return None
-    verdict: GuardianVerdict = yield AskGuardian(client, request)
+    try:
+        verdict: GuardianVerdict = yield AskGuardian(client, request)
+    except ctx.passthrough:
+        raise
+    except Exception as exc:  # the client decides every failure it knows of; anything else is undecided too
+        _undecided(ctx, state, step, f"the guardian client failed: {type(exc).__name__}", capability, phase)
+        return None
     outcome = verdict.outcome.value
     data = {"latency_ms": verdict.latency_ms, "attempts": verdict.attempts}
     if outcome == "allow":
@@ -495,6 +504,61 @@ def _inputs_from(params: Mapping[str, Any]) -> dict[str, Any] | None:
     return out
 
 
+def _unfit(call: ToolCall, inputs: dict[str, Any] | None) -> str | None:
+    """Why a guardian's modified inputs cannot be given to the tool (decision 8: then the failure policy
+    applies), or ``None`` when they can."""
+    if inputs is None:
+        return "modifiedRequest carries no tool inputs"
+    try:
+        args, kwargs = call.to_args(inputs)
+        signature = inspect.signature(call.fn)
+    except ValueError:  # a callable without a signature: only calling it can tell
+        return None
+    except TypeError as exc:
+        return f"modifiedRequest's inputs do not fit the tool's parameters ({exc})"
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        return f"modifiedRequest's inputs do not fit the tool's parameters ({exc})"
+    return None
+
+
+def _failed(
+    ctx: FlowContext,
+    state: EngagementState,
+    step: StepRecord,
+    record: CallRecord,
+    rule: CapabilityRule | None,
+    error: BaseException,
+) -> Flow[None]:
+    """The tool raised: its error goes back to the caller (and often to the model), so it is an output too.
+
+    Its text passes the output restriction first, and the guardian hears of the failed call
+    (``steps/toolCallResult`` with ``isError``). A failing check replaces the error by the denial, whose
+    reason does not quote the withheld text. The record keeps ``outputs: null``, status ``failed``.
+    """
+    name = record.name
+    if not isinstance(error, Exception) or isinstance(error, (PolicyViolation, *ctx.passthrough)):
+        state.withhold_call(record, reason=type(error).__name__, status="failed")
+        return
+    text = str(error)
+    try:
+        if rule is not None and rule.output_assertion is not None:
+            record.entry["outputs"] = text
+            _check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
+        if ctx.guardian is not None:
+            request = ctx.steps.tool_call_result(state, step, text, is_error=True)
+            params = yield from _guardian(ctx, state, step, request, name, Phase.OUTPUT)
+            if params is not None:
+                _undecided(ctx, state, step, "a failed call's error cannot be modified", name, Phase.OUTPUT)
+    except PolicyViolation as violation:
+        state.withhold_call(record, reason=violation.reason)
+        raise violation from None
+    described = f"{type(error).__name__}: {text}"
+    state.withhold_call(record, reason=described, status="failed")
+    step.payload["error"] = described
+
+
 def _outputs_from(params: Mapping[str, Any], original: Any) -> tuple[bool, Any]:
     """The new output in a guardian's modified ``steps/toolCallResult``: (found, value)."""
     result = params.get("result")
@@ -540,6 +604,9 @@ def _capability(
     if name in policy.guardrail_tools:
         ctx.decide(state, step, Decision(Rule.CAPABILITY, Outcome.ALLOW, Phase.INPUT, "guardrail tool", name))
         return None
+    if name[:1] == "_":  # would overwrite recent._name, history._list or history._total
+        reason = f"{kind} name {name!r} is reserved: the Engagement's own members start with '_'"
+        raise _deny(ctx, state, step, CapabilityDenied(reason, capability=name, phase=Phase.INPUT))
     mode = ctx.unknown_capability
     reason = f"{kind} {name!r} is not a capability of agent {policy.name!r}"
     if mode == "deny":
@@ -561,7 +628,7 @@ def _capability(
 
 
 def _credentials(
-    ctx: FlowContext, state: EngagementState, rule: CapabilityRule | None, call: ToolCall
+    ctx: FlowContext, state: EngagementState, step: StepRecord, rule: CapabilityRule | None, call: ToolCall
 ) -> Credentials | None:
     ident = identity_for(
         user_identity=rule.user_identity if rule else True,
@@ -579,7 +646,23 @@ def _credentials(
             )
         return cached
     request = CredentialRequest(call.name, kind, subject, state.user, state.id)
-    return ctx.credential_resolver(request)
+    try:
+        resolved = ctx.credential_resolver(request)
+    except Exception as exc:  # a resolver that fails must not let the call run, nor go unrecorded
+        error = IdentityError(
+            f"the credential resolver failed ({type(exc).__name__}) for {kind} {subject!r}",
+            capability=call.name,
+            phase=Phase.INPUT,
+        )
+        raise _deny(ctx, state, step, error) from exc
+    if resolved is not None and not isinstance(resolved, Credentials):
+        error = IdentityError(
+            f"the credential resolver returned {type(resolved).__name__}, not Credentials or None",
+            capability=call.name,
+            phase=Phase.INPUT,
+        )
+        raise _deny(ctx, state, step, error)
+    return resolved
 
 
 def _observed(ctx: FlowContext, state: EngagementState, step: StepRecord, flow: Flow[T]) -> Flow[T]:
@@ -667,6 +750,14 @@ def _tool_call(ctx: FlowContext, state: EngagementState, step: StepRecord, call:
     step.call_id = record.call_id
     credentials: Credentials | None = None
     try:
+        problem = one_shot(call_inputs)
+        if problem is not None:
+            error = RestrictionViolation(
+                f"an input {problem}: what the checks would see is not what the tool would get",
+                capability=name,
+                phase=Phase.INPUT,
+            )
+            raise _deny(ctx, state, step, error)
         if rule is not None and rule.input_assertion is not None:
             _check(ctx, state, step, rule.input_assertion, name, Phase.INPUT)
         if ctx.guardian is not None:
@@ -674,9 +765,10 @@ def _tool_call(ctx: FlowContext, state: EngagementState, step: StepRecord, call:
             params = yield from _guardian(ctx, state, step, request, name, Phase.INPUT)
             if params is not None:
                 new_inputs = _inputs_from(params)
-                if new_inputs is None:
-                    _undecided(ctx, state, step, "modifiedRequest carries no tool inputs", name, Phase.INPUT)
-                else:
+                unfit = _unfit(call, new_inputs)
+                if unfit is not None:
+                    _undecided(ctx, state, step, unfit, name, Phase.INPUT)
+                elif new_inputs is not None:
                     record.entry["inputs"] = call_inputs = new_inputs
                     if rule is not None and rule.input_assertion is not None:
                         _check(ctx, state, step, rule.input_assertion, name, Phase.INPUT)
@@ -684,7 +776,7 @@ def _tool_call(ctx: FlowContext, state: EngagementState, step: StepRecord, call:
         reviewer = (rule.input_review if rule is not None else None) or ctx.review_gates.get(name)
         if reviewer:
             yield from _review(ctx, state, step, reviewer, name, Phase.INPUT, record, None)
-        credentials = _credentials(ctx, state, rule, call)
+        credentials = _credentials(ctx, state, step, rule, call)
         if call.needs_credentials and credentials is None:
             raise _deny(
                 ctx,
@@ -696,10 +788,11 @@ def _tool_call(ctx: FlowContext, state: EngagementState, step: StepRecord, call:
                     phase=Phase.INPUT,
                 ),
             )
+        args, kwargs = call.to_args(call_inputs)
     except BaseException as exc:
-        state.rollback_call(record, reason=str(exc))
+        reason = exc.reason if isinstance(exc, PolicyViolation) else type(exc).__name__
+        state.rollback_call(record, reason=reason, attempted=not isinstance(exc, ctx.passthrough))
         raise
-    args, kwargs = call.to_args(call_inputs)
     invoke = Invoke(call.fn, args, kwargs, credentials)
     try:
         if call.retry is None and call.timeout is None:
@@ -707,8 +800,7 @@ def _tool_call(ctx: FlowContext, state: EngagementState, step: StepRecord, call:
         else:
             output = yield from _invoke(ctx, state, step, call, invoke)
     except BaseException as exc:
-        state.withhold_call(record, reason=f"{type(exc).__name__}: {exc}", status="failed")
-        step.payload["error"] = f"{type(exc).__name__}: {exc}"
+        yield from _failed(ctx, state, step, record, rule, exc)
         raise
     return (yield from _after_invoke(ctx, state, step, record, rule, call, output, resumed=False))
 
@@ -785,6 +877,7 @@ def _after_invoke(
             )
             raise _deny(ctx, state, step, error)
         if not resumed:
+            output = _deliverable(ctx, state, step, name, output)
             state.complete_call(record, to_plain(output), collect=collect)
             if rule is not None and rule.output_assertion is not None:
                 _check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
@@ -820,6 +913,25 @@ def _after_invoke(
             state.withhold_call(record, reason=f"{type(exc).__name__}: {exc}", status="failed")
         raise
     return output
+
+
+def _deliverable(ctx: FlowContext, state: EngagementState, step: StepRecord, name: str, output: Any) -> Any:
+    """What is checked is what is delivered: a JSON-like output as it is, anything else converted once and
+    the converted value handed on. An output that can be consumed only once (a generator, an iterator) has no
+    faithful form -- checks would see its ``str()``, the caller its items -- and is withheld."""
+    if is_plain(output):
+        return output
+    problem = one_shot(output)
+    if problem is not None:
+        if hasattr(output, "close"):
+            output.close()
+        error = RestrictionViolation(
+            f"the output {problem}: return a list or another JSON-like value",
+            capability=name,
+            phase=Phase.OUTPUT,
+        )
+        raise _deny(ctx, state, step, error)
+    return to_plain(output)
 
 
 def guardrail_flow(ctx: FlowContext, state: EngagementState, phase: Phase, text: str) -> Flow[str]:

@@ -91,7 +91,8 @@ class RegisteredRule:
         try:
             answer = self.fn(context)
         except Exception as exc:
-            return CheckResult(False, f"rule {self.name!r} raised {type(exc).__name__}: {exc}")
+            # The type only: the message may quote the very output the failure now withholds.
+            return CheckResult(False, f"rule {self.name!r} raised {type(exc).__name__}")
         if isinstance(answer, CheckResult):
             return answer
         if answer is True:

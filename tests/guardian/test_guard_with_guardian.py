@@ -130,7 +130,7 @@ def test_allow_records_request_and_result_steps(guardian: RunningServer) -> None
     assert [r["method"] for r in step.aos] == ["steps/toolCallRequest", "steps/toolCallResult"]
     context = step.aos[0]["params"]["context"]
     assert context["session"]["id"] == eng.id
-    assert context["user"] == {"id": "u1", "email": "ann@corp.com"}
+    assert context["user"] == {"id": "u1", "email": "ann@corp.com", "organization": {"id": "unknown"}}
     assert step.aos[0]["params"]["toolCallRequest"]["executionId"] == step.aos[1]["params"]["executionId"]
     _check_wire(step.aos)
 

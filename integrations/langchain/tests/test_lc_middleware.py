@@ -177,14 +177,25 @@ def test_each_user_message_is_checked_once_per_engagement(build_agent: BuildAgen
     assert len(user_steps) == 2  # three model calls, two user messages, each checked once
 
 
-def test_agent_text_beside_tool_calls_is_reported(build_agent: BuildAgent) -> None:
+def test_agent_text_beside_tool_calls_passes_the_output_guardrail(build_agent: BuildAgent) -> None:
     h = build_agent([calls(("lookup_order", {"order_id": "A-1"}), text="Let me look."), answer("shipped")])
     h.agent.invoke(user_says("where?"), config())
     eng = h.middleware.engagement_for("t1")
     assert eng is not None
     agent_steps = [s for s in eng.steps if s.kind == "steps/message" and s.name == "agent"]
-    assert len(agent_steps) == 2  # "Let me look." (reported) and "shipped" (output guardrail)
-    assert [d.rule for d in agent_steps[1].decisions] == [Rule.GUARDRAIL]
+    assert len(agent_steps) == 2  # "Let me look." and "shipped": both through the output guardrail
+    assert [[d.rule for d in step.decisions] for step in agent_steps] == [[Rule.GUARDRAIL], [Rule.GUARDRAIL]]
+
+
+def test_toxic_text_beside_tool_calls_never_reaches_the_user(build_agent: BuildAgent) -> None:
+    h = build_agent(
+        [calls(("lookup_order", {"order_id": "A-1"}), text="Stupid question, looking."), answer("x")]
+    )
+    with pytest.raises(GuardrailViolation):
+        h.agent.invoke(user_says("where?"), config())
+    assert h.shop.runs["lookup_order"] == 0  # the failed guardrail ends the run before any tool runs
+    state = h.agent.get_state(config())
+    assert all("Stupid" not in str(m.content) for m in state.values.get("messages", []))
 
 
 def test_guard_tool_wrapped_by_langchain_tool_is_checked_once(build_agent: BuildAgent) -> None:
@@ -292,3 +303,43 @@ def test_inputs_the_pipeline_rewrote_reach_the_tool(
     h = build_agent([calls(("lookup_order", {"order_id": "A-1"})), answer("ok")])
     result = h.agent.invoke(user_says("look"), config())
     assert '"order_id": "A-2"' in tool_messages(result)[0].content
+
+
+LEAKY_SPEC = """
+kind: openagentspec:v1/agent
+name: leaky-agent
+description: The agent reads files.
+intent: You read files.
+owner: tests@corp.com
+capabilities:
+  read-file:
+    output_restriction:
+      assertion: '!string(recent["read-file"].outputs).contains("SECRET")'
+"""
+
+
+def test_a_tool_error_passes_the_output_restriction_before_the_model_sees_it(build_agent: BuildAgent) -> None:
+    from langchain_core.tools import ToolException
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        raise ToolException(f"cannot parse {path}: SECRET-7 on line 1")
+
+    read_file.handle_tool_error = True  # LangChain turns the exception into an error ToolMessage
+
+    guard = Guard.from_yaml(LEAKY_SPEC)
+    script = [
+        calls(("read_file", {"path": "/etc/app.env"})),
+        calls(("read_file", {"path": "/tmp/x"})),
+        answer("ok"),
+    ]
+    h = build_agent(script, guard=guard, extra_tools=[read_file])
+    result = h.agent.invoke(user_says("read it"), config())
+    first, _ = tool_messages(result)
+    assert first.status == "error"
+    assert "SECRET-7" not in str(first.content)
+    assert "withheld" in str(first.content)
+    eng = h.middleware.engagement_for("t1")
+    assert eng is not None
+    assert "SECRET-7" not in repr([step.decisions for step in eng.steps])

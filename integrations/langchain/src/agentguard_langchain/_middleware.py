@@ -331,7 +331,9 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResult:
-        """Input guardrail on new user messages, then the model, then the output guardrail on its answers."""
+        """Input guardrail on new user messages, then the model, then the output guardrail on every text it
+        returns: a final answer, and text beside tool calls alike (the spec guards "any generative model
+        response" before the user sees it)."""
         session = self._session(request.state, request.runtime.context)
         eng = session.engagement
         messages, pending = self._visible(request, session)
@@ -341,9 +343,9 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             result: ModelResult = handler(request)
         answers = _answers(result)
         guarded: list[str | GuardianDenied] = []
-        for _, text, calls in answers:
+        for _, text in answers:  # text beside tool calls reaches the user too: it is guarded alike
             try:
-                guarded.append(eng.report_message("agent", text) if calls else eng.check_output(text))
+                guarded.append(eng.check_output(text))
             except GuardianDenied as exc:
                 guarded.append(self._blocked(exc))
         return _with_answers(result, answers, guarded)
@@ -362,11 +364,9 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             result: ModelResult = await handler(request)
         answers = _answers(result)
         guarded: list[str | GuardianDenied] = []
-        for _, text, calls in answers:
+        for _, text in answers:
             try:
-                guarded.append(
-                    await (eng.areport_message("agent", text) if calls else eng.acheck_output(text))
-                )
+                guarded.append(await eng.acheck_output(text))
             except GuardianDenied as exc:
                 guarded.append(self._blocked(exc))
         return _with_answers(result, answers, guarded)
@@ -503,17 +503,15 @@ def _ai_messages(result: ModelResult) -> list[BaseMessage]:
     return response.result
 
 
-def _answers(result: ModelResult) -> list[tuple[int, str, bool]]:
-    """(index, text, calls tools?) of each AI message in a model result that carries text or tool calls."""
-    out: list[tuple[int, str, bool]] = []
+def _answers(result: ModelResult) -> list[tuple[int, str]]:
+    """(index, text) of each AI message in a model result that reaches the user: a final answer (even an
+    empty one), or text beside tool calls."""
+    out: list[tuple[int, str]] = []
     for index, message in enumerate(_ai_messages(result)):
         if isinstance(message, AIMessage):
             text = message_text(message)
-            if message.tool_calls:
-                if text:
-                    out.append((index, text, True))
-            else:
-                out.append((index, text, False))
+            if text or not message.tool_calls:
+                out.append((index, text))
     return out
 
 
@@ -525,9 +523,9 @@ def _guarded_answer(message: AIMessage, new: str | GuardianDenied) -> AIMessage:
 
 
 def _with_answers(
-    result: ModelResult, answers: Sequence[tuple[int, str, bool]], guarded: Sequence[str | GuardianDenied]
+    result: ModelResult, answers: Sequence[tuple[int, str]], guarded: Sequence[str | GuardianDenied]
 ) -> ModelResult:
-    changes = {index: new for (index, text, _), new in zip(answers, guarded, strict=True) if new != text}
+    changes = {index: new for (index, text), new in zip(answers, guarded, strict=True) if new != text}
     if not changes:
         return result
     if isinstance(result, AIMessage):
