@@ -62,10 +62,10 @@ class ServerLimits:
                 raise ValueError(f"{limit.name} must be positive")
 
 
-def add_listen_options(parser: argparse.ArgumentParser, *, port: int) -> None:
+def add_listen_options(parser: argparse.ArgumentParser, *, port: int, workers: bool = True) -> None:
     """``--host``, ``--port``, ``--token-env``, ``--insecure-open``, ``--log-level``, ``--access-log``,
-    ``--workers``, and one option per :class:`ServerLimits` field plus ``--max-body-bytes`` and
-    ``--body-timeout``."""
+    ``--workers`` (when the server can run in several processes), and one option per :class:`ServerLimits`
+    field plus ``--max-body-bytes`` and ``--body-timeout``."""
     defaults = ServerLimits()
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=port, help=f"port to listen on (default: {port})")
@@ -81,7 +81,8 @@ def add_listen_options(parser: argparse.ArgumentParser, *, port: int) -> None:
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="log level (default: info)")
     parser.add_argument("--access-log", action="store_true", help="log every request (default: off)")
-    parser.add_argument("--workers", type=int, default=1, help="worker processes (default: 1)")
+    if workers:
+        parser.add_argument("--workers", type=int, default=1, help="worker processes (default: 1)")
     limits = parser.add_argument_group("limits")
     limits.add_argument(
         "--max-body-bytes", type=int, default=1_048_576, help="largest request body (default: 1 MiB)"

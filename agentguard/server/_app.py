@@ -14,19 +14,25 @@ Every agent's definition is its own GET endpoint, and a POST to the same URL sta
 back to this endpoint. Refusals carry a JSON body ``{"error": "..."}``::
 
     400  the body is not UTF-8 JSON, or not an object; a bad ``wait``
-    401  no or wrong bearer token, when the app has one (``WWW-Authenticate: Bearer ...``)
+    401  no or wrong bearer token, when the app has one (``WWW-Authenticate: Bearer ...``); checked before
+         anything else, so no other answer (404, 405, 413, ...) tells an unauthenticated client anything
     404  no such agent or engagement
     405  wrong method (``Allow``)
+    408  the whole body did not arrive within ``body_timeout`` seconds
     409  cancelling an engagement that has finished, or that runs in another process
     413  the body is larger than ``max_body_bytes`` (declared or as it streams in)
     415  the Content-Type is not application/json (UTF-8)
     422  the input does not satisfy the agent's input schema (``problems`` lists why)
     429  ``max_concurrency`` engagements are running (``Retry-After``); nothing was started
     503  the engagement store failed
+
+The input's JSON is parsed and checked against the agent's input schema on a worker thread (the context
+copied), so a large or deeply nested input does not stall the server's other requests.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -93,6 +99,19 @@ def _json_object(body: bytes) -> tuple[dict[str, Any] | None, str]:
     return value, ""
 
 
+def _checked_input(agent: ServedAgent, body: bytes) -> tuple[dict[str, Any] | None, str, list[str]]:
+    """The body as the agent's input, or ``None`` and why not; and the input schema's problems with it.
+
+    Run off the event loop: parsing and checking cost up to the body's size."""
+    value, why = _json_object(body)
+    if value is None:
+        return None, why, []
+    try:
+        return value, "", agent.input_problems(value)
+    except RecursionError:
+        return None, "the input is nested too deeply to check", []
+
+
 def _etag_matches(header: str | None, etag: str) -> bool:
     """``If-None-Match`` against ``etag`` (weak comparison, as RFC 9110 says for this header)."""
     if header is None:
@@ -122,10 +141,13 @@ class _BearerAuth:
 class _Api:
     """The request handlers, with the served agents and settings bound once."""
 
-    def __init__(self, agents: Mapping[str, ServedAgent], runs: Runs, max_body_bytes: int) -> None:
+    def __init__(
+        self, agents: Mapping[str, ServedAgent], runs: Runs, max_body_bytes: int, body_timeout: float
+    ) -> None:
         self.agents = agents
         self.runs = runs
         self.max_body_bytes = max_body_bytes
+        self.body_timeout = body_timeout
 
     async def index(self, request: Request) -> Response:
         entries = []
@@ -159,18 +181,18 @@ class _Api:
         if declared_too_large(request.headers.get("content-length"), limit):
             return _refuse(413, f"the body is larger than {limit} bytes")
         try:
-            body = await read_limited(request.stream(), limit)
+            async with asyncio.timeout(self.body_timeout):  # a total: trickling bytes does not extend it
+                body = await read_limited(request.stream(), limit)
         except ClientDisconnect:
             return Response(status_code=400)  # nobody is listening any more
+        except TimeoutError:
+            message = f"the body did not arrive within {self.body_timeout:g} s"
+            return _refuse(408, message, {"Connection": "close"})
         if body is None:
-            return _refuse(413, f"the body is larger than {limit} bytes")
-        value, why = _json_object(body)
+            return _refuse(413, f"the body is larger than {limit} bytes", {"Connection": "close"})
+        value, why, problems = await asyncio.to_thread(_checked_input, agent, body)
         if value is None:
             return _refuse(400, why)
-        try:
-            problems = agent.input_problems(value)
-        except RecursionError:
-            return _refuse(400, "the input is nested too deeply to check")
         if problems:
             return _refuse(422, "the input does not match the agent's input schema", problems=problems)
         try:
@@ -253,6 +275,7 @@ def create_app(
     *,
     token: str | None = None,
     max_body_bytes: int = 1_048_576,
+    body_timeout: float = 10.0,
     max_concurrency: int = 16,
     run_timeout: float = 300.0,
     store: EngagementStore | None = None,
@@ -262,15 +285,18 @@ def create_app(
 
     ``runner(guard, engagement, input)`` runs one engagement (sync or async); its return value is the
     engagement's ``output``. ``token``: the bearer token every request must carry (constant-time compare).
+    ``max_body_bytes`` and ``body_timeout`` bound an input's size and the seconds it may take to arrive.
     ``max_concurrency`` engagements run at once (more are refused with 429); each may run ``run_timeout``
-    seconds. ``store`` keeps the engagement records (default: in memory). ``reviewers`` are installed on
+    seconds. ``store`` keeps the engagement records (default: :class:`MemoryEngagementStore`, bounded by
+    count and bytes). The connection limits are the server's (:func:`serve_in_thread`, the command line).
+    ``reviewers`` are installed on
     every served agent's guard, by reviewer id, so that ``require_review`` shows as ``awaiting-review``.
 
     Raises :class:`~agentguard.SpecError` listing every problem of a spec directory, and
     :class:`~agentguard.ConfigurationError` for two agents of one name.
     """
-    if max_body_bytes < 1 or max_concurrency < 1 or run_timeout <= 0:
-        raise ValueError("max_body_bytes, max_concurrency and run_timeout must be positive")
+    if max_body_bytes < 1 or body_timeout <= 0 or max_concurrency < 1 or run_timeout <= 0:
+        raise ValueError("max_body_bytes, body_timeout, max_concurrency and run_timeout must be positive")
     served = _served(agents)
     if store is None:  # not `store or ...`: an empty store is falsy
         store = MemoryEngagementStore()
@@ -278,14 +304,14 @@ def create_app(
     for agent in served.values():
         for reviewer_id, reviewer in (reviewers or {}).items():
             agent.guard.add_reviewer(reviewer_id, runs.tracked(reviewer))
-    api = _Api(served, runs, max_body_bytes)
+    api = _Api(served, runs, max_body_bytes, body_timeout)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
         await runs.shutdown()
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/agents", api.index, methods=["GET"]),
             Route("/agents/{name}", api.agent, methods=["GET", "POST"], name="agent"),
@@ -298,3 +324,5 @@ def create_app(
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )
+    app.open_without_token = token is None  # type: ignore[attr-defined]  # read by serve_in_thread
+    return app

@@ -26,7 +26,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from agentguard._servecli import add_listen_options, start_logging, token_from_env
+from agentguard._servecli import (
+    add_listen_options,
+    exposure_problem,
+    limits_from_args,
+    start_logging,
+    token_from_env,
+)
 from agentguard.errors import ConfigurationError, SpecError
 from agentguard.remote import attach_remote_agents
 
@@ -47,9 +53,18 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--runner", required=True, metavar="MODULE:CALLABLE", help="runner(guard, engagement, input)"
     )
-    add_listen_options(parser, port=8800)
+    add_listen_options(parser, port=8800, workers=False)
     parser.add_argument(
-        "--max-body-bytes", type=int, default=1_048_576, help="largest input (default: 1 MiB)"
+        "--max-stored-bytes",
+        type=int,
+        default=64 * 1_048_576,
+        help="engagement states kept in memory, in bytes of JSON (default: 64 MiB)",
+    )
+    parser.add_argument(
+        "--max-record-bytes",
+        type=int,
+        default=1_048_576,
+        help="one engagement's state; a larger output is dropped (default: 1 MiB)",
     )
     parser.add_argument(
         "--max-concurrency", type=int, default=16, help="engagements running at once (default: 16)"
@@ -114,8 +129,12 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--ssl-certfile and --ssl-keyfile go together", 2)
     try:
         token = token_from_env(args.token_env)
+        limits = limits_from_args(args)
     except ValueError as error:
         return _fail(str(error), 2)
+    problem = exposure_problem(args.host, token=token, insecure_open=args.insecure_open)
+    if problem is not None:
+        return _fail(problem, 2)
     try:
         tokens = _remote_tokens(args.remote_token)
     except ValueError as error:
@@ -136,9 +155,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigurationError as error:
         return _fail(f"{error} (use --allow-remote-host)")
     try:
-        import uvicorn
+        from agentguard.guardian.server._thread import bounded_config, serve
 
         from ._app import create_app
+        from ._store import MemoryEngagementStore
     except ImportError as error:
         return _fail(str(error))
     try:
@@ -147,18 +167,26 @@ def run(args: argparse.Namespace) -> int:
             runner,
             token=token,
             max_body_bytes=args.max_body_bytes,
+            body_timeout=args.body_timeout,
             max_concurrency=args.max_concurrency,
             run_timeout=args.run_timeout,
+            store=MemoryEngagementStore(
+                max_bytes=args.max_stored_bytes, max_record_bytes=args.max_record_bytes
+            ),
         )
     except ValueError as error:
         return _fail(str(error), 2)
     start_logging(args, token, "agentguard.server", "start engagements")
-    uvicorn.run(
-        app,
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        ssl_certfile=args.ssl_certfile,
-        ssl_keyfile=args.ssl_keyfile,
+    serve(
+        bounded_config(
+            app,
+            args.host,
+            args.port,
+            limits,
+            log_level=args.log_level,
+            access_log=args.access_log,
+            ssl_certfile=args.ssl_certfile,
+            ssl_keyfile=args.ssl_keyfile,
+        )
     )
     return 0

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import collections
 import enum
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -109,19 +110,66 @@ class EngagementStore(Protocol):
 
 
 class MemoryEngagementStore:
-    """Records in this process, the ``max_records`` most recently updated ones (older ones are forgotten)."""
+    """Records in this process, bounded by count and by size: the most recently updated ones are kept.
 
-    def __init__(self, max_records: int = 10_000) -> None:
-        if max_records < 1:
-            raise ValueError("max_records must be positive")
+    A record's size is the length of its JSON form (what ``GET /engagements/{id}`` sends). The policy:
+
+    - a record larger than ``max_record_bytes`` is stored without its ``output``, ``exposes`` and
+      ``review``, with ``error`` ``{"type": "RecordTooLarge", ...}`` saying so, and -- when it has finished
+      -- as ``failed``: a client must not read a dropped output as a completed run's ``null``;
+    - then the least recently updated records are forgotten until at most ``max_records`` records of at
+      most ``max_bytes`` bytes in all remain (a forgotten engagement reads as 404; one still running is
+      stored again at its next change).
+    """
+
+    def __init__(
+        self, max_records: int = 10_000, *, max_bytes: int = 64 * 1_048_576, max_record_bytes: int = 1_048_576
+    ) -> None:
+        if max_records < 1 or max_bytes < 1 or max_record_bytes < 1:
+            raise ValueError("max_records, max_bytes and max_record_bytes must be positive")
         self.max_records = max_records
-        self._records: collections.OrderedDict[str, EngagementRecord] = collections.OrderedDict()
+        self.max_bytes = max_bytes
+        self.max_record_bytes = min(max_record_bytes, max_bytes)
+        self._records: collections.OrderedDict[str, tuple[EngagementRecord, int]] = collections.OrderedDict()
+        self._bytes = 0
+
+    @property
+    def stored_bytes(self) -> int:
+        """The JSON size of every record kept."""
+        return self._bytes
 
     async def save(self, record: EngagementRecord) -> None:
-        self._records[record.id] = record
-        self._records.move_to_end(record.id)
-        while len(self._records) > self.max_records:
-            self._records.popitem(last=False)
+        size = _size(record)
+        if size > self.max_record_bytes:
+            record = self._trimmed(record, size)
+            size = _size(record)
+        previous = self._records.pop(record.id, None)
+        if previous is not None:
+            self._bytes -= previous[1]
+        self._records[record.id] = (record, size)
+        self._bytes += size
+        while len(self._records) > self.max_records or self._bytes > self.max_bytes:
+            _, (_, forgotten) = self._records.popitem(last=False)
+            self._bytes -= forgotten
 
     async def load(self, engagement_id: str) -> EngagementRecord | None:
-        return self._records.get(engagement_id)
+        kept = self._records.get(engagement_id)
+        return None if kept is None else kept[0]
+
+    def _trimmed(self, record: EngagementRecord, size: int) -> EngagementRecord:
+        message = (
+            f"the engagement's state ({size} bytes as JSON) is larger than the server keeps per engagement "
+            f"({self.max_record_bytes} bytes): its output, exposes and review were dropped"
+        )
+        return replace(
+            record,
+            status=RunStatus.FAILED if record.status.finished else record.status,
+            output=None,
+            exposes=None,
+            review=None,
+            error={"type": "RecordTooLarge", "message": message},
+        )
+
+
+def _size(record: EngagementRecord) -> int:
+    return len(json.dumps(record.to_json(), default=str))

@@ -9,9 +9,10 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from agentguard.cli import main
+from agentguard.guardian.server import _thread as server_thread
+from agentguard.guardian.server._thread import BoundedConfig
 from agentguard.server import serve_in_thread
 from tests.conftest import ROOT, spec_text
 from tests.server.support import start, wait_for, write_shop_dir
@@ -21,13 +22,19 @@ RUNNER = "tests.server.support:shop_runner"
 
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """What ``uvicorn.run`` was asked to serve (nothing is served)."""
+    """What the server was asked to serve (nothing is served)."""
     seen: dict[str, Any] = {}
 
-    def run(app: Any, **options: Any) -> None:
-        seen.update(options, app=app)
+    def serve(config: BoundedConfig) -> None:
+        seen.update(
+            app=config.app,
+            host=config.host,
+            port=config.port,
+            ssl_certfile=config.ssl_certfile,
+            config=config,
+        )
 
-    monkeypatch.setattr(uvicorn, "run", run)
+    monkeypatch.setattr(server_thread, "serve", serve)
     return seen
 
 
