@@ -105,13 +105,24 @@ def redacted(message: str, source: str) -> str:
         written = quoted and re.search(rf"(?<![\w-]){re.escape(quoted)}(?![\w-])", source)
         return match.group(0) if written else "…"
 
-    text = message.strip()
+    text = _QUOTED.sub(named, message.strip())  # a quoted value not written in the source is gone
     head, _, tail = text.partition(":")
     if head.startswith("No matching overloads found"):
-        return _QUOTED.sub(named, text)
-    names = [m.group(0) for m in _QUOTED.finditer(tail) if named(m) != "…"]
-    head = _QUOTED.sub(named, head).strip() or "evaluation error"
+        return _unquoted_prefix(text)
+    names = [m.group(0) for m in _QUOTED.finditer(tail)]
+    head = _unquoted_prefix(head).strip() or "evaluation error"
     return f"{head}: {', '.join(names)}" if names else head
+
+
+def _unquoted_prefix(text: str) -> str:
+    """``text`` up to its first quote that does not open a complete quoted name (a value cut short)."""
+    end = 0
+    for match in _QUOTED.finditer(text):
+        if re.search(r"[\"']", text[end : match.start()]):
+            break
+        end = match.end()
+    stray = re.search(r"[\"']", text[end:])
+    return text if stray is None else text[: end + stray.start()]
 
 
 @runtime_checkable

@@ -45,6 +45,7 @@ import celpy
 import celpy.celtypes as ct
 import celpy.evaluation as ev
 import lark
+import re2
 from celpy.celparser import CELParseError
 
 import agentguard
@@ -376,7 +377,21 @@ def cel_mod(left: Any, right: Any) -> Any:
     return operator.mod(left, right)
 
 
+_QUIET = re2.Options()
+_QUIET.log_errors = False
+
+
+def cel_matches(text: Any, pattern: Any) -> Any:
+    """CEL ``matches``: celpy's, except that an invalid pattern is not written to stderr by RE2 (a pattern
+    taken from the data would put the data in the process's log)."""
+    try:
+        return celpy.celtypes.BoolType(re2.search(pattern, text, options=_QUIET) is not None)
+    except re2.error as exc:
+        return ev.CELEvalError("match error", exc.__class__, exc.args)
+
+
 _OPERATORS: dict[str, Callable[..., Any]] = {
+    "matches": cel_matches,
     "_+_": cel_add,
     "_-_": cel_sub,
     "_*_": cel_mul,

@@ -119,6 +119,15 @@ def _expression() -> st.SearchStrategy[str]:
     )
 
 
+def _outcome_text(program: Any, variables: dict[str, Any]) -> str:
+    """The evaluation error's text, or ``""`` when the expression evaluated."""
+    try:
+        program.evaluate(variables)
+    except CelEvaluationError as error:
+        return str(error)
+    return ""
+
+
 def _outcome(program: Any, variables: dict[str, Any]) -> tuple[str, Any]:
     try:
         return "value", program.evaluate(variables)
@@ -279,3 +288,25 @@ def test_a_withheld_output_is_not_in_the_denial() -> None:
         for step in eng.steps:
             assert "SECRET-42" not in repr(step.decisions)
             assert "SECRET-42" not in repr(step.payload)
+
+
+ERRING = [
+    'recent["x"].outputs[recent["x"].outputs.token] == 1',
+    'recent["x"].outputs.token.matches(recent["x"].outputs.token)',
+    'int(recent["x"].outputs.token) == 1',
+    'timestamp(recent["x"].outputs.token) > started_at',
+    'recent["x"].outputs.token + 1 == 2',
+    '{recent["x"].outputs.token: 1, recent["x"].outputs.token: 2}.size() == 2',
+    'recent["x"].outputs.list[int(size(recent["x"].outputs.token)) + 100] == 1',
+]
+
+
+@pytest.mark.parametrize("backend_name", ["cel-expr-python", "cel-python"])
+@settings(max_examples=60, deadline=None)
+@given(secret=st.text(st.characters(codec="utf-8"), min_size=4, max_size=30).map(lambda s: "S3CR3T" + s))
+def test_no_evaluation_error_quotes_a_value(backend_name: str, secret: str) -> None:
+    backend = get_backend(backend_name)
+    variables = {"recent": {"x": {"outputs": {"token": secret, "list": [1]}}}}
+    for expression in ERRING:
+        outcome = _outcome_text(backend.compile(expression, ENGAGEMENT_DECLARATIONS), variables)
+        assert "S3CR3T" not in outcome, expression
