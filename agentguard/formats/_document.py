@@ -22,11 +22,21 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from agentguard.errors import SpecError, SpecProblem
-from agentguard.spec import FieldPath, Labels, Positions, field_problem, in_file_order, locate, read_yaml
+from agentguard.spec import (
+    DEFAULT_LIMITS,
+    FieldPath,
+    Labels,
+    LoadLimits,
+    Positions,
+    field_problem,
+    in_file_order,
+    locate,
+    read_text_file,
+    read_yaml,
+)
 
 __all__ = ["SECRETS", "Document", "FieldPath", "Format", "detect_format", "read_document", "read_file"]
 
@@ -89,30 +99,30 @@ class Document:
             raise SpecError(in_file_order(self.problems))
 
 
-def read_file(path: str | os.PathLike[str]) -> tuple[str, str]:
-    """``(text, source)`` of a descriptor file; an unreadable file is a :class:`SpecError` with one problem."""
-    source = os.fspath(path)
-    try:
-        return Path(path).read_text(encoding="utf-8-sig"), source
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = f"cannot read the file: {(exc.strerror if isinstance(exc, OSError) else None) or exc}"
-        raise SpecError([SpecProblem(source=source, field="", reason=reason)]) from exc
+def read_file(path: str | os.PathLike[str], limits: LoadLimits = DEFAULT_LIMITS) -> tuple[str, str]:
+    """``(text, source)`` of a descriptor file; a file that is unreadable or larger than ``limits.max_bytes``
+    (checked before reading) is a :class:`SpecError` with one problem."""
+    return read_text_file(path, limits, text_reader="parse_descriptor"), os.fspath(path)
 
 
-def read_document(text: str, source: str = "<string>") -> Document:
+def read_document(text: str, source: str = "<string>", *, limits: LoadLimits = DEFAULT_LIMITS) -> Document:
     """Read ``text`` (JSON, YAML or an app file with YAML frontmatter) and tell its format.
 
-    The returned document's ``problems`` say why it could not be read, or that its format is unknown.
+    The returned document's ``problems`` say why it could not be read, or that its format is unknown. A
+    text past ``limits`` (:class:`~agentguard.spec.LoadLimits`) is not read: its problem names the limit.
     """
+    if len(text) > limits.max_bytes:
+        return _read_yaml(text, source, limits)  # refused before parsing, with the loader's reason
     match = _FRONTMATTER.match(text)
     if match is not None:
         # A blank line stands in for the opening `---`, so that positions are lines of the file.
-        doc = _read_yaml("\n" + match["yaml"], source)
+        doc = _read_yaml("\n" + match["yaml"], source, limits)
         doc.body = text[match.end() :]
         if not doc.problems:
             doc.format = "osp-app"
         return doc
-    doc = _read_json(text, source) if text.lstrip()[:1] in ("{", "[") else _read_yaml(text, source)
+    json_like = text.lstrip()[:1] in ("{", "[")
+    doc = _read_json(text, source, limits) if json_like else _read_yaml(text, source, limits)
     if not doc.problems:
         doc.format = detect_format(doc.data)
         if doc.format is None:
@@ -147,9 +157,9 @@ def detect_format(data: object) -> Format | None:
     return None
 
 
-def _read_yaml(text: str, source: str) -> Document:
+def _read_yaml(text: str, source: str, limits: LoadLimits) -> Document:
     """YAML text to data and positions through the spec layer's reader (safe, positions, no duplicates)."""
-    doc = read_yaml(text, source)
+    doc = read_yaml(text, source, limits=limits)
     return Document(source, doc.data, doc.positions, doc.labels, doc.problems)
 
 
@@ -170,7 +180,7 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _read_json(text: str, source: str) -> Document:
+def _read_json(text: str, source: str, limits: LoadLimits) -> Document:
     try:
         data = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
@@ -189,5 +199,7 @@ def _read_json(text: str, source: str) -> Document:
         return Document(
             source, None, problems=[SpecProblem(source, "", "the document must be a JSON object", 1, 1)]
         )
-    positions = _read_yaml(text, source)
-    return Document(source, data, positions.positions if not positions.problems else {})
+    read = read_yaml(text, source, limits=limits)
+    if read.over_limit:  # a JSON document is held to the same bounds as a YAML one
+        return Document(source, None, problems=read.problems)
+    return Document(source, data, read.positions if read.readable and not read.findings else {})

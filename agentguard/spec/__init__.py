@@ -35,6 +35,8 @@ loading, for callers that build or inspect a spec before compiling it.
 :func:`read_yaml` is the YAML front end of the loader, for every other YAML document agentguard reads
 (descriptors, guardian rules): safe, with a position for every field (:func:`locate`), duplicate keys and
 runaway aliases reported as problems named like the loader's (:func:`dotted`, :func:`field_problem`).
+:class:`LoadLimits` bounds what reading one document may cost (size, nodes, alias expansion, CEL source);
+:func:`read_text_file` reads a file only when it is within them.
 """
 
 from ._loader import (
@@ -58,9 +60,11 @@ from ._names import (
     validate_name,
 )
 from ._yaml import (
+    DEFAULT_LIMITS,
     FieldPath,
     Finding,
     Labels,
+    LoadLimits,
     Positions,
     YamlDocument,
     describe_value,
@@ -68,11 +72,13 @@ from ._yaml import (
     field_problem,
     in_file_order,
     locate,
+    read_text_file,
     read_yaml,
 )
 
 __all__ = [
     "AGENT_SCHEME",
+    "DEFAULT_LIMITS",
     "ENGAGEMENT_DECLARATIONS",
     "GUARDRAIL_DECLARATIONS",
     "KIND",
@@ -86,6 +92,7 @@ __all__ = [
     "Guardrails",
     "Labels",
     "Lifespan",
+    "LoadLimits",
     "Positions",
     "Reference",
     "ReferenceKind",
@@ -102,6 +109,7 @@ __all__ = [
     "locate",
     "parse_reference",
     "parse_spec",
+    "read_text_file",
     "read_yaml",
     "resolve",
     "validate_name",

@@ -22,7 +22,6 @@ import os
 import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Annotated, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
@@ -34,8 +33,10 @@ from agentguard.errors import SpecError, SpecProblem
 from ._models import AgentSpec
 from ._names import Reference, parse_reference
 from ._yaml import (
+    DEFAULT_LIMITS,
     FieldPath,
     Labels,
+    LoadLimits,
     Position,
     Positions,
     describe_value,
@@ -43,6 +44,7 @@ from ._yaml import (
     field_problem,
     in_file_order,
     locate,
+    read_text_file,
     read_yaml,
 )
 
@@ -85,8 +87,8 @@ class _Parsed:
     problems: list[SpecProblem]
 
 
-def _parse(text: str, source: str) -> _Parsed:
-    doc = read_yaml(text, source, empty=_PROBLEM_IF_EMPTY)
+def _parse(text: str, source: str, limits: LoadLimits) -> _Parsed:
+    doc = read_yaml(text, source, empty=_PROBLEM_IF_EMPTY, limits=limits)
     if not doc.readable:
         return _Parsed(None, None, {}, doc.problems)
     problems = doc.problems
@@ -185,14 +187,14 @@ def _unwrap(annotation: object) -> object:
             return annotation
 
 
-def parse_spec(text: str, source: str = "<string>") -> AgentSpec:
+def parse_spec(text: str, source: str = "<string>", *, limits: LoadLimits = DEFAULT_LIMITS) -> AgentSpec:
     """Parse and validate an agent document; raise :class:`SpecError` listing every problem found.
 
     ``source`` names the document in problem reports (a file name, a URL). CEL expressions are not
     compiled here -- see :func:`compile_spec` -- but the returned spec remembers where each field was, so
-    that compile errors can point at the right line.
+    that compile errors can point at the right line. A document past ``limits`` is refused unread.
     """
-    parsed = _parse(text, source)
+    parsed = _parse(text, source, limits)
     if parsed.spec is None:
         raise SpecError(parsed.problems)
     return parsed.spec
@@ -265,39 +267,68 @@ def _compile_sites(
     backend: CelBackend,
     source: str,
     positions: Mapping[FieldPath, Position],
+    limits: LoadLimits,
 ) -> tuple[dict[tuple[str, ...], CelProgram], list[SpecProblem]]:
+    """Compile each site; each distinct (expression, declarations) once, within ``limits.max_cel_chars``.
+
+    YAML aliases can repeat one long expression at thousands of sites: compiling it at each took two
+    minutes for a 140 KB file. The sites then share one program (programs are immutable and thread-safe).
+    """
     programs: dict[tuple[str, ...], CelProgram] = {}
     problems: list[SpecProblem] = []
+    compiled: dict[tuple[str, frozenset[tuple[str, VarType]]], CelProgram | CelCompileError] = {}
+    budget = limits.max_cel_chars
     for site in sites:
-        try:
-            programs[site.path] = backend.compile(site.expression, site.declarations)
-        except CelCompileError as exc:
+        key = (site.expression, frozenset(site.declarations.items()))
+        outcome = compiled.get(key)
+        if outcome is None:
+            budget -= len(site.expression)
+            if budget < 0:
+                line, column = positions.get(site.path, (None, None))
+                reason = (
+                    f"the spec's distinct CEL expressions are longer than {limits.max_cel_chars} characters "
+                    "in all (LoadLimits.max_cel_chars); not compiled"
+                )
+                problems.append(SpecProblem(source, dotted(site.path), reason, line, column))
+                break
+            try:
+                outcome = backend.compile(site.expression, site.declarations)
+            except CelCompileError as exc:
+                outcome = exc
+            compiled[key] = outcome
+        if isinstance(outcome, CelCompileError):
             line, column = positions.get(site.path, (None, None))
             problems.append(
                 SpecProblem(
                     source=source,
                     field=dotted(site.path),
-                    reason=f"invalid CEL expression: {exc.message}",
+                    reason=f"invalid CEL expression: {outcome.message}",
                     line=line,
                     column=column,
-                    expression_line=exc.line,
-                    expression_column=exc.column,
+                    expression_line=outcome.line,
+                    expression_column=outcome.column,
                 )
             )
+        else:
+            programs[site.path] = outcome
     return programs, problems
 
 
-def compile_spec(spec: AgentSpec, backend: CelBackend, source: str | None = None) -> CompiledSpec:
+def compile_spec(
+    spec: AgentSpec, backend: CelBackend, source: str | None = None, *, limits: LoadLimits = DEFAULT_LIMITS
+) -> CompiledSpec:
     """Compile every CEL expression of ``spec``; raise :class:`SpecError` listing every failure.
 
     Restriction assertions and ``exposes`` selections are compiled against the Engagement variables
     (:data:`ENGAGEMENT_DECLARATIONS`), guardrail assertions against ``output``
     (:data:`GUARDRAIL_DECLARATIONS`). ``source`` defaults to the name the spec was parsed under (or
     ``"<string>"`` for a spec built in code); problems carry the line of the field when the spec came from
-    :func:`parse_spec`.
+    :func:`parse_spec`. Each distinct expression is compiled once, and all of them together may be at most
+    ``limits.max_cel_chars`` long.
     """
     source = source if source is not None else spec._source or "<string>"
-    programs, problems = _compile_sites(_cel_sites(spec.model_dump()), backend, source, spec._positions)
+    sites = _cel_sites(spec.model_dump())
+    programs, problems = _compile_sites(sites, backend, source, spec._positions, limits)
     if problems:
         raise SpecError(in_file_order(problems))
 
@@ -322,32 +353,36 @@ def compile_spec(spec: AgentSpec, backend: CelBackend, source: str | None = None
 # -------------------------------------------------------------------------------------------- loading
 
 
-def load_spec_text(text: str, *, backend: CelBackend | None = None, source: str = "<string>") -> CompiledSpec:
+def load_spec_text(
+    text: str,
+    *,
+    backend: CelBackend | None = None,
+    source: str = "<string>",
+    limits: LoadLimits = DEFAULT_LIMITS,
+) -> CompiledSpec:
     """Parse, validate and compile an agent document given as YAML text.
 
     ``backend`` defaults to :func:`agentguard.cel.get_backend`'s choice. When the document fails
     validation, its CEL expressions are still compiled where they can be found, and all problems are
-    raised together in one :class:`SpecError`.
+    raised together in one :class:`SpecError`. ``limits`` bound the work (:class:`LoadLimits`): a document
+    past one is refused with a problem naming the limit.
     """
     backend = backend if backend is not None else get_backend()
-    parsed = _parse(text, source)
+    parsed = _parse(text, source, limits)
     if parsed.spec is not None:
-        return compile_spec(parsed.spec, backend, source)
-    _, cel_problems = _compile_sites(_cel_sites(parsed.data), backend, source, parsed.positions)
+        return compile_spec(parsed.spec, backend, source, limits=limits)
+    sites = _cel_sites(parsed.data)
+    _, cel_problems = _compile_sites(sites, backend, source, parsed.positions, limits)
     raise SpecError(in_file_order(parsed.problems + cel_problems))
 
 
-def load_spec(path: str | os.PathLike[str], *, backend: CelBackend | None = None) -> CompiledSpec:
+def load_spec(
+    path: str | os.PathLike[str], *, backend: CelBackend | None = None, limits: LoadLimits = DEFAULT_LIMITS
+) -> CompiledSpec:
     """Load an agent document from a file: parse, validate and compile it (see :func:`load_spec_text`).
 
-    Problems name the file as given. A file that cannot be read is a :class:`SpecError` with one problem.
+    Problems name the file as given. A file that cannot be read, or is larger than ``limits.max_bytes``
+    (checked before reading), is a :class:`SpecError` with one problem.
     """
-    source = os.fspath(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = f"cannot read the file: {(exc.strerror if isinstance(exc, OSError) else None) or exc}"
-        if "\n" in source:
-            reason += " (this looks like YAML text: use load_spec_text for that)"
-        raise SpecError([SpecProblem(source=source, field="", reason=reason)]) from exc
-    return load_spec_text(text, backend=backend, source=source)
+    text = read_text_file(path, limits)
+    return load_spec_text(text, backend=backend, source=os.fspath(path), limits=limits)

@@ -6,8 +6,10 @@ Every YAML document agentguard reads -- agent specs, descriptors, guardian rules
 * safely: only plain data (mappings, lists, strings, numbers, booleans, null, timestamps), no other tags;
 * with a position (1-based line and column) for every field, for problems to point at;
 * with duplicate keys reported rather than the later one silently winning;
-* bounded: aliases may not expand past :data:`MAX_NODES` nodes ("billion laughs"), and nesting too deep for
-  the parser is a problem, not a crash; control characters are reported with their position.
+* bounded (:class:`LoadLimits`): a text over ``max_bytes`` is refused before parsing, parsing stops past
+  ``max_nodes`` nodes, and aliases may not expand the document past ``max_nodes`` nodes or
+  ``max_expanded_chars`` characters of values ("billion laughs"); nesting too deep for the parser is a
+  problem, not a crash; control characters are reported with their position.
 
 A problem is reported, never raised: the caller decides what to make of it (a spec refuses the document, a
 format reader collects more problems first). :func:`locate` places a field that is not in the file (a
@@ -17,6 +19,7 @@ missing one) at its nearest parent, and :func:`dotted` names a field path the wa
 from __future__ import annotations
 
 import datetime
+import os
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,14 +27,16 @@ from dataclasses import dataclass, field
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from agentguard.errors import SpecProblem
+from agentguard.errors import SpecError, SpecProblem
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "MAX_NODES",
     "NO_LABELS",
     "FieldPath",
     "Finding",
     "Labels",
+    "LoadLimits",
     "Position",
     "Positions",
     "YamlDocument",
@@ -40,6 +45,7 @@ __all__ = [
     "field_problem",
     "in_file_order",
     "locate",
+    "read_text_file",
     "read_yaml",
 ]
 
@@ -55,6 +61,42 @@ NO_LABELS: Labels = types.MappingProxyType({})
 MAX_NODES = 100_000
 """Nodes a document may have once aliases are expanded: a real document has at most a few thousand, and a
 few lines of aliases can expand into billions ("billion laughs"). Past this, reading stops."""
+
+
+@dataclass(frozen=True)
+class LoadLimits:
+    """How much work reading one document may cost; past a limit the document is refused with the reason.
+
+    Why: a spec, a descriptor or a remote agent's definition may come from someone else, and PyYAML,
+    pydantic and the CEL compiler all spend time and memory in proportion to what they are given. Reading
+    50 MB took up to 120 s and 3 GB; 140 KB of aliases repeating one assertion 4,000 times took 122 s.
+    The defaults are far above any real document (a large real spec is a few hundred KiB).
+
+    ``max_bytes``
+        size of a file (bytes) or text (characters), checked before parsing. Default 4 MiB.
+    ``max_nodes``
+        YAML nodes, counted while parsing and again as aliases are expanded. Default 100,000.
+    ``max_expanded_chars``
+        characters of keys and values once aliases are expanded: repeating a long value through aliases
+        multiplies it. Default 8 MiB.
+    ``max_cel_chars``
+        characters of CEL source compiled for one spec, each distinct expression counted once (an
+        expression repeated through aliases is compiled once). Default 256 KiB.
+    """
+
+    max_bytes: int = 4 * 1024 * 1024
+    max_nodes: int = MAX_NODES
+    max_expanded_chars: int = 8 * 1024 * 1024
+    max_cel_chars: int = 256 * 1024
+
+    def __post_init__(self) -> None:
+        for name in ("max_bytes", "max_nodes", "max_expanded_chars", "max_cel_chars"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"LoadLimits.{name} must be at least 1, got {getattr(self, name)!r}")
+
+
+DEFAULT_LIMITS = LoadLimits()
+"""The limits used when none are given."""
 
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
@@ -78,7 +120,8 @@ class YamlDocument:
     allowed, ...): ``data`` is then ``None``, ``positions`` empty and ``findings`` says why. A readable
     document may still have findings about single fields (a duplicate key, a value of an unknown tag); the
     paths of values that could not be built are in ``failed``, so that a validator's complaints at or below
-    them (:meth:`covers`) need not be reported a second time.
+    them (:meth:`covers`) need not be reported a second time. ``over_limit`` says the text was refused
+    for passing one of its :class:`LoadLimits` (not for being invalid).
     """
 
     source: str
@@ -88,6 +131,7 @@ class YamlDocument:
     findings: list[Finding] = field(default_factory=list)
     failed: list[FieldPath] = field(default_factory=list)
     readable: bool = False
+    over_limit: bool = False
 
     @property
     def problems(self) -> list[SpecProblem]:
@@ -102,18 +146,56 @@ class YamlDocument:
         return any(tuple(path[: len(failed)]) == failed for failed in self.failed)
 
 
+def read_text_file(
+    path: str | os.PathLike[str], limits: LoadLimits = DEFAULT_LIMITS, *, text_reader: str = "load_spec_text"
+) -> str:
+    """The text of a spec or descriptor file (UTF-8, a BOM dropped), refused unread past ``max_bytes``.
+
+    Raises :class:`SpecError` with one problem naming the file: it cannot be read, is not UTF-8, or is too
+    large -- the size is checked before reading, and the read stops one byte past the limit (a device or a
+    file still growing cannot make it read more). A "path" holding a newline is taken for text passed by
+    mistake, and the problem points at ``text_reader``, the function meant for text.
+    """
+    source = os.fspath(path)
+    try:
+        with open(path, "rb") as file:
+            if os.fstat(file.fileno()).st_size > limits.max_bytes:
+                raise SpecError([SpecProblem(source, "", _too_long(limits, "bytes"))])
+            data = file.read(limits.max_bytes + 1)
+        if len(data) > limits.max_bytes:
+            raise SpecError([SpecProblem(source, "", _too_long(limits, "bytes"))])
+        return data.decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = f"cannot read the file: {(exc.strerror if isinstance(exc, OSError) else None) or exc}"
+        if "\n" in source:
+            reason += f" (this looks like YAML text: use {text_reader} for that)"
+        raise SpecError([SpecProblem(source=source, field="", reason=reason)]) from exc
+
+
+def _too_long(limits: LoadLimits, unit: str) -> str:
+    return f"the document is larger than the limit of {limits.max_bytes} {unit} (LoadLimits.max_bytes)"
+
+
 def read_yaml(
-    text: str, source: str, *, empty: str | None = "the document is empty", mapping: bool = True
+    text: str,
+    source: str,
+    *,
+    empty: str | None = "the document is empty",
+    mapping: bool = True,
+    limits: LoadLimits = DEFAULT_LIMITS,
 ) -> YamlDocument:
     """Read one YAML document safely, with the position of every field; never raises for a bad text.
 
     ``empty`` is the reason given for a document with no content, or ``None`` when that is fine (its data
     is then ``None``). With ``mapping`` (the default) the document must be a mapping of fields; without, any
-    root is read and left to the caller's validation.
+    root is read and left to the caller's validation. A document past one of ``limits`` is unreadable, the
+    finding naming the limit.
     """
-    loader: yaml.SafeLoader | None = None
+    if len(text) > limits.max_bytes:
+        return _over_limit(source, _too_long(limits, "characters"))
+    loader: _CountingLoader | None = None
     try:
-        loader = yaml.SafeLoader(text)
+        loader = _CountingLoader(text, limits.max_nodes)
         root = loader.get_single_node()
         if root is None:
             if empty is None:
@@ -124,7 +206,7 @@ def read_yaml(
             return _unreadable(
                 source, (), f"the document must be a mapping of fields, not {what}", _mark(root)
             )
-        builder = _Builder(loader)
+        builder = _Builder(loader, limits)
         builder.positions[()] = _mark(root)
         data = builder.build(root, ())
     except yaml.MarkedYAMLError as exc:
@@ -135,9 +217,8 @@ def read_yaml(
         line = text.count("\n", 0, exc.position) + 1
         column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
         return _unreadable(source, (), f"invalid YAML: {exc.reason} (U+{exc.character:04X})", (line, column))
-    except _TooLarge:
-        reason = f"the document expands to more than {MAX_NODES} YAML nodes (through aliases?)"
-        return _unreadable(source, (), reason, (1, 1))
+    except _TooLarge as exc:
+        return _over_limit(source, exc.reason)
     except RecursionError:
         return _unreadable(source, (), "the document is nested too deeply", (1, 1))
     finally:
@@ -194,8 +275,35 @@ def _unreadable(source: str, path: FieldPath, reason: str, position: Position | 
     return YamlDocument(source, findings=[Finding(path, reason, position)])
 
 
+def _over_limit(source: str, reason: str) -> YamlDocument:
+    return YamlDocument(source, findings=[Finding((), reason, (1, 1))], over_limit=True)
+
+
 class _TooLarge(Exception):
-    """The document has more than :data:`MAX_NODES` nodes once aliases are expanded."""
+    """The document is past one of its :class:`LoadLimits`; ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _CountingLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, stopping once it has composed ``max_nodes`` nodes.
+
+    The builder counts nodes again as aliases expand, but only after the whole tree is composed -- and a
+    one-line flow list of 2 M items took 80 s to compose. Counting here stops such a file early.
+    """
+
+    def __init__(self, text: str, max_nodes: int) -> None:
+        super().__init__(text)
+        self._max_nodes = max_nodes
+        self._composed = 0
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        self._composed += 1
+        if self._composed > self._max_nodes:
+            raise _TooLarge(f"the document has more than {self._max_nodes} YAML nodes (LoadLimits.max_nodes)")
+        return super().compose_node(parent, index)
 
 
 # Stands in for a value that could not be built; its finding is already recorded.
@@ -209,9 +317,11 @@ class _Builder:
     column, and lets duplicate keys be reported instead of the later one silently winning.
     """
 
-    def __init__(self, loader: yaml.SafeLoader) -> None:
+    def __init__(self, loader: yaml.SafeLoader, limits: LoadLimits) -> None:
         self._loader = loader
+        self._limits = limits
         self._nodes = 0
+        self._chars = 0
         self._active: set[int] = set()
         self.positions: Positions = {}
         self.labels: dict[FieldPath, str] = {}
@@ -220,8 +330,10 @@ class _Builder:
 
     def build(self, node: Node, path: FieldPath) -> object:
         self._nodes += 1
-        if self._nodes > MAX_NODES:
-            raise _TooLarge
+        if self._nodes > self._limits.max_nodes:
+            raise _TooLarge(
+                f"the document expands to more than {self._limits.max_nodes} YAML nodes (through aliases?)"
+            )
         if id(node) in self._active:
             reason = "an alias refers to a node that contains it (recursive alias)"
             return self._fail(node, path, reason, self.positions.get(path))
@@ -242,6 +354,12 @@ class _Builder:
         return _INVALID
 
     def _scalar(self, node: Node, path: FieldPath) -> object:
+        self._chars += len(node.value)
+        if self._chars > self._limits.max_expanded_chars:
+            raise _TooLarge(
+                f"the document expands to more than {self._limits.max_expanded_chars} characters of keys "
+                "and values (through aliases?) (LoadLimits.max_expanded_chars)"
+            )
         try:
             return self._loader.construct_object(node, deep=True)
         except yaml.MarkedYAMLError as exc:

@@ -46,12 +46,12 @@ def _call(guard: Guard, flavour: str) -> Any:
     return asyncio.run(main())
 
 
-def _definition_then(state: Iterator[bytes] | None = None) -> Any:
-    """A script: the definition at once; a start answered 303; the state as ``state`` yields it."""
+def _definition_then(state: Iterator[bytes] | None = None, definition: bytes = DEFINITION) -> Any:
+    """A script: ``definition`` at once; a start answered 303; the state as ``state`` yields it."""
 
     def script(method: str, path: str) -> Iterator[bytes]:
         if method == "GET" and path.endswith("/billing-agent"):
-            yield http_response(DEFINITION, content_type="application/yaml")
+            yield http_response(definition, content_type="application/yaml")
         elif method == "POST":
             yield http_response(b"", status="303 See Other").replace(
                 b"\r\n\r\n", b"\r\nLocation: /agents/billing-agent/engagements/e1\r\n\r\n", 1
@@ -140,9 +140,9 @@ def _alias_bomb(capabilities: int, assertion_length: int) -> bytes:
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 def test_an_alias_multiplied_definition_is_refused_quickly_and_the_agent_is_not_called(flavour: str) -> None:
-    bomb = _alias_bomb(capabilities=30_000, assertion_length=4_500)
+    bomb = _alias_bomb(capabilities=20_000, assertion_length=4_500)
     assert len(bomb) < 1024 * 1024
-    with HostileServer(_definition_then()) as server:
+    with HostileServer(_definition_then(definition=bomb)) as server:
         guard = _front_desk(server.url, RemoteLimits(call_timeout=20))
         started = time.monotonic()
         with pytest.raises(RemoteAgentError, match="not a valid OpenAgentSpec agent") as info:
@@ -150,6 +150,6 @@ def test_an_alias_multiplied_definition_is_refused_quickly_and_the_agent_is_not_
         elapsed = time.monotonic() - started
         methods = [method for method, _ in server.requests]
     assert isinstance(info.value.__cause__, SpecError)
-    assert "budget" in str(info.value)
+    assert "LoadLimits" in str(info.value)
     assert methods == ["GET"]  # never started
-    assert elapsed < 20
+    assert elapsed < 10  # refused while loading (about 2 s here), not by the call timeout
