@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from agentguard.cel._base import Reads
 
-__all__ = ["CheckedExpr", "Message", "message", "reads_of", "text"]
+__all__ = ["CheckedExpr", "Message", "dynamic_patterns", "message", "reads_of", "text"]
 
 # Field numbers from google/cel-spec proto/cel/expr/checked.proto and syntax.proto.
 # Any:          type_url = 1, value = 2
@@ -131,6 +131,21 @@ def _walk(
         functions.add(text(message(expr[6][0]), 2))
     for child, inner in _children(expr, scope):
         _walk(child, inner, references, variables, functions)
+
+
+def dynamic_patterns(tree: CheckedExpr) -> bool:
+    """Whether a ``matches()`` call takes its pattern from anything but a string literal."""
+    pending = [tree.expr] if tree.expr is not None else []
+    while pending:
+        expr = message(pending.pop())
+        if 6 in expr:
+            call = message(expr[6][0])
+            if text(call, 2) == "matches":
+                pattern = message((call.get(1, []) + call.get(3, []))[-1])
+                if 3 not in pattern:  # not a constant
+                    return True
+        pending.extend(child for child, _ in _children(expr, frozenset()))
+    return False
 
 
 def reads_of(tree: CheckedExpr, declared: frozenset[str]) -> dict[str, Reads]:

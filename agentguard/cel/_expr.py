@@ -29,6 +29,9 @@ that shape this module, measured on 0.1.3:
   Values the engine cannot represent faithfully never reach it (:func:`unrepresentable`): the expression is
   evaluated by the pure-Python ``cel-python`` backend instead when it is installed, and otherwise fails
   with a reason that says why.
+* RE2 writes an invalid pattern to stderr ("Error parsing '<pattern>'"). A pattern written in the spec is
+  the spec's; a pattern taken from the data would put the data in the process's log, so an expression whose
+  ``matches()`` takes its pattern from anything but a literal is evaluated on ``cel-python`` too.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from typing import Any
 from cel_expr_python import cel
 
 from agentguard.cel._base import CelCompileError, CelEvaluationError, CelProgram, Reads, VarType, redacted
-from agentguard.cel._checked import CheckedExpr, reads_of
+from agentguard.cel._checked import CheckedExpr, dynamic_patterns, reads_of
 from agentguard.cel._fast import Closure, Unsure, compile_fast
 
 __all__ = ["ExprBackend"]
@@ -131,6 +134,7 @@ class ExprBackend:
             compile_fast(tree) if self._fast_path else None,
             reads=reads_of(tree, names),
             declarations=dict(declarations),
+            quiet="a regular expression is taken from the data" if dynamic_patterns(tree) else None,
         )
 
     def _env(self, declarations: Mapping[str, VarType]) -> cel.Env:
@@ -150,7 +154,16 @@ class ExprProgram:
     Thread-safe: the compiled expression is immutable and every evaluation gets its own activation.
     """
 
-    __slots__ = ("_declarations", "_expression", "_faithful", "_fast", "_names", "_reads", "_source")
+    __slots__ = (
+        "_declarations",
+        "_expression",
+        "_faithful",
+        "_fast",
+        "_names",
+        "_quiet",
+        "_reads",
+        "_source",
+    )
 
     def __init__(
         self,
@@ -161,6 +174,7 @@ class ExprProgram:
         *,
         reads: Mapping[str, Reads] | None = None,
         declarations: Mapping[str, VarType] | None = None,
+        quiet: str | None = None,
     ) -> None:
         self._source = source
         self._expression = expression
@@ -168,6 +182,8 @@ class ExprProgram:
         self._fast = fast
         self._reads: Mapping[str, Reads] = reads if reads is not None else dict.fromkeys(names)
         self._declarations = declarations
+        # Why every evaluation goes to cel-python (a data-derived regular expression), or None.
+        self._quiet = quiet
         # The same expression on the pure-Python engine, for values this engine cannot represent (built on
         # first need).
         self._faithful: CelProgram | None = None
@@ -196,7 +212,7 @@ class ExprProgram:
             if variables.keys() <= self._names
             else {n: variables[n] for n in self._names if n in variables}
         )
-        problem = unrepresentable(data)
+        problem = self._quiet or unrepresentable(data)
         if problem is not None:
             return self._faithfully(data, problem)
         try:
@@ -218,7 +234,7 @@ class ExprProgram:
         if program is None:
             from agentguard.cel import get_backend  # the package imports this module: import at need
 
-            why = f"a bound value holds {problem}, which the cel-expr-python engine cannot represent"
+            why = f"{problem}, which the cel-expr-python engine cannot evaluate faithfully"
             try:
                 backend = get_backend("cel-python")
             except ImportError:
@@ -241,7 +257,7 @@ class ExprProgram:
 
 
 def unrepresentable(value: Any) -> str | None:
-    """What in ``value`` the engine cannot represent faithfully (a NUL character in a string or bytes, a lone
+    """Why the engine cannot represent ``value`` faithfully (a NUL character in a string or bytes, a lone
     surrogate), or ``None``. Walks the whole value, iteratively: nesting depth costs no recursion."""
     pending = [value]
     while pending:
@@ -249,19 +265,19 @@ def unrepresentable(value: Any) -> str | None:
         kind = type(item)
         if kind is str:
             if "\x00" in item:
-                return "a NUL character"
+                return "a bound value holds a NUL character"
             if not item.isascii():
                 try:
                     item.encode()
                 except UnicodeEncodeError:
-                    return "a lone surrogate (text that is not valid Unicode)"
+                    return "a bound value holds a lone surrogate (text that is not valid Unicode)"
         elif kind is dict:
             pending.extend(item.keys())
             pending.extend(item.values())
         elif kind is list or kind is tuple:
             pending.extend(item)
         elif (kind is bytes or kind is bytearray) and b"\x00" in item:
-            return "a NUL byte"
+            return "a bound value holds a NUL byte"
     return None
 
 

@@ -310,3 +310,16 @@ def test_no_evaluation_error_quotes_a_value(backend_name: str, secret: str) -> N
     for expression in ERRING:
         outcome = _outcome_text(backend.compile(expression, ENGAGEMENT_DECLARATIONS), variables)
         assert "S3CR3T" not in outcome, expression
+
+
+@pytest.mark.parametrize("backend_name", ["cel-expr-python", "cel-python"])
+def test_an_invalid_pattern_from_the_data_is_not_written_to_stderr(
+    backend_name: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    program = get_backend(backend_name).compile(
+        'recent["x"].inputs.q.matches(recent["x"].outputs.pattern)', ENGAGEMENT_DECLARATIONS
+    )
+    with pytest.raises(CelEvaluationError):
+        program.evaluate({"recent": {"x": {"inputs": {"q": "a"}, "outputs": {"pattern": "SECRET-42("}}}})
+    captured = capfd.readouterr()
+    assert "SECRET-42" not in captured.err + captured.out
