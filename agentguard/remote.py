@@ -47,8 +47,9 @@ Safety, all fixed when the guard is set up:
   :class:`~agentguard.Credentials` (``user_identity`` / ``static_identity``) -- sent only to that host.
   Proxy and ``.netrc`` settings from the environment are ignored, so no credential leaks in from there.
 - **Bounded.** Each response is read up to ``max_response_bytes``; each HTTP exchange has
-  ``request_timeout``; the whole call (definition, start, polling) has ``call_timeout``, after which the
-  remote engagement is cancelled (``DELETE``) and the call fails.
+  ``request_timeout`` and the whole call (definition, start, polling) ``call_timeout`` -- totals, not
+  per-read timeouts -- after which the remote engagement is cancelled (``DELETE``) and the call fails.
+  Loading the definition is bounded by ``definition_limits`` (see :class:`RemoteLimits`).
 
 The definition is fetched on every call and revalidated with its ``ETag`` (a ``304`` costs one round trip),
 so a remote agent whose definition breaks is noticed at once: it is validated like a local file
@@ -74,7 +75,7 @@ from agentguard.errors import AgentGuardError, ConfigurationError, SpecError
 from agentguard.guard import Guard
 from agentguard.guardian._deadline import TooLarge, deadline_transport, read_async, read_sync
 from agentguard.policy import Credentials, current_credentials
-from agentguard.spec import CompiledSpec, Reference, load_spec_text
+from agentguard.spec import DEFAULT_LIMITS, CompiledSpec, LoadLimits, Reference, load_spec_text
 
 __all__ = [
     "RemoteAgent",
@@ -125,6 +126,13 @@ class RemoteAgentError(AgentGuardError):
 class RemoteLimits:
     """Size and time bounds of remote agent calls (seconds and bytes).
 
+    ``request_timeout`` bounds each HTTP exchange as a whole (connect, send, headers and every byte of the
+    answer) and ``call_timeout`` the whole call (definition, start, polling): both are totals, so a server
+    that trickles its answer cannot stretch them. ``max_response_bytes`` caps every answer -- the
+    definition and each engagement state -- read as a stream and dropped at the cap. ``definition_limits``
+    bound the work of loading the definition (:class:`~agentguard.spec.LoadLimits`: nodes, alias expansion,
+    CEL source); a definition past them is refused before the remote agent is called.
+
     ``poll_wait`` is how long the server is asked to hold each state request open until the engagement
     finishes (long polling); ``poll_interval`` is the pause after a state request that came back unfinished
     (so a server that does not long-poll is not hammered).
@@ -135,6 +143,7 @@ class RemoteLimits:
     poll_wait: float = 10.0
     poll_interval: float = 0.25
     max_response_bytes: int = 1_048_576
+    definition_limits: LoadLimits = DEFAULT_LIMITS
 
     def __post_init__(self) -> None:
         for name in ("request_timeout", "call_timeout", "max_response_bytes"):
@@ -334,7 +343,9 @@ class RemoteAgent:
             raise self._error("the definition is not UTF-8 text") from exc
         backend = self._backend or get_backend()
         try:
-            spec = load_spec_text(text, backend=backend, source=self.url)
+            spec = load_spec_text(
+                text, backend=backend, source=self.url, limits=self.limits.definition_limits
+            )
         except SpecError as exc:
             raise self._error(f"the definition is not a valid OpenAgentSpec agent: {exc}") from exc
         if spec.spec.name != self.name:

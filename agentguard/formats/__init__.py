@@ -24,6 +24,7 @@ import os
 from collections.abc import Mapping
 
 from agentguard.errors import SpecError
+from agentguard.spec import DEFAULT_LIMITS, LoadLimits
 
 from . import agentspec, manifest, osp
 from ._descriptor import Descriptor, LoadOptions
@@ -62,6 +63,7 @@ def load_descriptor(
     reviewer: str = "user",
     autonomous_reviewer: str | None = None,
     names: Mapping[str, str] | None = None,
+    limits: LoadLimits = DEFAULT_LIMITS,
 ) -> Descriptor:
     """Read an Agent Spec configuration, an Agent Manifest or an OS Protocol app file.
 
@@ -77,10 +79,13 @@ def load_descriptor(
     ``names``
         Agent Spec tool name → capability name, for tools whose name with ``_`` turned into ``-`` is not
         the capability's.
+    ``limits``
+        what reading the file may cost (:class:`~agentguard.spec.LoadLimits`: size, checked before
+        reading; YAML nodes; alias expansion); a file past one is refused with a problem naming it.
 
     An OpenAgentSpec file is a policy, not a descriptor: load it with ``Guard.from_file``.
     """
-    text, source = read_file(path)
+    text, source = read_file(path, limits)
     return parse_descriptor(
         text,
         source=source,
@@ -89,6 +94,7 @@ def load_descriptor(
         reviewer=reviewer,
         autonomous_reviewer=autonomous_reviewer,
         names=names,
+        limits=limits,
     )
 
 
@@ -101,6 +107,7 @@ def parse_descriptor(
     reviewer: str = "user",
     autonomous_reviewer: str | None = None,
     names: Mapping[str, str] | None = None,
+    limits: LoadLimits = DEFAULT_LIMITS,
 ) -> Descriptor:
     """Like :func:`load_descriptor`, from the text of the file (``source`` names it in problems)."""
     options = LoadOptions(
@@ -110,7 +117,7 @@ def parse_descriptor(
         autonomous_reviewer=autonomous_reviewer,
         names=dict(names or {}),
     )
-    return descriptor_of(read_document(text, source), options)
+    return descriptor_of(read_document(text, source, limits=limits), options)
 
 
 def descriptor_of(doc: Document, options: LoadOptions) -> Descriptor:

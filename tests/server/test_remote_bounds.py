@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from agentguard import Guard, SpecError
+from agentguard.spec import LoadLimits
 from agentguard.remote import RemoteAgentError, RemoteLimits, attach_remote_agents
 from tests.conftest import spec_text
 from tests.guardian_client.hostile_http import HostileServer, flood, http_response, trickle
@@ -153,3 +154,12 @@ def test_an_alias_multiplied_definition_is_refused_quickly_and_the_agent_is_not_
     assert "LoadLimits" in str(info.value)
     assert methods == ["GET"]  # never started
     assert elapsed < 10  # refused while loading (about 2 s here), not by the call timeout
+
+
+def test_definition_limits_are_configurable() -> None:
+    with HostileServer(_definition_then()) as server:
+        limits = RemoteLimits(call_timeout=10, definition_limits=LoadLimits(max_nodes=3))
+        guard = _front_desk(server.url, limits)
+        with pytest.raises(RemoteAgentError, match=r"LoadLimits\.max_nodes"):
+            _call(guard, "sync")
+        assert [method for method, _ in server.requests] == ["GET"]
