@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from agentguard import Guard, SpecError
-from agentguard.spec import LoadLimits
 from agentguard.remote import RemoteAgentError, RemoteLimits, attach_remote_agents
+from agentguard.spec import LoadLimits
 from tests.conftest import spec_text
 from tests.guardian_client.hostile_http import HostileServer, flood, http_response, trickle
 
