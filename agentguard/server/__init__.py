@@ -46,6 +46,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentguard._lazy import lazy_attributes
+from agentguard._servecli import ServerLimits
 
 from ._agents import SCHEMA_SUFFIX, ServedAgent, load_agents
 from ._runs import Runner
@@ -66,6 +67,7 @@ __all__ = [
     "Runner",
     "RunningServer",
     "ServedAgent",
+    "ServerLimits",
     "create_app",
     "load_agents",
     "serve_in_thread",

@@ -30,11 +30,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentguard._lazy import lazy_attributes
+from agentguard._servecli import ServerLimits
 
 from ._rules import DECLARATIONS, MODIFY_FAILED, RULE_FAILED, GuardianRules, Rule, load_rules, parse_rules
 
 if TYPE_CHECKING:
-    from ._app import ENDPOINTS, ServerErrorCode, create_app
+    from ._app import ENDPOINTS, GuardianApp, ServerErrorCode, create_app
     from ._thread import RunningServer, serve_in_thread
 
 __all__ = [
@@ -42,10 +43,12 @@ __all__ = [
     "ENDPOINTS",
     "MODIFY_FAILED",
     "RULE_FAILED",
+    "GuardianApp",
     "GuardianRules",
     "Rule",
     "RunningServer",
     "ServerErrorCode",
+    "ServerLimits",
     "create_app",
     "load_rules",
     "parse_rules",
@@ -56,6 +59,7 @@ __all__ = [
 # that registers ``agentguard guardian``) work without the extra.
 _LAZY = {
     "ENDPOINTS": "._app",
+    "GuardianApp": "._app",
     "ServerErrorCode": "._app",
     "create_app": "._app",
     "RunningServer": "._thread",
