@@ -479,9 +479,9 @@ class EngagementState:
         """
         with self._lock:
             if not attempted:
-                index = self._reversed.find(self._char(record.name))
-                if index >= 0:
-                    self._reversed = self._reversed[:index] + self._reversed[index + 1 :]
+                spot = self._reversed.find(self._char(record.name))
+                if spot >= 0:
+                    self._reversed = self._reversed[:spot] + self._reversed[spot + 1 :]
             record.status = "denied"
             record.error = reason
             record.ended_at = time.time()

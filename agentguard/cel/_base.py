@@ -143,6 +143,11 @@ class CelProgram(Protocol):
         syntax tree (never from the text). Binding only those parts gives the same answer as binding the
         whole value; a backend that cannot tell says ``None`` (the whole value) for every variable."""
 
+    def explain(self, variables: Mapping[str, Any], *, values: bool) -> str | None:
+        """Why the expression did not hold for ``variables``: which clause of a top-level ``a && b && c``
+        failed, and with ``values`` the two sides it compared. ``None`` when there is nothing to add. Called
+        only on a denial, so it may compile and evaluate more."""
+
     def evaluate(self, variables: Mapping[str, Any]) -> Any:
         """Evaluate and return a plain Python value; raise :class:`CelEvaluationError` on failure.
 

@@ -518,6 +518,10 @@ class CelpyProgram:
         """Every variable whole: this backend does not narrow bindings (always right, only slower)."""
         return dict.fromkeys(self._names)
 
+    def explain(self, variables: Mapping[str, Any], *, values: bool) -> str | None:
+        """Not offered by this backend (it keeps no source positions)."""
+        return None
+
     def evaluate(self, variables: Mapping[str, Any]) -> Any:
         values: dict[str, Any] = {}
         for name, bind in self._binders.items():

@@ -12,11 +12,12 @@ expression compiled without the type checker, see :mod:`agentguard.cel._expr`).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, cast
 
 from agentguard.cel._base import Reads
 
-__all__ = ["CheckedExpr", "Message", "dynamic_patterns", "message", "reads_of", "text"]
+__all__ = ["CheckedExpr", "Clause", "Message", "clauses", "dynamic_patterns", "message", "reads_of", "text"]
 
 # Field numbers from google/cel-spec proto/cel/expr/checked.proto and syntax.proto.
 # Any:          type_url = 1, value = 2
@@ -89,7 +90,7 @@ class CheckedExpr:
     comprehension variables in scope, and the reference map is consulted only for names not bound there.
     """
 
-    __slots__ = ("checked", "expr", "functions", "references", "variables")
+    __slots__ = ("checked", "expr", "functions", "positions", "references", "variables")
 
     def __init__(self, serialized: bytes) -> None:
         wrapper = message(serialized)
@@ -98,6 +99,13 @@ class CheckedExpr:
         """Whether the type checker passed the expression (else it was parsed only)."""
         self.references: dict[int, str] = {}
         """Node id -> the variable name the checker resolved it to."""
+        # SourceInfo (CheckedExpr field 5, ParsedExpr field 3): positions = 4 (map<int64, int32>).
+        source_info = decoded.get(3 if not self.checked else 5, [])
+        self.positions: dict[int, int] = {}
+        """Node id -> the offset (in code points) of the node's token in the source."""
+        for entry in message(source_info[0]).get(4, []) if source_info else []:
+            fields = message(entry)
+            self.positions[fields.get(1, [0])[0]] = fields.get(2, [0])[0]
         if not self.checked:
             self.expr: bytes | None = decoded[2][0] if 2 in decoded else None
         else:
@@ -131,6 +139,79 @@ def _walk(
         functions.add(text(message(expr[6][0]), 2))
     for child, inner in _children(expr, scope):
         _walk(child, inner, references, variables, functions)
+
+
+_COMPARISONS = {"_==_": "==", "_!=_": "!=", "_<_": "<", "_<=_": "<=", "_>_": ">", "_>=_": ">=", "@in": "in"}
+
+
+@dataclass(frozen=True, slots=True)
+class Clause:
+    """One clause of a top-level ``a && b && c``, as written; for a comparison, its two sides too."""
+
+    text: str
+    left: str | None = None
+    operator: str | None = None
+    right: str | None = None
+
+
+def clauses(tree: CheckedExpr, source: str) -> tuple[Clause, ...]:
+    """The clauses of the expression's top-level conjunction (one clause when it is not one), cut out of the
+    source at the positions the parser recorded. For explaining a denial only: each text is compiled again
+    before it is used, and a text that does not compile is simply not explained."""
+    if tree.expr is None or not tree.positions:
+        return ()
+    operators: list[int] = []
+    leaves: list[Message] = []
+
+    def flatten(expr: Message) -> None:
+        call = message(expr[6][0]) if 6 in expr else None
+        if call is not None and text(call, 2) == "_&&_" and 1 not in call:
+            operators.append(tree.positions.get(expr.get(2, [0])[0], -1))
+            for arg in call.get(3, []):
+                flatten(message(arg))
+        else:
+            leaves.append(expr)
+
+    flatten(message(tree.expr))
+    out: list[Clause] = []
+    for leaf in leaves:
+        spots = _spots(leaf, tree.positions)
+        if not spots:
+            return ()
+        start, last = min(spots), max(spots)
+        end = min((p for p in operators if p > last), default=len(source))
+        clause_text = _balanced(source[start:end])
+        call = message(leaf[6][0]) if 6 in leaf else None
+        symbol = _COMPARISONS.get(text(call, 2)) if call is not None else None
+        at = tree.positions.get(leaf.get(2, [0])[0], -1)
+        if symbol is not None and start < at < end and source.startswith(symbol, at):
+            left, right = _balanced(source[start:at]), _balanced(source[at + len(symbol) : end])
+            out.append(Clause(clause_text, left, symbol, right))
+        else:
+            out.append(Clause(clause_text))
+    return tuple(out)
+
+
+def _spots(expr: Message, positions: dict[int, int]) -> list[int]:
+    spots: list[int] = []
+    pending = [expr]
+    while pending:
+        node = pending.pop()
+        spot = positions.get(node.get(2, [0])[0])
+        if spot is not None and spot >= 0:
+            spots.append(spot)
+        pending.extend(message(child) for child, _ in _children(node, frozenset()))
+    return spots
+
+
+def _balanced(fragment: str) -> str:
+    """``fragment`` without the surrounding parentheses and whitespace a cut left unmatched."""
+    fragment = fragment.strip()
+    while fragment.endswith(")") and fragment.count(")") > fragment.count("("):
+        fragment = fragment[:-1].rstrip()
+    while fragment.startswith("(") and fragment.count("(") > fragment.count(")"):
+        fragment = fragment[1:].lstrip()
+    return fragment
 
 
 def dynamic_patterns(tree: CheckedExpr) -> bool:

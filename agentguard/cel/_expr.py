@@ -36,15 +36,17 @@ that shape this module, measured on 0.1.3:
 
 from __future__ import annotations
 
+import json
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from cel_expr_python import cel
 
 from agentguard.cel._base import CelCompileError, CelEvaluationError, CelProgram, Reads, VarType, redacted
-from agentguard.cel._checked import CheckedExpr, dynamic_patterns, reads_of
+from agentguard.cel._checked import CheckedExpr, Clause, clauses, dynamic_patterns, reads_of
 from agentguard.cel._fast import Closure, Unsure, compile_fast
 
 __all__ = ["ExprBackend"]
@@ -135,7 +137,29 @@ class ExprBackend:
             reads=reads_of(tree, names),
             declarations=dict(declarations),
             quiet="a regular expression is taken from the data" if dynamic_patterns(tree) else None,
+            clauses=lambda: self._explainers(expression, tree, declarations),
         )
+
+    def _explainers(
+        self, source: str, tree: CheckedExpr, declarations: Mapping[str, VarType]
+    ) -> tuple[_Explainer, ...]:
+        """Each clause compiled on its own (and its two sides, for a comparison), for explaining a denial."""
+
+        def program(text: str | None) -> ExprProgram | None:
+            if not text:
+                return None
+            try:
+                return self.compile(text, declarations)
+            except CelCompileError:
+                return None
+
+        out = []
+        for clause in clauses(tree, source):
+            whole = program(clause.text)
+            if whole is None:
+                return ()
+            out.append(_Explainer(clause, whole, program(clause.left), program(clause.right)))
+        return tuple(out)
 
     def _env(self, declarations: Mapping[str, VarType]) -> cel.Env:
         key = frozenset(declarations.items())
@@ -155,6 +179,7 @@ class ExprProgram:
     """
 
     __slots__ = (
+        "_clauses",
         "_declarations",
         "_expression",
         "_faithful",
@@ -175,6 +200,7 @@ class ExprProgram:
         reads: Mapping[str, Reads] | None = None,
         declarations: Mapping[str, VarType] | None = None,
         quiet: str | None = None,
+        clauses: Callable[[], tuple[_Explainer, ...]] | None = None,
     ) -> None:
         self._source = source
         self._expression = expression
@@ -184,6 +210,8 @@ class ExprProgram:
         self._declarations = declarations
         # Why every evaluation goes to cel-python (a data-derived regular expression), or None.
         self._quiet = quiet
+        # The clauses, compiled on the first denial to explain (None: not yet; the factory until then).
+        self._clauses: tuple[_Explainer, ...] | Callable[[], tuple[_Explainer, ...]] = clauses or tuple
         # The same expression on the pure-Python engine, for values this engine cannot represent (built on
         # first need).
         self._faithful: CelProgram | None = None
@@ -228,6 +256,17 @@ class ExprProgram:
             raise CelEvaluationError(self._source, redacted(_STATUS_PREFIX.sub("", result), self._source))
         return _plain(result)
 
+    def explain(self, variables: Mapping[str, Any], *, values: bool) -> str | None:
+        if callable(self._clauses):
+            self._clauses = self._clauses()
+        explainers = self._clauses
+        for number, explainer in enumerate(explainers, 1):
+            why = explainer.failure(variables, values=values)
+            if why is not None:
+                where = f"clause {number} of {len(explainers)}, " if len(explainers) > 1 else ""
+                return f"{where}{explainer.clause.text}{why}"
+        return None
+
     def _faithfully(self, data: Mapping[str, Any], problem: str) -> Any:
         """Evaluate on the pure-Python engine, which represents every string; fail if it is not installed."""
         program = self._faithful
@@ -254,6 +293,39 @@ class ExprProgram:
 
     def __repr__(self) -> str:
         return f"ExprProgram({self._source!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class _Explainer:
+    """A clause of an assertion compiled on its own, to tell which one failed and what it compared."""
+
+    clause: Clause
+    whole: ExprProgram
+    left: ExprProgram | None
+    right: ExprProgram | None
+
+    def failure(self, variables: Mapping[str, Any], *, values: bool) -> str | None:
+        """How this clause fails for ``variables`` (" is false (250 <= 100)"), or ``None`` if it holds."""
+        try:
+            value = self.whole.evaluate(variables)
+        except CelEvaluationError as exc:
+            return f": {exc.message}"
+        if value is True:
+            return None
+        if value is not False:
+            return f" yielded {type(value).__name__}, not a boolean"
+        if not values or self.left is None or self.right is None:
+            return " is false"
+        return f" is false ({_shown(self.left, variables)} {self.clause.operator} {_shown(self.right, variables)})"
+
+
+def _shown(program: ExprProgram, variables: Mapping[str, Any]) -> str:
+    try:
+        value = program.evaluate(variables)
+    except CelEvaluationError:
+        return "error"
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def unrepresentable(value: Any) -> str | None:

@@ -270,7 +270,8 @@ def _check(
     capability: str,
     phase: Phase,
 ) -> None:
-    passed, reason = assertion.check(state.bindings(assertion.plan))
+    # An output restriction that fails withholds the output: its values are not shown in the reason.
+    passed, reason = assertion.check(state.bindings(assertion.plan), values=phase is Phase.INPUT)
     if not passed:
         error = RestrictionViolation(reason, capability=capability, phase=phase, expression=assertion.source)
         if _blocks(ctx, state, step, error):

@@ -323,3 +323,29 @@ def test_an_invalid_pattern_from_the_data_is_not_written_to_stderr(
         program.evaluate({"recent": {"x": {"inputs": {"q": "a"}, "outputs": {"pattern": "SECRET-42("}}}})
     captured = capfd.readouterr()
     assert "SECRET-42" not in captured.err + captured.out
+
+
+# -- issue 14 item 6: a denial names the clause that failed ------------------------------------------------
+
+
+def test_a_denial_names_the_failing_clause_and_its_values() -> None:
+    guard = _guard('recent["wire"].inputs.amount > 0 && recent["wire"].inputs.amount <= 100 && true')
+    guard.tool(name="wire")(lambda amount: None)
+    with guard.engagement(), pytest.raises(RestrictionViolation) as caught:
+        guard.call("wire", {"amount": 250})
+    assert caught.value.reason == (
+        'assertion is false: clause 2 of 3, recent["wire"].inputs.amount <= 100 is false (250 <= 100)'
+    )
+
+
+def test_an_output_denial_names_the_clause_without_the_withheld_values() -> None:
+    guard = _guard(
+        'recent["wire"].outputs.status == "ok" && recent["wire"].outputs.code < 3', phase="output_restriction"
+    )
+    guard.tool(name="wire")(lambda: {"status": "ok", "code": 4242})
+    with guard.engagement(), pytest.raises(RestrictionViolation) as caught:
+        guard.call("wire", {})
+    assert (
+        caught.value.reason == 'assertion is false: clause 2 of 2, recent["wire"].outputs.code < 3 is false'
+    )
+    assert "4242" not in str(caught.value)
