@@ -35,26 +35,39 @@ class Assertion:
     def source(self) -> str:
         return self.program.source
 
-    def check(self, variables: Mapping[str, Any]) -> tuple[bool, str]:
-        """Decision 4: only a boolean ``true`` passes; an error or a non-boolean is a failed assertion."""
+    def check(self, variables: Mapping[str, Any], *, values: bool = False) -> tuple[bool, str]:
+        """Decision 4: only a boolean ``true`` passes; an error or a non-boolean is a failed assertion.
+
+        A failure names the clause of ``a && b && c`` that failed and, with ``values`` (for data nobody
+        withholds: an input restriction), the two sides it compared.
+        """
         try:
             value = self.program.evaluate(variables)
         except CelEvaluationError as exc:
             return False, f"assertion could not be evaluated: {exc.message}"
         except Exception as exc:  # an engine bug must not let a step through
-            return False, f"assertion could not be evaluated: {type(exc).__name__}: {exc}"
+            return False, f"assertion could not be evaluated: {type(exc).__name__}"
         if value is True:
             return True, "assertion holds"
-        if value is False:
-            return False, "assertion is false"
-        return False, f"assertion yielded {type(value).__name__}, not a boolean"
+        if value is not False:
+            return False, f"assertion yielded {type(value).__name__}, not a boolean"
+        try:
+            why = self.program.explain(variables, values=values)
+        except Exception:  # explaining is a courtesy: the denial stands without it
+            why = None
+        return False, f"assertion is false: {why}" if why else "assertion is false"
 
     def select(self, variables: Mapping[str, Any]) -> Any:
-        """Evaluate as a selection (``exposes``): the value, or ``None`` when it cannot be evaluated."""
+        """Evaluate as a selection (``exposes``): the value, or why it could not be evaluated.
+
+        A selection that fails is ``{"error": <why>, "expression": <its CEL>}`` -- a JSON object, so it
+        travels as it is to a server's engagement state and to a calling agent -- rather than ``None``, which
+        a reader could not tell from a selected ``null``.
+        """
         try:
             return self.program.evaluate(variables)
-        except CelEvaluationError:
-            return None
+        except CelEvaluationError as exc:
+            return {"error": exc.message, "expression": self.source}
 
 
 @dataclass(frozen=True, slots=True)
