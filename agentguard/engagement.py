@@ -264,7 +264,14 @@ def one_shot(value: Any) -> str | None:
     pending = [value]
     while pending:
         item = pending.pop()
-        if type(item) in _PRIMITIVE:
+        kind = type(item)
+        if kind in _PRIMITIVE:
+            continue
+        if kind is dict:  # the common containers first: no ABC checks on the per-call path
+            pending.extend(item.values())
+            continue
+        if kind is list or kind is tuple:
+            pending.extend(item)
             continue
         if isinstance(item, Iterator | AsyncIterator | Awaitable):
             return f"is a {type(item).__name__} object, which can be consumed only once"
