@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per server")
     parser.add_argument("--workers", type=int, default=1, help="guardian worker processes")
+    parser.add_argument("--rule-threads", type=int, default=2, help="guardian threads deciding, per worker")
     parser.add_argument("--serve-echo", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_echo is not None:
@@ -201,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                         "warning",
                         "--workers",
                         str(args.workers),
+                        "--rule-threads",
+                        str(args.rule_threads),
                     ],
                     guardian_port,
                 ),
@@ -254,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             "connections": args.connections,
             "rounds": args.rounds,
             "workers": args.workers,
+            "rule_threads": args.rule_threads,
             "decisions_per_second": round(best["guardian"]["per_second"], 1),
             "median_ms": round(best["guardian"]["median_ms"], 3),
             "p99_ms": round(best["guardian"]["p99_ms"], 3),

@@ -194,7 +194,7 @@ def _costly(url: str, stop: threading.Event, tally: Tally) -> None:
 
 
 def test_good_clients_are_served_while_hostile_ones_attack(tmp_path: Path) -> None:
-    options = ("--header-timeout", "2", "--body-timeout", "2", "--rule-threads", "4")
+    options = ("--header-timeout", "2", "--body-timeout", "2")
     with guardian_process(_rules(tmp_path), *options) as (url, pid):
         assert address(url)[0] == "127.0.0.1"
         tally = Tally()

@@ -210,7 +210,7 @@ def create_app(
     token: str | None = None,
     max_body_bytes: int = 1_048_576,
     body_timeout: float = 10.0,
-    rule_threads: int = 4,
+    rule_threads: int = 2,
     version: str = __version__,
     tracer_provider: TracerProvider | None = None,
 ) -> GuardianApp:
