@@ -41,6 +41,7 @@ from agentguard.cel._base import (
     Reads,
     VarType,
 )
+from agentguard.cel._budget import EvalBudget, eval_budget, set_eval_budget
 
 __all__ = [
     "BACKEND_ENV_VAR",
@@ -50,10 +51,13 @@ __all__ = [
     "CelError",
     "CelEvaluationError",
     "CelProgram",
+    "EvalBudget",
     "Reads",
     "VarType",
     "available_backends",
+    "eval_budget",
     "get_backend",
+    "set_eval_budget",
 ]
 
 DEFAULT_BACKEND = "cel-expr-python"

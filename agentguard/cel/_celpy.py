@@ -50,6 +50,7 @@ from celpy.celparser import CELParseError
 
 import agentguard
 from agentguard.cel._base import CelCompileError, CelEvaluationError, Reads, VarType, redacted
+from agentguard.cel._budget import metered, spent, tick
 
 __all__ = ["CelpyBackend"]
 
@@ -350,7 +351,7 @@ def _same_number_types(symbol: str, left: Any, right: Any) -> None:
 def cel_add(left: Any, right: Any) -> Any:
     """CEL ``+``: celpy's, without mixing number types."""
     _same_number_types("+", left, right)
-    return operator.add(left, right)
+    return spent(operator.add(left, right))
 
 
 def cel_sub(left: Any, right: Any) -> Any:
@@ -436,6 +437,7 @@ class _Activation(ev.Activation):
     def nested_activation(
         self, annotations: Mapping[str, Any] | None = None, vars: Mapping[str, Any] | None = None
     ) -> _Activation:
+        tick()  # a comprehension's next iteration: counted against the evaluation budget
         return _Activation(self, {**self.agentguard_values, **(vars or {})})
 
 
@@ -534,7 +536,10 @@ class CelpyProgram:
                     ) from exc
         activation = self._qualified(values) if self._dotted else _Activation(self._base, values)
         try:
-            result = self._run(activation)
+            with metered(self._source):
+                result = self._run(activation)
+        except CelEvaluationError:
+            raise
         except Exception as exc:  # what escapes celpy's own error capture; celpy's runner does the same
             raise CelEvaluationError(
                 self._source, f"{type(exc).__name__}: {redacted(str(exc), self._source)}"

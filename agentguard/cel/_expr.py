@@ -46,6 +46,7 @@ from typing import Any
 from cel_expr_python import cel
 
 from agentguard.cel._base import CelCompileError, CelEvaluationError, CelProgram, Reads, VarType, redacted
+from agentguard.cel._budget import CostProfile
 from agentguard.cel._checked import CheckedExpr, Clause, clauses, dynamic_patterns, reads_of
 from agentguard.cel._fast import Closure, Unsure, compile_fast
 
@@ -180,6 +181,7 @@ class ExprProgram:
 
     __slots__ = (
         "_clauses",
+        "_cost",
         "_declarations",
         "_expression",
         "_faithful",
@@ -210,6 +212,8 @@ class ExprProgram:
         self._declarations = declarations
         # Why every evaluation goes to cel-python (a data-derived regular expression), or None.
         self._quiet = quiet
+        # What an evaluation could cost on given data: refused before the engine runs when over budget.
+        self._cost = CostProfile(expression.serialize())
         # The clauses, compiled on the first denial to explain (None: not yet; the factory until then).
         self._clauses: tuple[_Explainer, ...] | Callable[[], tuple[_Explainer, ...]] = clauses or tuple
         # The same expression on the pure-Python engine, for values this engine cannot represent (built on
@@ -243,6 +247,7 @@ class ExprProgram:
         problem = self._quiet or unrepresentable(data)
         if problem is not None:
             return self._faithfully(data, problem)
+        self._cost.check(self._source, data)
         try:
             value = self._expression.eval(data=data)
         except RuntimeError as exc:  # a few failures are raised, e.g. a map literal with a duplicate key
