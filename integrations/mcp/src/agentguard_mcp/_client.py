@@ -1,0 +1,91 @@
+"""The client side: an MCP ``Client`` or ``ClientSession`` whose ``tools/call`` and ``tools/list`` go through a
+Guard. The SDK has no client middleware, so the session is wrapped rather than patched."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+from agentguard import Guard
+from agentguard_mcp._calls import Names, guarded_call, report_message, wire
+from agentguard_mcp._host import CallToolResult, Client, ClientSession, ListToolsResult
+
+__all__ = ["GuardedClient"]
+
+_PASSTHROUGH = frozenset(
+    {
+        "list_resources",
+        "list_resource_templates",
+        "read_resource",
+        "list_prompts",
+        "get_prompt",
+        "complete",
+        "protocol_version",
+        "server_info",
+        "server_capabilities",
+        "instructions",
+    }
+)
+"""What the wrapper hands on untouched: requests that call no tool. Anything else of the wrapped session
+(``send_request``, ``session``, ...) could send a ``tools/call`` past the guard, so it is refused."""
+
+_ids = itertools.count(1)
+
+
+class GuardedClient:
+    """Guards an MCP client: every ``call_tool`` runs through ``guard.acall`` inside the current engagement.
+
+    ::
+
+        async with Client(server) as client, guard.engagement(user=User(id="u1")):
+            tools = GuardedClient(client, guard, prefix="time.")
+            listed = await tools.list_tools()          # only the spec's capabilities are offered
+            result = await tools.call_tool("get_current_time", {"timezone": "UTC"})
+
+    The capability is the MCP tool name mapped by ``prefix`` / ``names`` (see :class:`Names`). A denial the
+    model can recover from comes back as a ``CallToolResult`` with ``is_error=True`` naming the rule; a loop
+    stop or failed guardrail raises agentguard's typed error. Each request and response is recorded as an AOS
+    ``protocols/MCP`` step.
+    """
+
+    def __init__(
+        self,
+        client: Client | ClientSession,
+        guard: Guard,
+        *,
+        prefix: str = "",
+        names: Mapping[str, str] | None = None,
+    ) -> None:
+        self._client = client
+        self.guard = guard
+        self.names = Names(prefix, dict(names or {}))
+
+    async def list_tools(self, **kwargs: Any) -> ListToolsResult:
+        """The server's tools, less those that are not capabilities of the spec."""
+        message_id = f"agentguard-{next(_ids)}"
+        await report_message(self.guard, {"jsonrpc": "2.0", "id": message_id, "method": "tools/list"})
+        listed = await self._client.list_tools(**kwargs)
+        await report_message(self.guard, {"jsonrpc": "2.0", "id": message_id, "result": wire(listed)})
+        return listed.model_copy(update={"tools": self.names.offered(self.guard, listed.tools)})
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any] | None = None, **kwargs: Any
+    ) -> CallToolResult:
+        """``tools/call`` through the guard; keyword options (timeouts, ``meta``) go to the wrapped client."""
+
+        async def send(inputs: dict[str, Any]) -> dict[str, Any]:
+            return wire(await self._client.call_tool(name, inputs, **kwargs))
+
+        result = await guarded_call(
+            self.guard, self.names, name, arguments or {}, send, f"agentguard-{next(_ids)}"
+        )
+        return CallToolResult.model_validate(result)
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr in _PASSTHROUGH:
+            return getattr(self._client, attr)
+        raise AttributeError(
+            f"GuardedClient does not offer {attr!r}: it could reach tools past the guard "
+            "(use call_tool / list_tools, or the unwrapped client deliberately)"
+        )
