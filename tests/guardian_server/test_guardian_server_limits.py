@@ -178,3 +178,15 @@ def test_limits_must_be_positive() -> None:
         ServerLimits(max_connections=0)
     with pytest.raises(ValueError, match="body_timeout"):
         create_app(GuardianRules(), body_timeout=0)
+
+
+def test_workers_share_the_port(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(COSTLY_RULES)
+    request = request_for("steps/toolCallRequest")
+    request["params"]["toolCallRequest"]["inputs"] = [{"name": "to", "value": "xxxx"}]
+    with guardian_process(rules, "--workers", "2") as (url, _), httpx.Client() as client:
+        answers = [client.post(url, json=PING) for _ in range(20)]
+        decided = client.post(url, json=request).json()
+    assert {answer.json()["result"]["status"] for answer in answers} == {"connected"}
+    assert decided["result"]["decision"] == "allow"

@@ -16,7 +16,7 @@ from agentguard.cel import CelBackend, available_backends, get_backend
 from agentguard.errors import SpecError
 from agentguard.guardian.server import MODIFY_FAILED, RULE_FAILED, GuardianRules, load_rules, parse_rules
 from agentguard.guardian.server import _rules as rules_module
-from tests.guardian_server.support import request_for
+from tests.guardian_server.support import REQUESTS, request_for, shapes
 
 
 @pytest.fixture(params=available_backends())
@@ -577,3 +577,12 @@ def test_the_rules_module_docstring_example_behaves_as_described(backend: CelBac
     del internal["params"]["toolCallRequest"]["inputs"][2:]
     modified = _decide(rules, internal)["modifiedRequest"]
     assert modified["params"]["toolCallRequest"]["inputs"][1] == {"name": "body", "value": "[redacted]"}
+
+
+@pytest.mark.parametrize("method", sorted(REQUESTS))
+def test_the_body_the_server_validated_reads_as_the_dumped_request(method: str) -> None:
+    """The server hands the rules the normalized body it validated instead of dumping the model again:
+    both must be the same JSON, in every shape, for every method."""
+    for shape, request in shapes(request_for(method)).items():
+        wire = aos.normalize_request(request)
+        assert aos.dump(aos.parse_request(wire)) == wire, (method, shape)
