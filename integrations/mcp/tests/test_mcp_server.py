@@ -1,0 +1,127 @@
+"""The server side: ``GuardMiddleware`` on the shop's ``MCPServer``, driven by the SDK's client in process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from agentguard_mcp import STOPPED, GuardMiddleware, guard_server
+from mcp import Client, MCPError
+from mcp.server.auth.middleware.auth_context import auth_context_var
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp_types import ElicitResult
+
+from agentguard import Outcome, User
+from agentguard.guardian import GuardianClient
+from agentguard.guardian.server import RunningServer
+
+from .conftest import make_guard
+from .shop_server import make_server
+
+
+def _text(result: Any) -> str:
+    return "".join(block.text for block in result.content)
+
+
+async def test_a_denied_call_is_an_error_result_naming_the_rule_and_never_runs() -> None:
+    ran: list[tuple[str, dict[str, Any]]] = []
+    server = make_server(ran)
+    middleware = guard_server(server, make_guard())
+    async with Client(server) as client:
+        listed = await client.list_tools()
+        refused = await client.call_tool("send_email", {"to": "eve@evil.test", "body": "hi"})
+        unknown = await client.call_tool("delete_everything", {})
+        found = await client.call_tool("lookup_order", {"order_id": "A-1"})
+    assert "delete_everything" not in {t.name for t in listed.tools}
+    assert refused.is_error
+    assert "[restriction input] send-email" in _text(refused)
+    assert unknown.is_error
+    assert "[capability" in _text(unknown)
+    assert found.structured_content == {"order_id": "A-1", "status": "shipped"}
+    assert ran == [("lookup_order", {"order_id": "A-1"})]
+    eng = middleware.engagements["anonymous"]
+    assert eng.state.names == ["lookup-order"]
+    assert [s.kind for s in eng.steps].count("protocols/MCP") == 4  # tools/list and one call that ran
+
+
+async def test_a_loop_stop_is_a_json_rpc_error_naming_the_rule() -> None:
+    server = make_server([])
+    guard_server(server, make_guard())
+    async with Client(server) as client:
+        for _ in range(2):
+            await client.call_tool("lookup_order", {"order_id": "A-1"})
+        with pytest.raises(MCPError) as stopped:
+            await client.call_tool("lookup_order", {"order_id": "A-1"})
+    assert stopped.value.code == STOPPED
+    assert stopped.value.data["rule"] == "short-circuit"
+
+
+async def test_the_user_comes_from_the_requests_auth_context() -> None:
+    server = make_server([])
+    middleware = guard_server(server, make_guard())
+    token = AccessToken(
+        token="t", client_id="desk-app", scopes=["shop"], subject="u-42", claims={"email": "ann@corp.com"}
+    )
+    reset = auth_context_var.set(AuthenticatedUser(token))
+    try:
+        async with Client(server) as client:
+            await client.call_tool("lookup_order", {"order_id": "A-1"})
+    finally:
+        auth_context_var.reset(reset)
+    eng = middleware.engagements["user:u-42"]
+    assert eng.user == User(
+        id="u-42", email="ann@corp.com", metadata={"client_id": "desk-app", "scopes": ["shop"]}
+    )
+
+
+def test_installing_twice_adds_one_middleware() -> None:
+    server = make_server([])
+    guard = make_guard()
+    assert guard_server(server, guard) is guard_server(server, guard)
+    assert sum(isinstance(m, GuardMiddleware) for m in server.middleware) == 1
+
+
+@pytest.mark.parametrize(("answer", "approved"), [({"approve": True}, True), ({"approve": False}, False)])
+async def test_review_through_mcp_elicitation(answer: dict[str, Any], approved: bool) -> None:
+    ran: list[tuple[str, dict[str, Any]]] = []
+    server = make_server(ran)
+    guard = make_guard(reviewers={})  # no reviewer of its own: the client's user answers
+    middleware = guard_server(server, guard)
+    asked: list[str] = []
+
+    async def elicit(ctx: Any, params: Any) -> ElicitResult:
+        asked.append(params.message)
+        return ElicitResult(action="accept", content=answer)
+
+    # the 2025 handshake protocol: the server can send the client an elicitation request mid-call
+    async with Client(server, mode="legacy", elicitation_callback=elicit) as client:
+        result = await client.call_tool("refund", {"order_id": "A-1", "amount": 30})
+    assert len(asked) == 1
+    assert "approve this call of 'refund'" in asked[0]
+    assert result.is_error is not approved
+    assert bool(ran) is approved
+    review = next(d for s in middleware.engagements["anonymous"].steps for d in s.decisions if d.rule == "review")
+    assert review.outcome is (Outcome.REVIEW_APPROVED if approved else Outcome.REVIEW_REJECTED)
+
+
+async def test_without_elicitation_the_guards_reviewer_answers() -> None:
+    server = make_server([])
+    guard_server(server, make_guard(reviewers={"supervisor": lambda request: False}))
+    async with Client(server) as client:  # the stateless protocol: no back-channel for elicitation
+        result = await client.call_tool("refund", {"order_id": "A-1", "amount": 30})
+    assert result.is_error
+    assert "[review input] refund" in _text(result)
+
+
+async def test_guardian_deny_and_modify_on_the_server(guardian: RunningServer) -> None:
+    ran: list[tuple[str, dict[str, Any]]] = []
+    server = make_server(ran)
+    guard_server(server, make_guard(guardian=GuardianClient(guardian.url)))
+    async with Client(server) as client:
+        denied = await client.call_tool("lookup_order", {"order_id": "X-9"})
+        sent = await client.call_tool("send_email", {"to": "bob@corp.com", "body": "secret plans"})
+    assert denied.is_error
+    assert "Orders of another tenant" in _text(denied)
+    assert not sent.is_error
+    assert ran == [("send_email", {"to": "bob@corp.com", "body": "[redacted]"})]
