@@ -49,8 +49,9 @@ class EvalBudget:
 
     ``max_iterations``
         comprehension iterations (``exists``, ``all``, ``map``, ``filter``, ... each element once), all
-        nesting levels together. Default 5,000,000 (a check of every pair of a 2,000-call history; about a
-        second of the C++ engine's time).
+        nesting levels together. Default 5,000,000. (cel-expr-python 0.1.3 also stops any evaluation by
+        itself after 10,000 iterations, a limit its binding fixes: an estimate over this budget is refused
+        before it runs, one under it may still meet the engine's own limit, with the same failed assertion.)
     ``max_bytes``
         bytes made by concatenation (``+`` on strings, bytes and lists). Default 256 MiB.
     ``max_seconds``
@@ -266,10 +267,17 @@ def _is_identifier(buf: bytes, name: str) -> bool:
 
 
 def _is_path(expr: Message) -> bool:
-    """Whether ``expr`` is a variable or a selection from one (``history``, ``recent.lookup.inputs``)."""
-    while 5 in expr:
-        expr = message(message(expr[5][0])[1][0])
-    return 4 in expr
+    """Whether ``expr`` is a variable or a selection from one (``history``, ``history["lookup"].x``)."""
+    while True:
+        if 5 in expr:  # a.field
+            expr = message(message(expr[5][0])[1][0])
+            continue
+        call = message(expr[6][0]) if 6 in expr else {}
+        operands = call.get(3, [])
+        if text(call, 2) == "_[_]" and len(operands) == 2 and 3 in message(operands[1]):  # a["key"]
+            expr = message(operands[0])
+            continue
+        return 4 in expr
 
 
 def _range(loop: _Loop, largest: int, growth: int) -> int:
