@@ -84,7 +84,11 @@ class Engagement:
         return self.state.view()
 
     def exposed(self) -> dict[str, Any]:
-        """The ``exposes`` selections evaluated now (``None`` for a selection that cannot be evaluated)."""
+        """The ``exposes`` selections evaluated now.
+
+        A selection that cannot be evaluated (e.g. ``recent["refund"].inputs`` before any refund) is
+        ``{"error": "<why>", "expression": "<its CEL>"}``, never a silent ``None``.
+        """
         return {
             key: assertion.select(self.state.bindings(assertion.plan))
             for key, assertion in self.guard.policy.exposes.items()

@@ -156,6 +156,7 @@ class Guard:
         self._reviewers: dict[str, Reviewer] = dict(reviewers or {})
         self._approvals: dict[str, ApprovalConfig] = dict(approvals or {})
         self._agent_descriptor: dict[str, Any] | None = None
+        self._missing: tuple[str, ...] | None = None  # see missing_configuration(); None: not computed yet
         self._current: contextvars.ContextVar[Engagement | None] = contextvars.ContextVar(
             f"agentguard_engagement_{id(self)}", default=None
         )
@@ -339,6 +340,7 @@ class Guard:
             raise ConfigurationError(f"a {kind} named {name!r} is already registered with this guard")
         table[name] = Registered(name, kind, fn, Binder.of(fn), needs_credentials, timeout, retry)
         self._agent_descriptor = None
+        self._missing = None
 
     def _wrap(self, fn: F, name: str, kind: Literal["tool", "agent"]) -> F:
         reg = (self._registry if kind == "tool" else self._agents)[name]
@@ -365,6 +367,7 @@ class Guard:
     ) -> None:
         """Register who answers ``require_review: <reviewer_id>`` (and how, with ``config``)."""
         self._reviewers[reviewer_id] = reviewer
+        self._missing = None
         if config is not None:
             self._approvals[reviewer_id] = config
 
@@ -404,6 +407,7 @@ class Guard:
         ``requires_confirmation: true``.
         """
         self._flow.review_gates[capability] = reviewer_id
+        self._missing = None
 
     def add_passthrough_exceptions(self, *types: type[BaseException]) -> None:
         """Exceptions that are a host's control flow (e.g. LangGraph's interrupt), not reviewer or tool errors.
@@ -416,6 +420,42 @@ class Guard:
         """Add an observer of every turn, step and decision (see :mod:`agentguard.observers`)."""
         self._flow.observers.add(observer)
 
+    def missing_configuration(self) -> tuple[str, ...]:
+        """What the spec needs that this guard was not given, one sentence each (empty when complete).
+
+        A guardrail tool or reviewer the spec (or a review gate) names but nobody registered would fail every
+        step that needs it. That is a setup mistake, not a policy decision, so :meth:`engagement` refuses to
+        start with all of them listed instead of letting them surface one by one as violations mid-run.
+        Computed once, and again only after a tool, reviewer or review gate is added.
+        """
+        if self._missing is None:
+            guardrails = [
+                f"guardrail tool {name!r} (guardrails.{phase}.tool_name): register it with "
+                f"@guard.tool(name={name!r}) or guard.register({name!r}, fn)"
+                for phase, rule in (
+                    ("input", self.policy.input_guardrail),
+                    ("output", self.policy.output_guardrail),
+                )
+                if rule is not None
+                for name in (rule.tool_name,)
+                if name not in self._registry
+            ]
+            reviewers = [
+                f"reviewer {rid!r} (named by require_review or a review gate): pass reviewers={{{rid!r}: ...}} "
+                f"or call guard.add_reviewer({rid!r}, ...)"
+                for rid in sorted(self.required_reviewers() - self._reviewers.keys())
+            ]
+            self._missing = (*guardrails, *reviewers)
+        return self._missing
+
+    def _check_configuration(self) -> None:
+        missing = self.missing_configuration()
+        if missing:
+            listed = "".join(f"\n  - {piece}" for piece in missing)
+            raise ConfigurationError(
+                f"guard {self.name!r} cannot start an engagement; its spec needs what was not registered:{listed}"
+            )
+
     # -- engagements ----------------------------------------------------------------------------------
 
     def engagement(
@@ -425,7 +465,11 @@ class Guard:
         engagement_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Engagement:
-        """Open a new engagement (a fresh Engagement record). Use as ``with`` / ``async with``."""
+        """Open a new engagement (a fresh Engagement record). Use as ``with`` / ``async with``.
+
+        Raises :class:`~agentguard.ConfigurationError` listing every :meth:`missing_configuration` piece.
+        """
+        self._check_configuration()
         window = (self.policy.short_circuit or 1) * self._flow.short_circuit_max_block
         state = EngagementState(user=user, engagement_id=engagement_id, metadata=metadata, loop_window=window)
         return Engagement(self, state)

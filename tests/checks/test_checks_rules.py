@@ -19,6 +19,7 @@ from agentguard import (
     Phase,
     RestrictionViolation,
     ReviewDenied,
+    ReviewRequest,
     Rule,
     RuleViolation,
     ShortCircuitViolation,
@@ -56,8 +57,19 @@ SPEC = spec_text(
 )
 
 
+def _refuse(request: ReviewRequest) -> bool:
+    """The reviewer a test does not choose: it refuses (a guard cannot start without every reviewer)."""
+    return False
+
+
 def _guard(**options: Any) -> Guard:
-    guard = Guard.from_yaml(SPEC, **options)
+    guard = Guard.from_yaml(
+        SPEC,
+        **{
+            **options,
+            "reviewers": {"supervisor": _refuse, "auditor": _refuse, **options.get("reviewers", {})},
+        },
+    )
 
     @guard.tool
     def send_email(to: str) -> str:

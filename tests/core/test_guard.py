@@ -564,10 +564,11 @@ def test_failed_output_guardrail_async() -> None:
 
 def test_guardrail_tool_missing_or_raising_fails_closed() -> None:
     guard = make_guard(GUARDRAILS)
-    with guard.engagement() as eng, pytest.raises(GuardrailViolation, match="not registered"):
-        eng.check_input("x")
+    with pytest.raises(ConfigurationError, match="guardrail tool 'pii-check'"):
+        guard.engagement()
 
     guard2 = make_guard(GUARDRAILS)
+    guard2.register("toxicity-check", lambda text: {"score": 0.0})
 
     @guard2.tool(name="pii-check")
     def pii(text: str) -> dict[str, bool]:
@@ -594,7 +595,9 @@ REVIEW = spec_text(
 
 
 def _review_guard(**options: Any) -> tuple[Guard, list[float]]:
-    guard = make_guard(REVIEW, **options)
+    """The REVIEW guard; a reviewer the test does not give refuses (no guard starts without its reviewers)."""
+    reviewers = {"supervisor": lambda r: False, "auditor": lambda r: False, **options.pop("reviewers", {})}
+    guard = make_guard(REVIEW, reviewers=reviewers, **options)
     refunds: list[float] = []
 
     @guard.tool
@@ -647,10 +650,13 @@ def test_restriction_is_checked_before_review() -> None:
 
 
 def test_no_reviewer_denies() -> None:
-    guard, refunds = _review_guard()
-    with guard.engagement(), pytest.raises(ReviewDenied, match="no reviewer registered"):
-        refund_call(guard, 1)
-    assert refunds == []
+    """Without its reviewer no engagement starts, so no call can continue unconfirmed (decided up front)."""
+    guard = make_guard(REVIEW)
+    guard.register("refund", lambda amount: "refunded")
+    with pytest.raises(ConfigurationError, match="cannot start an engagement") as info:
+        guard.engagement()
+    assert "reviewer 'auditor'" in str(info.value)
+    assert "reviewer 'supervisor'" in str(info.value)
 
 
 def test_reviewer_error_denies() -> None:
@@ -980,7 +986,7 @@ def test_turns_can_be_started_and_ended_by_a_host() -> None:
 
 
 def test_reviewer_introspection() -> None:
-    guard, _ = _review_guard(reviewers={"supervisor": lambda r: True})
+    guard = make_guard(REVIEW, reviewers={"supervisor": lambda r: True})
     guard.add_review_gate("lookup", "ops")
     assert guard.reviewer_ids == {"supervisor"}
     assert guard.required_reviewers() == {"supervisor", "auditor", "ops"}

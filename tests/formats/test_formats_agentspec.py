@@ -382,6 +382,7 @@ def test_specialization_can_take_the_human_out_of_the_loop() -> None:
 
 def test_schema_violating_arguments_are_rejected_through_the_guard(guard: Guard) -> None:
     support().apply(guard)
+    guard.add_reviewer("user", lambda request: False)  # the confirmation gate apply adds; not asked here
     calls: list[str] = []
 
     @guard.tool
@@ -406,6 +407,7 @@ def test_schema_violating_arguments_are_rejected_through_the_guard(guard: Guard)
 
 def test_schema_violating_results_are_withheld(guard: Guard) -> None:
     support().apply(guard)
+    guard.add_reviewer("user", lambda request: False)  # the confirmation gate apply adds; not asked here
 
     @guard.tool
     def lookup_order(order_id: str) -> dict[str, Any]:
@@ -486,6 +488,7 @@ def test_apply_is_idempotent_and_reports_what_the_spec_does_not_allow() -> None:
 def test_schema_checks_can_run_in_shadow_mode() -> None:
     guard = Guard.from_file(fixture("agent.yaml"), severity={"schema:lookup-order:result": "warning"})
     support().apply(guard)
+    guard.add_reviewer("user", lambda request: False)  # the confirmation gate apply adds; not asked here
 
     @guard.tool
     def lookup_order(order_id: str) -> dict[str, Any]:

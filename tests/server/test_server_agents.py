@@ -20,7 +20,7 @@ from agentguard.server import (
     load_agents,
 )
 from tests.conftest import spec_text
-from tests.server.support import ORDER_SCHEMA, SHOP_SPEC, shop_runner, write_shop_dir
+from tests.server.support import ORDER_SCHEMA, SHOP_SPEC, pii_check, shop_runner, write_shop_dir
 
 
 def test_a_spec_directory_loads_with_its_schemas(tmp_path: Path) -> None:
@@ -80,7 +80,13 @@ def test_an_empty_or_missing_directory_is_a_spec_error(tmp_path: Path) -> None:
 
 def test_guard_options_reach_every_guard(tmp_path: Path) -> None:
     write_shop_dir(tmp_path)
-    [agent] = load_agents(tmp_path, unknown_capability="observe", cel_backend="cel-python")
+    [agent] = load_agents(
+        tmp_path,
+        unknown_capability="observe",
+        cel_backend="cel-python",
+        reviewers={"supervisor": lambda r: False},
+    )
+    agent.guard.register("pii-check", pii_check)
     assert agent.guard.compiled.backend_name == "cel-python"
     with agent.guard.engagement():  # observe: a call outside the capabilities runs (and is recorded)
         assert agent.guard.call("not-a-capability", {}, lambda: "ran") == "ran"

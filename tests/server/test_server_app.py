@@ -164,7 +164,10 @@ def test_a_policy_denial_reports_its_rule(client: httpx.Client) -> None:
     assert error["type"] == "RestrictionViolation"
     assert (error["rule"], error["capability"], error["phase"]) == ("restriction", "refund", "input")
     assert error["reason"] == "assertion is false"
-    assert state["exposes"] == {"lookups": 0, "last": None}
+    assert state["exposes"] == {  # nothing was called: `last` cannot be evaluated, and says so
+        "lookups": 0,
+        "last": {"error": 'Key not found in map: "_name"', "expression": "recent._name"},
+    }
 
 
 def test_a_failed_guardrail_denies_even_when_the_runner_carries_on(client: httpx.Client) -> None:

@@ -79,7 +79,7 @@ def test_an_explicit_no_wins_over_the_environment(otel: Otel, monkeypatch: pytes
 
 def test_a_telemetry_object_carries_its_own_capture_flag(otel: Otel) -> None:
     telemetry = GuardTelemetry(capture_content=True, tracer_provider=otel.tracer_provider)
-    guard = Guard.from_yaml(SPEC, telemetry=telemetry)
+    guard = Guard.from_yaml(SPEC, telemetry=telemetry, reviewers={"auditor": lambda request: False})
     lookup = guard.tool(name="lookup")(lambda query: "found")
     with guard.engagement():
         lookup(query="INPUT-MARK")

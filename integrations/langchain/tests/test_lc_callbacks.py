@@ -28,6 +28,10 @@ class Docs(BaseRetriever):
         ]
 
 
+REFUSING = {"supervisor": lambda request: False, "auditor": lambda request: False}
+"""Reviewers for the spec's review gates (a guard does not start without them); no test here asks them."""
+
+
 @tool
 def lookup_order(order_id: str) -> dict[str, str]:
     """Look an order up."""
@@ -41,7 +45,7 @@ def send_email(to: str, body: str) -> str:
 
 
 def test_observe_records_messages_tools_and_retrievals() -> None:
-    guard = make_guard()
+    guard = make_guard(reviewers=REFUSING)
     model = ScriptedChatModel(script=[answer("It shipped.")])
     with guard.engagement(user=User("u-1")) as eng:
         handler = AgentGuardCallbackHandler(guard)
@@ -66,7 +70,7 @@ def test_observe_records_messages_tools_and_retrievals() -> None:
 
 
 def test_observe_never_breaks_the_host(caplog: pytest.LogCaptureFixture) -> None:
-    guard = make_guard()
+    guard = make_guard(reviewers=REFUSING)
     model = ScriptedChatModel(script=[answer("a stupid answer")])
     with guard.engagement() as eng:
         cfg: Any = {"callbacks": [AgentGuardCallbackHandler(guard)]}
@@ -80,7 +84,7 @@ def test_observe_never_breaks_the_host(caplog: pytest.LogCaptureFixture) -> None
 
 
 def test_raise_mode_enforces_the_input_guardrail() -> None:
-    guard = make_guard()
+    guard = make_guard(reviewers=REFUSING)
     model = ScriptedChatModel(script=[answer("never")])
     with guard.engagement():
         cfg: Any = {"callbacks": [AgentGuardCallbackHandler(guard, raise_error=True)]}
@@ -90,14 +94,14 @@ def test_raise_mode_enforces_the_input_guardrail() -> None:
 
 
 def test_raise_mode_enforces_the_output_guardrail() -> None:
-    guard = make_guard()
+    guard = make_guard(reviewers=REFUSING)
     model = ScriptedChatModel(script=[answer("stupid")])
     with guard.engagement(), pytest.raises(GuardrailViolation):
         model.invoke("hi", {"callbacks": [AgentGuardCallbackHandler(guard, raise_error=True)]})
 
 
 def test_handler_opens_its_own_engagement_when_none_is_open() -> None:
-    guard = make_guard()
+    guard = make_guard(reviewers=REFUSING)
     handler = AgentGuardCallbackHandler(guard, user=User("u-9"))
     ScriptedChatModel(script=[answer("ok")]).invoke("hello", {"callbacks": [handler]})
     eng = handler.engagement
@@ -122,7 +126,7 @@ def test_handler_does_not_double_record_steps_the_middleware_guards(build_agent:
 
 
 def test_tool_errors_are_recorded_and_the_error_still_reaches_the_host() -> None:
-    guard = make_guard()
+    guard = make_guard(reviewers=REFUSING)
 
     @tool
     def lookup_order(order_id: str) -> str:
