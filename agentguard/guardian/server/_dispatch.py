@@ -95,7 +95,8 @@ class Dispatcher:
             wire = normalize_request(obj)
             request = parse_request(wire)
         except AOSRequestError as error:
-            logger.info("refused request (%s): %s", int(error.code), error.message)
+            # Debug only: the client is told why, and a flood of bad requests must not flood the log.
+            logger.debug("refused request (%s): %s", int(error.code), error.message)
             # A valid request without an id is a notification: never answered. An invalid one is answered.
             notification = isinstance(obj, dict) and "id" not in obj
             if notification and not isinstance(error, InvalidRequestError):
@@ -112,7 +113,7 @@ class Dispatcher:
     def _answer(self, request: AOSRequest, wire: JSONObject) -> bytes | None:
         result = self._result(request, wire)
         if request.id is None:
-            logger.info("notification %s decided: %s", request.method, dump(result))
+            logger.debug("notification %s decided: %s", request.method, dump(result))
             return None
         # The envelope is written directly: its members are fixed and the result is a validated model.
         return _encode_json({"jsonrpc": "2.0", "id": request.id, "result": dump(result)})

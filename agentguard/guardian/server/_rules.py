@@ -77,6 +77,7 @@ from agentguard.aos import (
 )
 from agentguard.cel import CelBackend, CelCompileError, CelProgram, VarType, get_backend
 from agentguard.errors import SpecError, SpecProblem
+from agentguard.guardian._observe import RateLimitedLog
 from agentguard.spec import YamlDocument, dotted, locate, read_yaml
 
 __all__ = [
@@ -145,6 +146,11 @@ class GuardianRules:
     default_message: str = "No rule matched"
     source: str = field(default="<rules>", compare=False)
     on_rule_error: Decision = Decision.DENY
+    # A request crafted to make a rule fail can be sent thousands of times a second: one warning per
+    # interval, counting the others, keeps the log readable and cheap.
+    _failures: RateLimitedLog = field(
+        default_factory=lambda: RateLimitedLog(logger), init=False, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         if Decision.MODIFY in (self.default_decision, self.on_rule_error):
@@ -158,8 +164,13 @@ class GuardianRules:
         ``wire`` is ``request`` as JSON in the text's shape when the caller has it already (the server: the
         normalized body it validated ``request`` from), which saves dumping the model again.
         """
-        if wire is None:
-            wire = dump(request)
+        result = self._decide(request, dump(request) if wire is None else wire)
+        failed = result.data.get("ruleErrors") if result.data else None
+        if failed:
+            self._failures.warning("guardian rules failed on a %s request: %s", request.method, failed)
+        return result
+
+    def _decide(self, request: AOSRequest, wire: JSONObject) -> AOSSuccessResult:
         variables = {"method": request.method, "params": wire["params"]}
         errors: list[JSONObject] = []
         for rule in self.rules:
@@ -179,7 +190,6 @@ class GuardianRules:
 
 
 def _record(rule: Rule, error: _RuleError) -> JSONObject:
-    logger.warning("guardian rule %r: %s failed: %s", rule.name, error.field, error.reason)
     return {"rule": rule.name, "field": error.field, "error": error.reason}
 
 
