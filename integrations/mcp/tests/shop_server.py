@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agentguard_mcp import guard_server
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from agentguard import Guard
-from agentguard_mcp import guard_server
 
 
 def make_server(ran: list[tuple[str, dict[str, Any]]], log: Path | None = None) -> MCPServer:

@@ -17,6 +17,9 @@ def test_example_runs_offline_and_shows_filtering_denial_and_loop_stop() -> None
     text = result.stdout
     assert "offered tools: ['lookup_order', 'send_email']" in text
     assert text.count("(send_email ran:") == 1
-    assert "send_email to eve@evil.test: isError=True: agentguard denied this tool call: [restriction input]" in text
+    assert (
+        "send_email to eve@evil.test: isError=True: agentguard denied this tool call: [restriction input]"
+        in text
+    )
     assert "loop stopped: JSON-RPC error -32000: rule short-circuit" in text
     assert "tool lookup-order  DENIED      short-circuit (input)" in text

@@ -101,7 +101,9 @@ async def test_review_through_mcp_elicitation(answer: dict[str, Any], approved: 
     assert "approve this call of 'refund'" in asked[0]
     assert result.is_error is not approved
     assert bool(ran) is approved
-    review = next(d for s in middleware.engagements["anonymous"].steps for d in s.decisions if d.rule == "review")
+    review = next(
+        d for s in middleware.engagements["anonymous"].steps for d in s.decisions if d.rule == "review"
+    )
     assert review.outcome is (Outcome.REVIEW_APPROVED if approved else Outcome.REVIEW_REJECTED)
 
 

@@ -60,10 +60,9 @@ class Names:
             return mapped
         return self.prefix + re.sub(r"[^a-z0-9.-]+", "-", tool.lower()).strip("-")
 
-    def offered(self, guard: Guard, tools: list[Any]) -> list[Any]:
-        """The tools whose spec names are capabilities of ``guard``'s spec: the others are not offered."""
-        allowed = guard.spec.capabilities
-        return [tool for tool in tools if self.spec_name(tool.name) in allowed]
+    def offered(self, guard: Guard, tool: str) -> bool:
+        """Is the tool offered to the model: is its spec name a capability of ``guard``'s spec?"""
+        return self.spec_name(tool) in guard.spec.capabilities
 
 
 def wire(model: Any) -> Wire:
@@ -121,7 +120,9 @@ def delivered(output: Any, received: Wire, derived: Any) -> Wire:
 
 def denial_result(exc: PolicyViolation, *, modern: bool) -> Wire:
     """What the model reads instead of the tool's result: an ``isError`` result naming the rule."""
-    after = "The tool ran, but its result was withheld." if exc.phase is Phase.OUTPUT else "The tool was not run."
+    after = (
+        "The tool ran, but its result was withheld." if exc.phase is Phase.OUTPUT else "The tool was not run."
+    )
     result: Wire = {"content": [_text(f"agentguard denied this tool call: {exc}. {after}")], "isError": True}
     if modern:
         result["resultType"] = "complete"

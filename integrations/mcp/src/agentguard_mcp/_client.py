@@ -67,7 +67,8 @@ class GuardedClient:
         await report_message(self.guard, {"jsonrpc": "2.0", "id": message_id, "method": "tools/list"})
         listed = await self._client.list_tools(**kwargs)
         await report_message(self.guard, {"jsonrpc": "2.0", "id": message_id, "result": wire(listed)})
-        return listed.model_copy(update={"tools": self.names.offered(self.guard, listed.tools)})
+        offered = [tool for tool in listed.tools if self.names.offered(self.guard, tool.name)]
+        return listed.model_copy(update={"tools": offered})
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any] | None = None, **kwargs: Any

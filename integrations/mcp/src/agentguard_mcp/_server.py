@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,7 +35,9 @@ engagement stopped earlier); ``data`` names the rule."""
 
 Request = ServerRequestContext[Any, Any]
 
-_request: contextvars.ContextVar[Request | None] = contextvars.ContextVar("agentguard_mcp_request", default=None)
+_request: contextvars.ContextVar[Request | None] = contextvars.ContextVar(
+    "agentguard_mcp_request", default=None
+)
 
 
 def user_from_auth(ctx: Request) -> User | None:
@@ -115,7 +118,7 @@ class GuardMiddleware:
         await report_message(self.guard, request)
         result = _as_wire(await call_next(ctx))
         await report_message(self.guard, {"jsonrpc": "2.0", "id": ctx.request_id, "result": result})
-        tools = [t for t in result.get("tools", []) if self.names.spec_name(str(t.get("name"))) in self.guard.spec.capabilities]
+        tools = [t for t in result.get("tools", []) if self.names.offered(self.guard, str(t.get("name")))]
         return {**result, "tools": tools}
 
     async def _call(self, ctx: Request, params: Wire, call_next: CallNext) -> HandlerResult:
@@ -126,7 +129,9 @@ class GuardMiddleware:
         arguments = params.get("arguments") or {}
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         assert ctx.request_id is not None  # notifications were passed on above
-        return await guarded_call(self.guard, self.names, tool, arguments, send, ctx.request_id, modern=modern)
+        return await guarded_call(
+            self.guard, self.names, tool, arguments, send, ctx.request_id, modern=modern
+        )
 
 
 def _as_wire(result: HandlerResult) -> Wire:
@@ -172,7 +177,9 @@ def _eliciting(reviewer_id: str, fallback: Reviewer | None) -> Reviewer:
         capabilities = ctx.session.client_capabilities if ctx is not None else None
         if ctx is not None and capabilities is not None and capabilities.elicitation is not None:
             what = "its result" if request.outputs is not None else "this call"
-            message = f"{request.message}\nReviewer {reviewer_id!r}: approve {what} of {request.capability!r}?"
+            message = (
+                f"{request.message}\nReviewer {reviewer_id!r}: approve {what} of {request.capability!r}?"
+            )
             try:
                 answer = await ctx.session.elicit_form(message, _SCHEMA, related_request_id=ctx.request_id)
             except NoBackChannelError:
@@ -180,12 +187,16 @@ def _eliciting(reviewer_id: str, fallback: Reviewer | None) -> Reviewer:
             else:
                 content = answer.content or {}
                 approved = answer.action == "accept" and content.get("approve") is True
-                reason = content.get("reason") if answer.action == "accept" else f"elicitation {answer.action}"
+                reason = (
+                    content.get("reason") if answer.action == "accept" else f"elicitation {answer.action}"
+                )
                 return Approval(approved, str(reason) if reason else None, f"{reviewer_id} (MCP elicitation)")
         if fallback is None:
-            return Approval(False, f"no reviewer {reviewer_id!r} and the MCP client cannot elicit", reviewer_id)
-        answer = fallback(request)
-        return await answer if hasattr(answer, "__await__") else answer  # type: ignore[misc]
+            return Approval(
+                False, f"no reviewer {reviewer_id!r} and the MCP client cannot elicit", reviewer_id
+            )
+        decided = fallback(request)
+        return await decided if inspect.isawaitable(decided) else decided
 
     review.__agentguard_elicits__ = True  # type: ignore[attr-defined]
     return review
