@@ -14,25 +14,11 @@ in its own wire format (JSON-RPC errors for the guardian, plain JSON for the age
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import hmac
 import ipaddress
-from collections.abc import AsyncIterable, Callable
-from concurrent.futures import Executor
-from typing import TypeVar
+from collections.abc import AsyncIterable
 
-__all__ = [
-    "bearer_challenge",
-    "declared_too_large",
-    "is_json_media_type",
-    "is_loopback",
-    "off_loop",
-    "read_limited",
-]
-
-_A = TypeVar("_A")
-_R = TypeVar("_R")
+__all__ = ["bearer_challenge", "declared_too_large", "is_json_media_type", "is_loopback", "read_limited"]
 
 
 def is_json_media_type(content_type: str | None) -> bool:
@@ -76,13 +62,6 @@ async def read_limited(chunks: AsyncIterable[bytes], limit: int) -> bytes | None
             return None
         parts.append(chunk)
     return b"".join(parts)
-
-
-async def off_loop(executor: Executor, function: Callable[[_A], _R], argument: _A) -> _R:
-    """``function(argument)`` on ``executor``'s threads, the caller's ``contextvars`` copied there (the
-    current span, for one), so that costly work never stalls the event loop's other requests."""
-    context = contextvars.copy_context()
-    return await asyncio.get_running_loop().run_in_executor(executor, context.run, function, argument)
 
 
 def is_loopback(host: str) -> bool:

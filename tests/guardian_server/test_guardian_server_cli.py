@@ -157,7 +157,7 @@ def test_every_limit_has_an_option(rules_file: Path, served: dict[str, Any]) -> 
         False,
     )
     app = served["app"]
-    assert (app.max_body_bytes, app.body_timeout, app.pool._max_workers) == (100, 4, 2)
+    assert (app.max_body_bytes, app.body_timeout, app.pool._threads) == (100, 4, 2)
     assert (
         _parse("--rules", str(rules_file), "--max-connections", "0").run(
             _parse("--rules", str(rules_file), "--max-connections", "0")

@@ -15,8 +15,8 @@ client differently::
 
 Everything else is JSON-RPC, answered with HTTP 200 (or 204 when there is nothing to answer), including
 internal errors: a guardian never answers a 500 with a traceback. The request is decided on a bounded pool
-of ``rule_threads`` worker threads (the caller's context copied), never on the event loop, so a request
-with a costly rule condition does not stall the others (a ``ping`` included).
+of ``rule_threads`` worker threads (:mod:`._pool`; the caller's context copied), never on the event loop,
+so a request with a costly rule condition does not stall the others (a ``ping`` included).
 
 Each request is an OpenTelemetry SERVER span ``aos {method}`` (``opentelemetry-api`` only: the host's SDK,
 if any, records it) whose parent is read from the request's W3C ``traceparent``: an agentguard client sends
@@ -26,7 +26,6 @@ it, so the guardian's work shows up inside the agent's trace, below the step it 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import enum
 import logging
 from collections.abc import AsyncIterator
@@ -46,13 +45,13 @@ from agentguard._httputil import (
     bearer_challenge,
     declared_too_large,
     is_json_media_type,
-    off_loop,
     read_limited,
 )
 from agentguard.aos import ErrorCode
 from agentguard.guardian._tracing import ServerSpan, ServerTracing
 
 from ._dispatch import Dispatcher, error_body
+from ._pool import DecisionPool
 from ._rules import GuardianRules
 
 __all__ = ["ENDPOINTS", "GuardianApp", "ServerErrorCode", "create_app"]
@@ -128,7 +127,7 @@ class GuardianApp:
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
         self.tracing = tracing
-        self.pool = concurrent.futures.ThreadPoolExecutor(rule_threads, thread_name_prefix="agentguard-rules")
+        self.pool = DecisionPool(dispatcher.handle, rule_threads)
         self._too_large = f"Request body larger than {max_body_bytes} bytes"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -161,7 +160,7 @@ class GuardianApp:
             if body is None:
                 return _refuse(413, ServerErrorCode.PAYLOAD_TOO_LARGE, self._too_large, connection="close")
             traced.describe(body)
-            answer = await off_loop(self.pool, self.dispatcher.handle, body)
+            answer = await self.pool.run(body)
         except _Disconnected:
             return _Answer(400)  # nobody is listening; uvicorn drops it
         except TimeoutError:
@@ -199,7 +198,7 @@ class GuardianApp:
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                self.pool.shutdown(wait=False, cancel_futures=True)
+                self.pool.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
