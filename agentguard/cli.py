@@ -230,6 +230,11 @@ def _add_demo(subparsers: _Subparsers) -> None:
     parser.add_argument("--out", default="agentguard-demo", help="where audit reports and the trace go")
     parser.add_argument("--no-guardian", action="store_true", help="run without the in-process guardian")
     parser.add_argument("--no-files", action="store_true", help="write no audit reports and no trace")
+    parser.add_argument(
+        "--no-content",
+        action="store_true",
+        help="content capture off: show which arguments changed, not values",
+    )
     parser.set_defaults(run=_demo)
 
 
@@ -248,6 +253,7 @@ def _demo(args: argparse.Namespace) -> int:
         args.out,
         *(["--no-guardian"] if args.no_guardian else []),
         *(["--no-files"] if args.no_files else []),
+        *(["--no-content"] if args.no_content else []),
     ]
     result: int = demo(argv)
     return result

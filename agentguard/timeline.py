@@ -9,6 +9,11 @@
     #  2  tool lookup-order       allowed   {"order_id": "A-1"}
     #  3  tool send-email         DENIED    restriction (input): assertion is false [recent["send-email"]...]
     #  4  tool refund             allowed   reviewed (input) by supervisor: approved
+    #  5  tool send-email         modified  modified by guardian (input): body: "card 4111..." -> "[redacted]"
+
+A guardian's modification of a tool call is shown as before -> after for each argument it changed, and only
+as the names of the changed arguments when content capture is off (the guard's ``capture_content``, see
+:mod:`agentguard.telemetry`): the timeline is content like any span.
 
 It reads only the public step records (kind, name, decisions, outcome), so it works for any adapter, the
 command line's ``agentguard demo`` and the audit report alike.
@@ -85,12 +90,11 @@ def describe_step(step: StepRecord) -> tuple[str, str, str]:
             notes.append(f"{_rule(blocking)}: {blocking.reason}")
             if blocking.expression:
                 notes.append(f"[{blocking.expression}]")
-        if (
-            blocking.phase is not None
-            and blocking.phase.value == "output"
-            and step.kind == "steps/toolCallRequest"
-        ):
-            notes.append("-- output withheld")
+        if blocking.phase is not None and blocking.phase.value == "output":
+            if step.kind == "steps/toolCallRequest":
+                notes.append("-- output withheld")
+            elif step.kind == "steps/message":
+                notes.append("-- answer withheld from the user")
     else:
         for d in step.decisions:
             if d.rule is Rule.REVIEW:
@@ -104,11 +108,45 @@ def describe_step(step: StepRecord) -> tuple[str, str, str]:
     return _what(step), _VERDICTS.get(outcome, outcome.value), " ".join(notes)
 
 
-def format_timeline(source: Engagement | Iterable[StepRecord], *, inputs: bool = True) -> str:
+_ABSENT = object()
+
+
+def _changes(step: StepRecord, record: CallRecord, content: bool) -> str:
+    """What a guardian's ``modify`` changed in a tool call's arguments: before -> after, or only which ones."""
+    try:
+        sent = step.aos[0]["params"]["toolCallRequest"]["inputs"]
+        before = {item["name"]: item["value"] for item in sent}
+    except (IndexError, KeyError, TypeError):  # not a tool call request as built by agentguard
+        return ""
+    after = record.inputs
+    changed = sorted(
+        k for k in before.keys() | after.keys() if before.get(k, _ABSENT) != after.get(k, _ABSENT)
+    )
+    if not changed:
+        return ""
+    if not content:
+        return f"changed {', '.join(changed)} (values not shown: content capture is off)"
+
+    def shown(value: object) -> str:
+        return "(absent)" if value is _ABSENT else json.dumps(value, default=str, ensure_ascii=False)
+
+    return "; ".join(
+        f"{k}: {shown(before.get(k, _ABSENT))} -> {shown(after.get(k, _ABSENT))}" for k in changed
+    )
+
+
+def format_timeline(
+    source: Engagement | Iterable[StepRecord], *, inputs: bool = True, content: bool | None = None
+) -> str:
     """The timeline as text, one line per step; ``inputs``: show a tool call's inputs if nothing else is said.
 
-    Given an engagement, a tool step is matched with its call record for its inputs.
+    Given an engagement, a tool step is matched with its call record for its inputs and for what a guardian
+    modified. ``content``: show the modified values (default: the engagement's guard's ``capture_content``;
+    off for bare step records).
     """
+    if content is None:
+        telemetry = source.guard.telemetry if isinstance(source, Engagement) else None
+        content = telemetry is not None and telemetry.capture_content
     steps: Sequence[StepRecord]
     records: dict[str, list[CallRecord]] = {}
     if isinstance(source, Engagement):
@@ -123,6 +161,8 @@ def format_timeline(source: Engagement | Iterable[StepRecord], *, inputs: bool =
         what, verdict, why = describe_step(step)
         queue = records.get(step.call_id or "") if step.kind == "steps/toolCallRequest" else None
         record = queue.pop(0) if queue else None
+        if step.outcome is Outcome.MODIFY and record is not None:
+            why = f"{why}: {_changes(step, record, content)}".removesuffix(": ")
         if inputs and not why and record is not None:
             why = json.dumps(record.inputs, default=str, ensure_ascii=False)
         lines.append(f"{number:>3}  {what:<{width}}  {verdict:<10}  {why}".rstrip())

@@ -20,17 +20,35 @@ def test_demo_shows_every_rule_firing_in_process() -> None:
     assert demo.main(["--no-files"], out=out) == 0
     text = out.getvalue()
     assert "and the reference guardian at http://127.0.0.1:" in text
-    assert "tool send-email    modified    modified by guardian (input)" in text  # card number redacted
+    assert (  # the guardian's modification, before -> after (the demo captures content by default)
+        'tool send-email    modified    modified by guardian (input): body: "A-1 shipped, card 4111111111111111 '
+        'charged" -> "[card number redacted]"'
+    ) in text
     assert "tool send-email    DENIED      restriction (input)" in text
     assert "tool lookup-order  DENIED      guardian (input): Orders in the X- namespace" in text
     assert "I can only email corp.com addresses" in text  # the model recovered
     assert "supervisor asked: refund" in text
     assert "reviewed (input) by supervisor (sam@corp.com): approved" in text
     assert "I refunded 30" in text
-    assert "STOPPED   [guardrail output] toxicity-check" in text
+    assert (
+        "WITHHELD  the agent's answer never reached the user; the check: [guardrail output] toxicity-check"
+        in text
+    )
+    assert "output.score < 0.5" in text.split("== turn 3")[1]  # the check that withheld it
+    assert "-- answer withheld from the user" in text
     assert "stupid" not in text.split("== turn 3")[1]  # the answer never reached the user
     assert "STOPPED   [short-circuit input] lookup-order" in text
     assert "timeline (stopped)" in text
+
+
+def test_without_content_capture_the_demo_names_the_changed_arguments_only() -> None:
+    out = io.StringIO()
+    assert demo.main(["--no-files", "--no-content"], out=out) == 0
+    text = out.getvalue()
+    assert "content capture: off" in text
+    assert "modified by guardian (input): changed body (values not shown: content capture is off)" in text
+    assert "4111111111111111" not in text
+    assert "[card number redacted]" not in text
 
 
 def test_agentguard_demo_command_writes_audit_reports_and_a_trace(tmp_path: Path) -> None:
@@ -40,12 +58,24 @@ def test_agentguard_demo_command_writes_audit_reports_and_a_trace(tmp_path: Path
         [str(agentguard), "demo", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr
-    assert f"audit reports: 4 in {tmp_path / 'audit'}/" in result.stdout
-    assert len(list((tmp_path / "audit").glob("*.md"))) == 4
+    assert f"audit reports of this run: 4 in {tmp_path / 'audit'}/" in result.stdout
+    first = set((tmp_path / "audit").glob("*.md"))
+    assert len(first) == 4
+    assert all(f"  {report.name}\n" in result.stdout for report in first)
     trace = (tmp_path / "trace.txt").read_text()
     assert '"name": "execute_tool send-email"' in trace
     assert '"name": "invoke_agent support-agent"' in trace
     assert "Traceback" not in result.stderr
+
+    again = subprocess.run(
+        [str(agentguard), "demo", "--out", str(tmp_path), "--no-guardian"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr
+    assert "audit reports of this run: 4 in" in again.stdout  # the second run's own, not 8
+    assert not any(report.name in again.stdout for report in first)
 
 
 def test_the_example_script_runs_the_demo() -> None:

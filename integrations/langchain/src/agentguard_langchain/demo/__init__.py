@@ -13,7 +13,10 @@ file) can be seen firing in a real ``create_agent`` graph, and a reference AOS g
 4. a loop of identical lookups stopped by ``lifespan.short_circuit``.
 
 The spec says ``retain_memory: false``, so every turn is a fresh engagement, with its own timeline and its
-own audit report. Traces go to a file (OpenTelemetry console exporter), reports to a directory.
+own audit report. Traces go to a file (OpenTelemetry console exporter), reports to a directory; the demo
+names the reports of its own run, however many earlier runs left there. A guardian's modification is shown
+as before -> after; with ``--no-content`` (content capture off, as in production by default) only the names
+of the changed arguments are shown, and neither the trace nor the timeline carries tool arguments' values.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from agentguard import Guard, PolicyViolation
+from agentguard import Guard, Phase, PolicyViolation, Rule
 from agentguard.checks import AuditObserver
 from agentguard.timeline import format_timeline
 from agentguard_langchain._host import Command, tool
@@ -144,7 +147,10 @@ def turn(agent: Any, middleware: AgentGuardMiddleware, number: int, text: str, o
             payload = Command(resume=scripted_supervisor(pending[0].value, out))
         out.write(f"  agent:    {result['messages'][-1].content}\n")
     except PolicyViolation as error:
-        out.write(f"  STOPPED   {error}\n")
+        if error.rule is Rule.GUARDRAIL and error.phase is Phase.OUTPUT:
+            out.write(f"  WITHHELD  the agent's answer never reached the user; the check: {error}\n")
+        else:
+            out.write(f"  STOPPED   {error}\n")
     engagement = middleware.engagement_for("support-demo")
     if engagement is not None:
         out.write(f"  timeline ({engagement.status.value}):\n")
@@ -165,11 +171,11 @@ def _guardian() -> Iterator[Any]:
         yield client
 
 
-def run(out_dir: Path | None, *, guardian: bool = True, out: TextIO) -> dict[str, Path]:
+def run(out_dir: Path | None, *, guardian: bool = True, content: bool = True, out: TextIO) -> dict[str, Path]:
     """Run the four turns; returns where the audit reports and the trace went (when written)."""
     written: dict[str, Path] = {}
     with ExitStack() as stack:
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"capture_content": content}
         if guardian:
             options["guardian"] = stack.enter_context(_guardian())
         if out_dir is not None:
@@ -183,6 +189,9 @@ def run(out_dir: Path | None, *, guardian: bool = True, out: TextIO) -> dict[str
         where = f" and the reference guardian at {guard.guardian.url}" if guard.guardian is not None else ""
         out.write(f"agent {guard.name!r} guarded by {SPEC.name}{where}\n")
         out.write(f"capabilities: {sorted(guard.spec.capabilities)}\n")
+        out.write(
+            f"content capture: {'on' if content else 'off'} (tool arguments and texts in timeline and trace)\n"
+        )
         for number, text in enumerate(TURNS, 1):
             turn(agent, middleware, number, text, out)
         middleware.close()
@@ -210,14 +219,24 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     parser.add_argument("--out", default="agentguard-demo", help="where audit reports and the trace go")
     parser.add_argument("--no-guardian", action="store_true", help="run without the in-process guardian")
     parser.add_argument("--no-files", action="store_true", help="write no audit reports and no trace")
+    parser.add_argument(
+        "--no-content",
+        action="store_true",
+        help="content capture off: show which arguments changed, not values",
+    )
     args = parser.parse_args(argv)
     stream = out or sys.stdout
-    written = run(None if args.no_files else Path(args.out), guardian=not args.no_guardian, out=stream)
+    out_dir = None if args.no_files else Path(args.out)
+    earlier = set((out_dir / "audit").glob("*.md")) if out_dir is not None else set()
+    written = run(out_dir, guardian=not args.no_guardian, content=not args.no_content, out=stream)
     if written:
-        reports = sorted(written["audit"].glob("*.md")) if written["audit"].exists() else []
+        audit = written["audit"]
+        reports = sorted(set(audit.glob("*.md")) - earlier) if audit.exists() else []
         stream.write(
-            f"\naudit reports: {len(reports)} in {written['audit']}/ (agentguard audit ls {written['audit']})\n"
+            f"\naudit reports of this run: {len(reports)} in {audit}/ (agentguard audit ls {audit})\n"
         )
+        for report in reports:
+            stream.write(f"  {report.name}\n")
         stream.write(
             f"trace:         {written['trace']} (every OpenTelemetry span as JSON, console exporter)\n"
         )
