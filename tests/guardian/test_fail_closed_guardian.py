@@ -167,3 +167,30 @@ def test_request_and_result_are_two_steps_with_their_own_ids(guardian: RunningSe
     assert request["params"]["toolCallRequest"]["executionId"] == result["params"]["executionId"]
     assert request["params"]["context"]["timestamp"] <= result["params"]["context"]["timestamp"]
     assert request["params"]["context"]["user"]["organization"] == {"id": "unknown"}
+
+
+NUL_RULES = """\
+default_decision: allow
+rules:
+  - name: plain-commands-only
+    methods: [steps/toolCallRequest]
+    when: >-
+      params.toolCallRequest.toolId == "shell" &&
+      !params.toolCallRequest.inputs.all(i, i.name != "cmd" || i.value.matches("^[a-z ]*$"))
+    decision: deny
+    message: Only plain commands
+"""
+
+
+def test_the_reference_guardian_sees_a_nul_character_too() -> None:
+    """Issue 12 item 2: the guardian's rules run on the same CEL layer, which never cuts text at a NUL."""
+    spec = spec_text("capabilities:\n  shell:\n")
+    with serve_in_thread(create_app(parse_rules(NUL_RULES))) as server:
+        guard = Guard.from_yaml(spec, guardian=GuardianClient(server.url, timeout=5.0))
+        ran: list[str] = []
+        guard.tool(name="shell")(lambda cmd: ran.append(cmd))
+        with guard.engagement():
+            guard.call("shell", {"cmd": "ls"})
+            with pytest.raises(GuardianDenied, match="Only plain commands"):
+                guard.call("shell", {"cmd": "ls\x00; rm -rf /"})
+    assert ran == ["ls"]
