@@ -109,9 +109,25 @@ def bounded_config(
 def serve(config: BoundedConfig) -> None:
     """Serve until interrupted: in this process, or in ``config.workers`` processes sharing one socket."""
     if config.workers > 1:
-        Multiprocess(config, sockets=[config.bind_socket()]).run()
+        Multiprocess(config, sockets=[_bind(config.host, config.port)]).run()
     else:
         uvicorn.Server(config).run()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port``, created with ``IPPROTO_TCP``: asyncio sets ``TCP_NODELAY`` on
+    the connections it accepts only then (uvicorn's own ``bind_socket`` leaves it 0, and every answer then
+    waits out the peer's delayed ACK, some 40 ms)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
 
 
 class RunningServer:
@@ -163,14 +179,7 @@ def serve_in_thread(
     """
     if not is_loopback(host) and not insecure_open and requires_no_token(app):
         raise ValueError(f"refusing to serve on {host} without a token (pass insecure_open=True if meant)")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # asyncio sets TCP_NODELAY only then
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
+    sock = _bind(host, port)
     bound_port = sock.getsockname()[1]
     config = bounded_config(
         app, host, bound_port, limits or ServerLimits(), log_level=log_level, log_config=None, lifespan="off"
@@ -188,7 +197,7 @@ def serve_in_thread(
             sock.close()
             raise RuntimeError(f"uvicorn did not start on {host}:{bound_port}")
         time.sleep(0.005)
-    authority = f"[{host}]" if family == socket.AF_INET6 else host
+    authority = f"[{host}]" if sock.family == socket.AF_INET6 else host
     return RunningServer(server, thread, sock, f"http://{authority}:{bound_port}/")
 
 
