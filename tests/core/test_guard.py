@@ -865,7 +865,14 @@ def test_exposes() -> None:
 
     with guard.engagement() as eng:
         lookup()
-        assert eng.exposed() == {"calls": 1, "last": "lookup", "missing": None}
+        assert eng.exposed() == {
+            "calls": 1,
+            "last": "lookup",
+            "missing": {
+                "error": 'Key not found in map: "nothing"',
+                "expression": 'recent["nothing"].outputs',
+            },
+        }
 
 
 def test_bad_spec_raises_spec_error() -> None:

@@ -56,7 +56,10 @@ def test_serve_runs_the_app_it_built(
     tmp_path: Path, served: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("API_TOKEN", "s3cret")
-    args = ["serve", "--spec-dir", str(write_shop_dir(tmp_path)), "--runner", RUNNER, "--port", "9911"]
+    # No guardrail tool or reviewer: the command line cannot register them, and a guard without them does not
+    # start engagements (the shop spec's pii-check and supervisor).
+    (tmp_path / "shop.yaml").write_text(spec_text("capabilities:\n  lookup-order:\n", name="shop-agent"))
+    args = ["serve", "--spec-dir", str(tmp_path), "--runner", RUNNER, "--port", "9911"]
     assert main([*args, "--token-env", "API_TOKEN", "--max-concurrency", "2"]) == 0
     assert (served["host"], served["port"], served["ssl_certfile"]) == ("127.0.0.1", 9911, None)
     with serve_in_thread(served["app"]) as server, httpx.Client(base_url=server.url) as http:
