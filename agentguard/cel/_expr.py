@@ -265,11 +265,12 @@ class ExprProgram:
         if callable(self._clauses):
             self._clauses = self._clauses()
         explainers = self._clauses
+        if len(explainers) == 1:  # the whole expression: only the values it compared add anything
+            return explainers[0].compared(variables) if values else None
         for number, explainer in enumerate(explainers, 1):
             why = explainer.failure(variables, values=values)
             if why is not None:
-                where = f"clause {number} of {len(explainers)}, " if len(explainers) > 1 else ""
-                return f"{where}{explainer.clause.text}{why}"
+                return f"clause {number} of {len(explainers)}, {explainer.clause.text}{why}"
         return None
 
     def _faithfully(self, data: Mapping[str, Any], problem: str) -> Any:
@@ -319,9 +320,14 @@ class _Explainer:
             return None
         if value is not False:
             return f" yielded {type(value).__name__}, not a boolean"
-        if not values or self.left is None or self.right is None:
-            return " is false"
-        return f" is false ({_shown(self.left, variables)} {self.clause.operator} {_shown(self.right, variables)})"
+        compared = self.compared(variables) if values else None
+        return f" is false ({compared})" if compared else " is false"
+
+    def compared(self, variables: Mapping[str, Any]) -> str | None:
+        """``250 <= 100``: the two sides of a comparison clause, evaluated; ``None`` for other clauses."""
+        if self.left is None or self.right is None:
+            return None
+        return f"{_shown(self.left, variables)} {self.clause.operator} {_shown(self.right, variables)}"
 
 
 def _shown(program: ExprProgram, variables: Mapping[str, Any]) -> str:

@@ -270,11 +270,24 @@ def _check(
     capability: str,
     phase: Phase,
 ) -> None:
-    # An output restriction that fails withholds the output: its values are not shown in the reason.
-    passed, reason = assertion.check(state.bindings(assertion.plan), values=phase is Phase.INPUT)
+    variables = state.bindings(assertion.plan)
+    passed, reason = assertion.check(variables)
     if not passed:
         error = RestrictionViolation(reason, capability=capability, phase=phase, expression=assertion.source)
         if _blocks(ctx, state, step, error):
+            if phase is Phase.INPUT:
+                # The caller is told the input values the failing clause compared; the record, and so the
+                # telemetry, keeps the reason without them (they are content). An output restriction that
+                # fails withholds the output: its values are shown to nobody.
+                shown = assertion.check(variables, values=True)[1]
+                if shown != reason:
+                    error = RestrictionViolation(
+                        shown,
+                        capability=capability,
+                        phase=phase,
+                        expression=assertion.source,
+                        engagement_id=state.id,
+                    )
             raise error
         return
     ctx.decide(

@@ -413,7 +413,8 @@ class GuardTelemetry(Observer):
         if error is None or paused:
             return
         if isinstance(error, PolicyViolation):
-            span.set_status(Status(StatusCode.ERROR, error.reason))  # agentguard's own words: no content
+            # The recorded decision's words: the error told to the caller may add the input values it compared.
+            span.set_status(Status(StatusCode.ERROR, blocked.reason if blocked is not None else error.reason))
         elif self.capture_content:  # a tool's error message may quote its inputs: it is content
             span.record_exception(error)
             span.set_status(Status(StatusCode.ERROR, f"{type(error).__qualname__}: {error}"))

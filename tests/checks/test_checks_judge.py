@@ -165,7 +165,7 @@ def test_judges_apply_only_to_their_capabilities() -> None:
 def test_a_judge_that_raises_fails_closed() -> None:
     guard = _guard()
     add_judge(guard, BrokenJudge(), JudgeConfig(criteria="c"), name="broken")
-    with guard.engagement(), pytest.raises(RuleViolation, match="raised RuntimeError$"):
+    with guard.engagement(), pytest.raises(RuleViolation, match=r"raised RuntimeError$"):
         guard.call("search", {"q": "x"})
 
 

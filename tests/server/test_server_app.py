@@ -163,7 +163,7 @@ def test_a_policy_denial_reports_its_rule(client: httpx.Client) -> None:
     error = state["error"]
     assert error["type"] == "RestrictionViolation"
     assert (error["rule"], error["capability"], error["phase"]) == ("restriction", "refund", "input")
-    assert error["reason"] == "assertion is false"
+    assert error["reason"] == "assertion is false: 500 <= 100"  # the clause compared the caller's own input
     assert state["exposes"] == {  # nothing was called: `last` cannot be evaluated, and says so
         "lookups": 0,
         "last": {"error": 'Key not found in map: "_name"', "expression": "recent._name"},
