@@ -8,7 +8,10 @@ Usage::
         --host 0.0.0.0 --port 8800 --token-env API_TOKEN \\
         --allow-remote-host agents.corp.com --remote-token agents.corp.com=BILLING_TOKEN
 
-``--runner`` names the callable ``runner(guard, engagement, input)`` as ``module:attribute``. Agents whose
+``--runner`` names the callable ``runner(guard, engagement, input)`` as ``module:attribute``; ``--setup``
+names ``setup(guard)``, called once for each agent's Guard at start, to register its tools, guardrail tools,
+reviewers and credential sets. An agent whose spec names a piece nobody registered stops the server from
+starting, with every missing piece listed (rather than refusing every engagement later). Agents whose
 specs have ``oagent://host/...`` capabilities get them attached (:func:`agentguard.remote.attach_remote_agents`)
 for the hosts of ``--allow-remote-host``, with the bearer tokens of ``--remote-token HOST=VAR``.
 
@@ -53,6 +56,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--runner", required=True, metavar="MODULE:CALLABLE", help="runner(guard, engagement, input)"
     )
+    parser.add_argument(
+        "--setup",
+        metavar="MODULE:CALLABLE",
+        help="setup(guard), called once per agent at start: register tools, guardrail tools and reviewers",
+    )
     add_listen_options(parser, port=8800, workers=False)
     parser.add_argument(
         "--max-stored-bytes",
@@ -96,10 +104,10 @@ def _fail(message: str, status: int = 1) -> int:
     return status
 
 
-def _load_runner(spec: str) -> Callable[..., Any]:
+def _load_runner(spec: str, option: str = "--runner") -> Callable[..., Any]:
     module_name, colon, attribute = spec.partition(":")
     if not colon or not module_name or not attribute:
-        raise ValueError(f"--runner must be MODULE:CALLABLE, not {spec!r}")
+        raise ValueError(f"{option} must be MODULE:CALLABLE, not {spec!r}")
     if os.getcwd() not in sys.path:  # the runner lives in the user's project, as with `python -m`
         sys.path.insert(0, os.getcwd())
     target: Any = importlib.import_module(module_name)
@@ -148,6 +156,18 @@ def run(args: argparse.Namespace) -> int:
         runner = _load_runner(args.runner)
     except (ImportError, AttributeError, ValueError) as error:
         return _fail(f"cannot load the runner {args.runner}: {error}")
+    try:
+        setup = _load_runner(args.setup, "--setup") if args.setup else None
+    except (ImportError, AttributeError, ValueError) as error:
+        return _fail(f"cannot load the setup {args.setup}: {error}")
+    missing: list[str] = []
+    for agent in agents:
+        if setup is not None:
+            setup(agent.guard)
+        missing.extend(f"agent {agent.name!r}: {piece}" for piece in agent.guard.missing_configuration())
+    if missing:
+        listed = "".join(f"\n  - {piece}" for piece in missing)
+        return _fail(f"agents need what was not registered (pass --setup MODULE:CALLABLE):{listed}")
     try:
         for agent in agents:
             if agent.guard.policy.remote_agents:

@@ -121,11 +121,16 @@ def write_shop_dir(directory: Path, *, schema: bool = False) -> Path:
     return directory
 
 
+def shop_setup(guard: Guard) -> None:
+    """What ``agentguard serve --setup`` calls for each agent: the shop's guardrail tool and reviewer."""
+    guard.register("pii-check", pii_check)
+    # create_app(reviewers=...) replaces this refusing supervisor when a test gives one
+    guard.add_reviewer("supervisor", lambda request: False)
+
+
 def shop_agents(directory: Path, *, schema: bool = False) -> list[ServedAgent]:
     agents = load_agents(write_shop_dir(directory, schema=schema))
-    agents[0].guard.register("pii-check", pii_check)
-    # create_app(reviewers=...) replaces this refusing supervisor when a test gives one
-    agents[0].guard.add_reviewer("supervisor", lambda request: False)
+    shop_setup(agents[0].guard)
     return agents
 
 

@@ -56,10 +56,8 @@ def test_serve_runs_the_app_it_built(
     tmp_path: Path, served: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("API_TOKEN", "s3cret")
-    # No guardrail tool or reviewer: the command line cannot register them, and a guard without them does not
-    # start engagements (the shop spec's pii-check and supervisor).
-    (tmp_path / "shop.yaml").write_text(spec_text("capabilities:\n  lookup-order:\n", name="shop-agent"))
-    args = ["serve", "--spec-dir", str(tmp_path), "--runner", RUNNER, "--port", "9911"]
+    args = ["serve", "--spec-dir", str(write_shop_dir(tmp_path)), "--runner", RUNNER, "--port", "9911"]
+    args += ["--setup", "tests.server.support:shop_setup"]
     assert main([*args, "--token-env", "API_TOKEN", "--max-concurrency", "2"]) == 0
     assert (served["host"], served["port"], served["ssl_certfile"]) == ("127.0.0.1", 9911, None)
     with serve_in_thread(served["app"]) as server, httpx.Client(base_url=server.url) as http:
@@ -68,9 +66,21 @@ def test_serve_runs_the_app_it_built(
         assert wait_for(http, start(http, "shop-agent", {}))["output"]["status"] == "shipped"
 
 
+def test_serve_without_setup_lists_what_the_agents_need(
+    tmp_path: Path, served: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve", "--spec-dir", str(write_shop_dir(tmp_path)), "--runner", RUNNER]) == 1
+    err = capsys.readouterr().err
+    assert "guardrail tool 'pii-check'" in err
+    assert "reviewer 'supervisor'" in err
+    assert "--setup" in err
+    assert "app" not in served
+
+
 @pytest.mark.parametrize(
     ("extra", "status", "message"),
     [
+        (["--setup", "no_such_module:setup"], 1, "cannot load the setup no_such_module:setup"),
         (["--runner", "no_such_module:run"], 1, "cannot load the runner no_such_module:run"),
         (["--runner", "tests.server.support"], 1, "must be MODULE:CALLABLE"),
         (["--runner", "tests.server.support:nothing_here"], 1, "cannot load the runner"),
@@ -89,7 +99,8 @@ def test_serve_refuses_a_bad_setup(
     status: int,
     message: str,
 ) -> None:
-    args = ["serve", "--spec-dir", str(write_shop_dir(tmp_path)), "--runner", RUNNER, *extra]
+    setup = ["--setup", "tests.server.support:shop_setup"]
+    args = ["serve", "--spec-dir", str(write_shop_dir(tmp_path)), "--runner", RUNNER, *setup, *extra]
     assert main(args) == status
     assert message in capsys.readouterr().err
     assert "app" not in served
