@@ -28,7 +28,7 @@ import dataclasses
 import functools
 import inspect
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from opentelemetry.metrics import MeterProvider
@@ -85,6 +85,10 @@ class Guard:
         the default :class:`~agentguard.ApprovalConfig`, and per-reviewer overrides.
     ``credential_resolver``
         turns a user or static identity into credentials for a tool (see :mod:`agentguard.policy`).
+    ``credential_sets``
+        the names of the credential sets this deployment provides. When given, every ``static_identity`` of
+        the spec must be one of them, or no engagement starts (a typo would otherwise surface as a tool
+        running with credentials nobody issued). ``None`` (default): not checked.
     ``unknown_capability``
         what to do with a call that is neither a capability nor a guardrail tool: ``"deny"`` (default),
         ``"allow"``, or ``"observe"`` (allow and record a warning).
@@ -124,6 +128,7 @@ class Guard:
         approval: ApprovalConfig | None = None,
         approvals: Mapping[str, ApprovalConfig] | None = None,
         credential_resolver: CredentialResolver | None = None,
+        credential_sets: Collection[str] | None = None,
         unknown_capability: UnknownCapability = "deny",
         auto_engagement: bool = False,
         guardian: GuardianClient | None = None,
@@ -157,6 +162,7 @@ class Guard:
         self._approvals: dict[str, ApprovalConfig] = dict(approvals or {})
         self._agent_descriptor: dict[str, Any] | None = None
         self._missing: tuple[str, ...] | None = None  # see missing_configuration(); None: not computed yet
+        self._credential_sets = frozenset(credential_sets) if credential_sets is not None else None
         self._current: contextvars.ContextVar[Engagement | None] = contextvars.ContextVar(
             f"agentguard_engagement_{id(self)}", default=None
         )
@@ -445,7 +451,14 @@ class Guard:
                 f"or call guard.add_reviewer({rid!r}, ...)"
                 for rid in sorted(self.required_reviewers() - self._reviewers.keys())
             ]
-            self._missing = (*guardrails, *reviewers)
+            known = self._credential_sets
+            credentials = [
+                f"credential set {cap.static_identity!r} (capabilities.{key}.static_identity): not one of the "
+                f"guard's credential_sets {sorted(known)}"
+                for key, cap in self.spec.capabilities.items()
+                if known is not None and cap.static_identity is not None and cap.static_identity not in known
+            ]
+            self._missing = (*guardrails, *reviewers, *credentials)
         return self._missing
 
     def _check_configuration(self) -> None:

@@ -114,3 +114,27 @@ def test_a_guardrail_tool_that_fails_is_still_a_policy_failure() -> None:
     guard.register("toxicity-check", _ok)
     with guard.engagement() as eng, pytest.raises(GuardrailViolation, match="service down"):
         eng.check_input("x")
+
+
+def test_a_credential_set_the_deployment_does_not_provide_stops_the_engagement() -> None:
+    text = spec_text(
+        """
+        capabilities:
+          send-email:
+            user_identity: false
+            static_identity: support-mailer
+          archive:
+            user_identity: false
+            static_identity: archive-bot
+        """
+    )
+    with pytest.raises(ConfigurationError) as caught:
+        Guard.from_yaml(text, credential_sets={"support-mailer"}).engagement()
+    assert "credential set 'archive-bot' (capabilities.archive.static_identity)" in str(caught.value)
+    assert str(caught.value).count("credential set '") == 1  # support-mailer is provided
+    with Guard.from_yaml(text, credential_sets={"support-mailer", "archive-bot"}).engagement():
+        pass
+    with Guard.from_yaml(
+        text
+    ).engagement():  # no credential_sets: not checked (the identity itself is passed)
+        pass
