@@ -165,9 +165,13 @@ async def _perform_async(effect: Effect) -> Any:
                 getattr(reviewer, "__call__", None)  # noqa: B004 - async callable objects
             ):
                 return await asyncio.wait_for(reviewer(request), timeout_ms / 1000)  # type: ignore[arg-type]
-            # A sync reviewer runs in a worker thread (contextvars copied) so the timeout can fire.
+            # A sync reviewer runs in a worker thread (contextvars copied) so the timeout can fire; an awaitable
+            # it returns is awaited within what is left of the same timeout.
+            deadline = time.monotonic() + timeout_ms / 1000
             answer = await asyncio.wait_for(asyncio.to_thread(reviewer, request), timeout_ms / 1000)
-            return await answer if inspect.isawaitable(answer) else answer
+            if inspect.isawaitable(answer):
+                return await asyncio.wait_for(_await(answer), max(0.0, deadline - time.monotonic()))
+            return answer
         except TimeoutError:
             raise _reviewer_timed_out(timeout_ms) from None
     if isinstance(effect, AskGuardian):

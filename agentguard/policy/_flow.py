@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -452,9 +453,12 @@ def _review(
     responses: list[Approval] = []
     view = state.view()
     what = "call" if phase is Phase.INPUT else "use the result of"
+    # timeout_ms bounds the whole review, however many approvers it asks.
+    deadline = None if config.timeout_ms is None else time.monotonic() + config.timeout_ms / 1000
     for index, rid in enumerate(names):
         if approval_tally(responses, len(names) - index, config.required_approvals) is not None:
             break
+        left_ms = None if deadline is None else max(1, int((deadline - time.monotonic()) * 1000))
         reviewer = ctx.reviewers.get(rid)
         if reviewer is None:
             responses.append(Approval(False, f"no reviewer registered as {rid!r}", rid))
@@ -473,7 +477,7 @@ def _review(
             responses=tuple(responses),
         )
         try:
-            answer = yield AskReviewer(reviewer, request, config.timeout_ms)
+            answer = yield AskReviewer(reviewer, request, left_ms)
             approval = coerce_approval(answer, rid)
         except ctx.passthrough:  # the host paused for the review (e.g. a LangGraph interrupt)
             reason = f"waiting for {rid!r}: the host paused the run for review"
