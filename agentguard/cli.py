@@ -5,12 +5,16 @@ Usage::
     agentguard validate examples/support-agent/agent.yaml other-agent.yaml
     agentguard validate --format json --cel-backend cel-python agent.yaml
     agentguard validate --strict support.agentspec.json mailcomposer.json SUPPORT-OS.md
+    agentguard validate --guard myapp.agents:guard
 
 ``validate`` checks agent documents the way the library loads them, so they can be checked in CI before
-they are deployed: OpenAgentSpec agents (YAML, schema, names, CEL) and the descriptor formats of
-:mod:`agentguard.formats` -- Agent Spec configurations, Agent Manifests, OS Protocol app files -- told apart
-by their content. Warnings (an unknown provider, a secret written in a file) are printed but do not fail
-the check. Exit status: 0 when every file is valid, 1 when any is not, 2 for a usage error.
+they are deployed: OpenAgentSpec agents (YAML, schema, names, CEL, and what the assertions read: see
+:func:`agentguard.spec.lint_spec`) and the descriptor formats of :mod:`agentguard.formats` -- Agent Spec
+configurations, Agent Manifests, OS Protocol app files -- told apart by their content. ``--guard`` checks a
+built :class:`~agentguard.Guard` (imported from the current directory): its spec, and the reviewers and
+guardrail tools it was not given. Warnings (a name that is likely not a capability, an unknown provider, a
+secret written in a file) are printed but do not fail the check, unless ``--strict`` makes them errors.
+Exit status: 0 when every file is valid, 1 when any is not, 2 for a usage error.
 
 Each subcommand is a function that adds its parser and sets ``run`` to the function carrying it out; adding
 a subcommand means writing one and listing it, with its one-line summary, in :data:`_COMMANDS`. Only the
@@ -124,11 +128,19 @@ def _add_validate(subparsers: _Subparsers) -> None:
         "descriptors (Agent Spec, Agent Manifest, OS Protocol app), told apart by their content. "
         "Exits 0 when every file is valid, 1 otherwise.",
     )
-    parser.add_argument("files", nargs="+", metavar="FILE", help="agent file to check")
+    parser.add_argument("files", nargs="*", metavar="FILE", help="agent file to check")
+    parser.add_argument(
+        "--guard",
+        action="append",
+        default=[],
+        metavar="MODULE:NAME",
+        help="also check a built Guard: its spec, and the reviewers and guardrail tools it lacks",
+    )
     parser.add_argument(
         "--strict",
         action="store_true",
-        help="also validate Agent Spec files with pyagentspec (pip install 'agentguard[agentspec]')",
+        help="count warnings as errors, and validate Agent Spec files with pyagentspec too "
+        "(pip install 'agentguard[agentspec]')",
     )
     parser.add_argument(
         "--format", choices=("text", "json"), default="text", help="output format (default: text)"
@@ -154,14 +166,18 @@ def _validate(args: argparse.Namespace) -> int:
     from agentguard.cel import get_backend
     from agentguard.errors import ConfigurationError, SpecError
     from agentguard.formats import LoadOptions, descriptor_of, read_document, read_file
-    from agentguard.spec import load_spec_text
+    from agentguard.spec import in_file_order
+    from agentguard.spec import lint_spec, load_spec_text
 
+    if not args.files and not args.guard:
+        print("agentguard validate: error: name a FILE or a --guard to check", file=sys.stderr)
+        return 2
     try:
         backend = get_backend(args.cel_backend)
-    except (ValueError, ImportError) as error:  # unknown backend name, or its engine is not installed
+        results = [_checked_guard(name) for name in args.guard]
+    except (ValueError, ImportError) as error:  # unknown backend, its engine not installed, no such guard
         print(f"agentguard validate: error: {error}", file=sys.stderr)
         return 2
-    results: list[_Checked] = []
     for file in args.files:
         checked = _Checked(file, None)
         try:
@@ -169,7 +185,8 @@ def _validate(args: argparse.Namespace) -> int:
             doc = read_document(text, source)
             checked.format = doc.format
             if doc.format == "openagentspec":
-                load_spec_text(text, backend=backend, source=source)
+                found = lint_spec(load_spec_text(text, backend=backend, source=source))
+                checked.problems, checked.warnings = found.errors, found.warnings
             else:
                 checked.warnings = descriptor_of(
                     doc, LoadOptions(strict=args.strict, secrets_known=False)
@@ -180,6 +197,10 @@ def _validate(args: argparse.Namespace) -> int:
             print(f"agentguard validate: error: {error}", file=sys.stderr)
             return 2
         results.append(checked)
+    if args.strict:
+        for checked in results:
+            checked.problems = tuple(in_file_order([*checked.problems, *checked.warnings]))
+            checked.warnings = ()
 
     if args.format == "json":
         print(json.dumps([_as_json(checked) for checked in results], indent=2))
@@ -195,16 +216,40 @@ def _validate(args: argparse.Namespace) -> int:
     return 1 if any(checked.problems for checked in results) else 0
 
 
+def _checked_guard(name: str) -> _Checked:
+    """The findings on the guard ``module:attribute`` names (imported from the current directory, as a
+    script's own modules are): its spec's, and every reviewer and guardrail tool it was not given."""
+    from agentguard.errors import SpecError
+    from agentguard.guard import Guard
+    from agentguard.spec import lint_spec
+
+    module_name, colon, attribute = name.partition(":")
+    if not colon or not module_name or not attribute:
+        raise ValueError(f"--guard must be MODULE:NAME, not {name!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        guard: object = importlib.import_module(module_name)
+    except SpecError as error:  # the module builds its guard from a spec file that does not load
+        return _Checked(name, "openagentspec", error.problems)
+    for part in attribute.split("."):
+        guard = getattr(guard, part, None)
+    if not isinstance(guard, Guard):
+        raise ValueError(f"--guard {name}: not a Guard (found {type(guard).__name__})")
+    found = lint_spec(guard.compiled, missing=guard.missing_configuration())
+    return _Checked(f"{name} ({guard.compiled.source})", "openagentspec", found.errors, found.warnings)
+
+
 def _as_json(checked: _Checked) -> dict[str, object]:
-    """One file's result; descriptor formats also carry their format and warnings."""
+    """One file's result, each problem with its severity; descriptor formats also carry their format."""
     entry: dict[str, object] = {
         "file": checked.file,
         "valid": not checked.problems,
-        "problems": [problem.as_dict() for problem in checked.problems],
+        "problems": [problem.as_dict() | {"severity": "error"} for problem in checked.problems],
+        "warnings": [warning.as_dict() | {"severity": "warning"} for warning in checked.warnings],
     }
     if checked.format not in (None, "openagentspec"):
         entry["format"] = checked.format
-        entry["warnings"] = [warning.as_dict() for warning in checked.warnings]
     return entry
 
 
@@ -259,6 +304,29 @@ def _demo(args: argparse.Namespace) -> int:
     return result
 
 
+def _add_mcp_proxy(subparsers: _Subparsers) -> None:
+    # Everything after `mcp-proxy` is the proxy's own command line (its options, then `-- server command`):
+    # no prefix characters, so that nothing in it is taken for an option of this parser.
+    parser = subparsers.add_parser(
+        "mcp-proxy", help=_COMMANDS["mcp-proxy"].summary, add_help=False, prefix_chars="\0"
+    )
+    parser.add_argument("proxy_args", nargs=argparse.REMAINDER)
+    parser.set_defaults(run=_mcp_proxy)
+
+
+def _mcp_proxy(args: argparse.Namespace) -> int:
+    try:
+        from agentguard_mcp.proxy import main as proxy  # the integration, imported only for this command
+    except ImportError as error:
+        print(
+            f"agentguard mcp-proxy needs the MCP integration ({error}): pip install agentguard-mcp",
+            file=sys.stderr,
+        )
+        return 2
+    status: int = proxy(args.proxy_args)
+    return status
+
+
 _COMMANDS = {
     "validate": _Command(
         "check agent files (OpenAgentSpec, Agent Spec, Agent Manifest, OS Protocol app)",
@@ -274,5 +342,9 @@ _COMMANDS = {
     "demo": _Command(
         "run the guarded LangChain support-agent demo (needs agentguard-langchain)",
         "agentguard.cli:_add_demo",
+    ),
+    "mcp-proxy": _Command(
+        "guard a third-party MCP server: agentguard mcp-proxy --spec agent.yaml -- COMMAND (needs agentguard-mcp)",
+        "agentguard.cli:_add_mcp_proxy",
     ),
 }

@@ -107,3 +107,27 @@ def test_the_proxy_needs_exactly_one_upstream() -> None:
 
     assert main(["--spec", str(SPEC)]) == 2
     assert main(["--spec", str(SPEC), "--upstream", "http://127.0.0.1:1/mcp", "--", "server"]) == 2
+
+
+async def test_agentguard_mcp_proxy_is_the_same_proxy(tmp_path: Path) -> None:
+    """``agentguard mcp-proxy ...`` (the core command line) hands its whole command line to this proxy."""
+    agentguard = shutil.which("agentguard", path=str(Path(sys.executable).parent))
+    assert agentguard is not None
+    log = tmp_path / "ran.jsonl"
+    argv = [
+        agentguard,
+        "mcp-proxy",
+        "--spec",
+        str(SPEC),
+        "--",
+        sys.executable,
+        str(SHOP_SERVER),
+        "--log",
+        str(log),
+    ]
+    async with Client(_stdio(argv)) as client:
+        refused = await client.call_tool("send_email", {"to": "eve@evil.test", "body": "hi"})
+        sent = await client.call_tool("send_email", {"to": "bob@corp.com", "body": "hi"})
+    assert refused.is_error
+    assert _text(sent) == "sent to bob@corp.com"
+    assert [name for name, _ in _ran(log)] == ["send_email"]
