@@ -126,10 +126,7 @@ def test_view_plan_binds_only_the_history_keys_used(expression: str, keys: set[s
 
 
 def test_view_plan_falls_back_to_whole_history_for_computed_keys() -> None:
-    assert (
-        _plan("history[recent._name].size() > 0").history_keys
-        is None
-    )
+    assert _plan("history[recent._name].size() > 0").history_keys is None
     assert _plan("size(history) > 0").history_keys is None
 
 
