@@ -151,7 +151,7 @@ def _add_validate(subparsers: _Subparsers) -> None:
         default=None,
         help=f"CEL engine to compile with (default: ${BACKEND_ENV_VAR}, else {DEFAULT_BACKEND})",
     )
-    parser.set_defaults(run=_validate)
+    parser.set_defaults(run=_validate, usage_error=parser.error)
 
 
 @dataclass
@@ -166,12 +166,10 @@ def _validate(args: argparse.Namespace) -> int:
     from agentguard.cel import get_backend
     from agentguard.errors import ConfigurationError, SpecError
     from agentguard.formats import LoadOptions, descriptor_of, read_document, read_file
-    from agentguard.spec import in_file_order
-    from agentguard.spec import lint_spec, load_spec_text
+    from agentguard.spec import in_file_order, lint_spec, load_spec_text
 
     if not args.files and not args.guard:
-        print("agentguard validate: error: name a FILE or a --guard to check", file=sys.stderr)
-        return 2
+        args.usage_error("name a FILE or a --guard to check")  # exits with status 2, as argparse does
     try:
         backend = get_backend(args.cel_backend)
         results = [_checked_guard(name) for name in args.guard]

@@ -32,6 +32,9 @@ so a broken policy never reaches a running agent::
 Files are read with :func:`load_spec`; :func:`parse_spec` and :func:`compile_spec` are the two halves of
 loading, for callers that build or inspect a spec before compiling it.
 
+:func:`lint_spec` finds what a loaded spec's assertions will certainly (errors) or likely (warnings) get
+wrong at run time: a capability name with a typo, ``user.mail``, a reviewer a built guard lacks.
+
 :func:`read_yaml` is the YAML front end of the loader, for every other YAML document agentguard reads
 (descriptors, guardian rules): safe, with a position for every field (:func:`locate`), duplicate keys and
 runaway aliases reported as problems named like the loader's (:func:`dotted`, :func:`field_problem`).
@@ -39,6 +42,7 @@ runaway aliases reported as problems named like the loader's (:func:`dotted`, :f
 :func:`read_text_file` reads a file only when it is within them.
 """
 
+from ._lint import SpecFindings, lint_spec
 from ._loader import (
     ENGAGEMENT_DECLARATIONS,
     GUARDRAIL_DECLARATIONS,
@@ -97,6 +101,7 @@ __all__ = [
     "Reference",
     "ReferenceKind",
     "Restriction",
+    "SpecFindings",
     "YamlDocument",
     "compile_spec",
     "describe_value",
@@ -104,6 +109,7 @@ __all__ = [
     "field_problem",
     "in_file_order",
     "is_valid_name",
+    "lint_spec",
     "load_spec",
     "load_spec_text",
     "locate",

@@ -30,6 +30,7 @@ from pydantic_core import ErrorDetails
 from agentguard.cel import CelBackend, CelCompileError, CelProgram, VarType, get_backend
 from agentguard.errors import SpecError, SpecProblem
 
+from ._lint import dashed_name_hint
 from ._models import AgentSpec
 from ._names import Reference, parse_reference
 from ._yaml import (
@@ -302,7 +303,7 @@ def _compile_sites(
                 SpecProblem(
                     source=source,
                     field=dotted(site.path),
-                    reason=f"invalid CEL expression: {outcome.message}",
+                    reason=f"invalid CEL expression: {outcome.message}{dashed_name_hint(outcome)}",
                     line=line,
                     column=column,
                     expression_line=outcome.line,

@@ -71,7 +71,7 @@ def test_json_output_names_the_format(capsys: pytest.CaptureFixture[str]) -> Non
     support = str(fixture("support.agentspec.yaml"))
     assert main(["validate", "--format", "json", spec, manifest, support]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document[0] == {"file": spec, "valid": True, "problems": []}
+    assert document[0] == {"file": spec, "valid": True, "problems": [], "warnings": []}
     assert document[1] == {
         "file": manifest,
         "valid": True,
@@ -85,6 +85,7 @@ def test_json_output_names_the_format(capsys: pytest.CaptureFixture[str]) -> Non
         "tools.2.sensitive_headers",
     ]
     assert document[2]["warnings"][0]["line"] == 16
+    assert document[2]["warnings"][0]["severity"] == "warning"
 
 
 def test_unknown_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -66,7 +66,7 @@ def test_all_valid_files(example_path: Path, capsys: pytest.CaptureFixture[str])
 def test_json_output(example_path: Path, bad: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "--format", "json", str(example_path), str(bad)]) == 1
     document = json.loads(capsys.readouterr().out)
-    assert document[0] == {"file": str(example_path), "valid": True, "problems": []}
+    assert document[0] == {"file": str(example_path), "valid": True, "problems": [], "warnings": []}
     assert document[1]["file"] == str(bad)
     assert document[1]["valid"] is False
     assert [p["field"] for p in document[1]["problems"]] == [
@@ -82,12 +82,15 @@ def test_json_output(example_path: Path, bad: Path, capsys: pytest.CaptureFixtur
         "column": 1,
         "expression_line": None,
         "expression_column": None,
+        "severity": "error",
     }
 
 
 def test_json_output_all_valid(example_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "--format", "json", str(example_path)]) == 0
-    assert json.loads(capsys.readouterr().out) == [{"file": str(example_path), "valid": True, "problems": []}]
+    assert json.loads(capsys.readouterr().out) == [
+        {"file": str(example_path), "valid": True, "problems": [], "warnings": []}
+    ]
 
 
 def test_unknown_cel_backend(example_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
