@@ -124,12 +124,16 @@ class SpecProblem:
 
 
 class SpecError(AgentGuardError):
-    """A spec document is invalid. :attr:`problems` lists *every* problem found, not only the first."""
+    """A spec document is invalid. :attr:`problems` lists *every* problem found, not only the first.
 
-    def __init__(self, problems: Sequence[SpecProblem]) -> None:
+    ``document`` says what kind of document it is in the message's header (``3 problems in guardian rules
+    file rules.yaml:``), since the same error reports every YAML document agentguard reads.
+    """
+
+    def __init__(self, problems: Sequence[SpecProblem], *, document: str = "spec") -> None:
         self.problems: tuple[SpecProblem, ...] = tuple(problems)
         count = len(self.problems)
-        head = f"{count} problem{'s' if count != 1 else ''} in spec"
+        head = f"{count} problem{'s' if count != 1 else ''} in {document}"
         super().__init__(head + ":\n" + "\n".join(f"  - {p}" for p in self.problems))
 
 

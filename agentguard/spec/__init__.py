@@ -37,7 +37,8 @@ wrong at run time: a capability name with a typo, ``user.mail``, a reviewer a bu
 
 :func:`read_yaml` is the YAML front end of the loader, for every other YAML document agentguard reads
 (descriptors, guardian rules): safe, with a position for every field (:func:`locate`), duplicate keys and
-runaway aliases reported as problems named like the loader's (:func:`dotted`, :func:`field_problem`).
+runaway aliases reported as problems named like the loader's (:func:`dotted`, :func:`field_problem`), and
+a model's validation errors worded like the loader's (:func:`validation_reason`: "did you mean" included).
 :class:`LoadLimits` bounds what reading one document may cost (size, nodes, alias expansion, CEL source);
 :func:`read_text_file` reads a file only when it is within them.
 """
@@ -51,6 +52,7 @@ from ._loader import (
     load_spec,
     load_spec_text,
     parse_spec,
+    validation_reason,
 )
 from ._models import KIND, AgentSpec, Capability, Guardrail, Guardrails, Lifespan, Restriction
 from ._names import (
@@ -119,4 +121,5 @@ __all__ = [
     "read_yaml",
     "resolve",
     "validate_name",
+    "validation_reason",
 ]

@@ -57,6 +57,7 @@ __all__ = [
     "load_spec",
     "load_spec_text",
     "parse_spec",
+    "validation_reason",
 ]
 
 ENGAGEMENT_DECLARATIONS: Mapping[str, VarType] = types.MappingProxyType(
@@ -110,6 +111,16 @@ def _parse(text: str, source: str, limits: LoadLimits) -> _Parsed:
 def _validation_problem(
     source: str, error: ErrorDetails, positions: Positions, labels: Labels
 ) -> SpecProblem:
+    loc, reason = validation_reason(error, AgentSpec)
+    return field_problem(source, loc, reason, locate(positions, loc), labels)
+
+
+def validation_reason(error: ErrorDetails, model: type[BaseModel]) -> tuple[FieldPath, str]:
+    """The field a pydantic error of validating ``model`` is about, and why, said the way spec problems
+    say it: ``unknown field 'whn' (did you mean 'when'?)``, ``expected a string, got the number 3``.
+
+    Every YAML document agentguard validates with a model (specs, guardian rules) reports its errors so.
+    """
     loc: FieldPath = tuple(error["loc"])
     value = error["input"]
     kind = error["type"]
@@ -126,12 +137,12 @@ def _validation_problem(
         reason = "required field is missing"
     elif kind == "extra_forbidden":
         reason = f"unknown field {loc[-1]!r}"
-        close = difflib.get_close_matches(str(loc[-1]), _fields_at(loc[:-1]), n=1)
+        close = difflib.get_close_matches(str(loc[-1]), _fields_at(model, loc[:-1]), n=1)
         if close:
             reason += f" (did you mean {close[0]!r}?)"
     elif kind == "value_error":
         reason = str(error["ctx"]["error"])
-    elif kind == "literal_error":
+    elif kind in ("literal_error", "enum"):
         reason = f"must be {error['ctx']['expected']}, not {value!r}"
     elif kind == "greater_than_equal":
         reason = f"must be at least {error['ctx']['ge']}, not {value!r}"
@@ -141,7 +152,7 @@ def _validation_problem(
             reason += " (quote the value to make it a string)"
     else:
         reason = error["msg"]
-    return field_problem(source, loc, reason, locate(positions, loc), labels)
+    return loc, reason
 
 
 _EXPECTED = {
@@ -153,9 +164,9 @@ _EXPECTED = {
 }
 
 
-def _fields_at(path: FieldPath) -> list[str]:
-    """Field names of the model found at ``path`` in an agent document (for "did you mean" hints)."""
-    annotation: object = AgentSpec
+def _fields_at(model: type[BaseModel], path: FieldPath) -> list[str]:
+    """Field names of the model found at ``path`` in a document of ``model`` (for "did you mean" hints)."""
+    annotation: object = model
     for part in path:
         annotation = _unwrap(annotation)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -165,6 +176,8 @@ def _fields_at(path: FieldPath) -> list[str]:
             annotation = model_field.annotation
         elif get_origin(annotation) is dict:
             annotation = get_args(annotation)[1]
+        elif get_origin(annotation) is list:
+            annotation = get_args(annotation)[0]
         else:
             return []
     annotation = _unwrap(annotation)

@@ -51,9 +51,9 @@ def test_an_empty_document_allows_everything() -> None:
     ("text", "expected"),
     [
         ("rules: [\n", "rules.yaml:2:1: <document>: invalid YAML: "),
-        ("- a\n- b\n", "rules.yaml:1:1: <document>: Input should be a valid dictionary"),
-        ("default_decision: modify\n", "rules.yaml:1:1: default_decision: Input should be 'allow' or 'deny'"),
-        ("defaults: {}\n", "rules.yaml:1:1: defaults: Extra inputs are not permitted"),
+        ("- a\n- b\n", "rules.yaml:1:1: <document>: expected a mapping, got a list"),
+        ("default_decision: modify\n", "rules.yaml:1:1: default_decision: must be 'allow' or 'deny', not 'modify'"),
+        ("defaults: {}\n", "rules.yaml:1:1: defaults: unknown field 'defaults' (did you mean 'default_message'?)"),
         (
             """\
             rules:
@@ -62,7 +62,7 @@ def test_an_empty_document_allows_everything() -> None:
                 decision: deny
                 message: m
             """,
-            "rules.yaml:3:5: rules[0].wen: rule 'no-shell': Extra inputs are not permitted",
+            "rules.yaml:3:5: rules[0].wen: rule 'no-shell': unknown field 'wen' (did you mean 'when'?)",
         ),
         (
             """\
@@ -71,9 +71,9 @@ def test_an_empty_document_allows_everything() -> None:
                 decision: block
                 message: m
             """,
-            "rules.yaml:3:5: rules[0].decision: rule 'a': Input should be 'allow', 'deny' or 'modify'",
+            "rules.yaml:3:5: rules[0].decision: rule 'a': must be 'allow', 'deny' or 'modify', not 'block'",
         ),
-        ("rules:\n  - decision: deny\n", "rules.yaml:2:5: rules[0].name: Field required"),
+        ("rules:\n  - decision: deny\n", "rules.yaml:2:5: rules[0].name: required field is missing"),
         (
             "rules:\n  - {name: a, decision: modify, message: m}\n",
             "rules.yaml:2:5: rules[0]: rule 'a': a 'modify' rule needs exactly one of 'modify' (a CEL map) "
@@ -194,7 +194,7 @@ def test_load_rules_reads_a_file(tmp_path: Path) -> None:
     rules = load_rules(path)
     assert (rules.default_decision, rules.default_message, rules.source) == ("deny", "Closed", str(path))
     path.write_text("rules: [{name: x}]\n")
-    with pytest.raises(SpecError, match=r"rules\.yaml:1:9: rules\[0\]\.decision: rule 'x': Field required"):
+    with pytest.raises(SpecError, match=r"rules\.yaml:1:9: rules\[0\]\.decision: rule 'x': required field is missing"):
         load_rules(path)
     with pytest.raises(FileNotFoundError):
         load_rules(tmp_path / "missing.yaml")
@@ -307,7 +307,7 @@ def test_a_failing_rule_reason_never_quotes_the_request(backend: CelBackend) -> 
 
 
 def test_on_rule_error_is_allow_or_deny() -> None:
-    assert "on_rule_error: Input should be 'allow' or 'deny'" in _problems("on_rule_error: modify\n")[0]
+    assert "on_rule_error: must be 'allow' or 'deny', not 'modify'" in _problems("on_rule_error: modify\n")[0]
     with pytest.raises(ValueError, match="on_rule_error"):
         GuardianRules(on_rule_error=aos.Decision.MODIFY)
 

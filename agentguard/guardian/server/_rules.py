@@ -78,7 +78,7 @@ from agentguard.aos import (
 from agentguard.cel import CelBackend, CelCompileError, CelProgram, VarType, get_backend
 from agentguard.errors import SpecError, SpecProblem
 from agentguard.guardian._observe import RateLimitedLog
-from agentguard.spec import YamlDocument, dotted, locate, read_yaml
+from agentguard.spec import YamlDocument, dotted, in_file_order, locate, read_yaml, validation_reason
 
 __all__ = [
     "DECLARATIONS",
@@ -425,37 +425,69 @@ def _compile_rule(doc: _RuleDoc, at: _Path, backend: CelBackend, problems: _Prob
     )
 
 
+def _valid_rules(data: object, backend: CelBackend, problems: _Problems) -> list[tuple[int, _RuleDoc]]:
+    """The rules of a document that failed validation which are valid on their own (with their index).
+
+    So that every problem of the file is reported in one go: the valid rules are compiled as usual, and of
+    an invalid rule (its problems are among the document's) the expressions that are text are compiled.
+    """
+    rules = data.get("rules") if isinstance(data, dict) else None
+    valid: list[tuple[int, _RuleDoc]] = []
+    for index, rule in enumerate(rules if isinstance(rules, list) else []):
+        try:
+            valid.append((index, _RuleDoc.model_validate(rule)))
+        except ValidationError:
+            for path, expression in _expressions(rule):
+                _compile(backend, expression, ("rules", index, *path), problems)
+    return valid
+
+
+def _expressions(rule: object) -> list[tuple[_Path, str]]:
+    """The CEL expressions written as text in a rule given as plain data, by their path in the rule."""
+    if not isinstance(rule, dict):
+        return []
+    modify, set_ = rule.get("modify"), rule.get("set")
+    found: list[tuple[_Path, object]] = [(("when",), rule.get("when"))]
+    found += [(("modify", "cel"), modify.get("cel"))] if isinstance(modify, dict) else []
+    found += [(("set", key), value) for key, value in set_.items()] if isinstance(set_, dict) else []
+    return [(path, value) for path, value in found if isinstance(value, str) and value]
+
+
 def parse_rules(text: str, *, source: str = "<string>", backend: CelBackend | None = None) -> GuardianRules:
     """Read and compile a rules document (YAML text).
 
-    Raises :class:`~agentguard.errors.SpecError` listing every problem, each with ``source``, line, field
-    (``rules[2].when``), the rule's name and the reason; a CEL compile error also carries its position
-    inside the expression.
+    Raises :class:`~agentguard.errors.SpecError` ("3 problems in guardian rules file rules.yaml") listing
+    every problem in file order, each with ``source``, line, column, field (``rules[2].when``), the rule's
+    name and the reason, worded as spec problems are (an unknown field with "did you mean"); a CEL compile
+    error also carries its position inside the expression. A rule with a schema problem is not compiled;
+    the expressions of every other rule are.
     """
     read = read_yaml(text, source, empty=None, mapping=False)
     problems = _Problems(read)
     for finding in read.findings:
         problems.add(finding.path, finding.reason, position=finding.position)
+    document = f"guardian rules file {source}"
     if not read.readable:
-        raise SpecError(problems.found)
+        raise SpecError(problems.found, document=document)
+    doc: _RulesDoc | None = None
     try:
         doc = _RulesDoc.model_validate({} if read.data is None else read.data)
     except ValidationError as error:
         for detail in error.errors(include_url=False):
             if not read.covers(detail["loc"]):
-                problems.add(detail["loc"], detail["msg"].removeprefix("Value error, "))
-        raise SpecError(problems.found) from None
+                problems.add(*validation_reason(detail, _RulesDoc))
     backend = backend or get_backend()
     rules: list[Rule] = []
     first_index: dict[str, int] = {}
-    for index, rule_doc in enumerate(doc.rules):
+    checked = enumerate(doc.rules) if doc is not None else _valid_rules(read.data, backend, problems)
+    for index, rule_doc in checked:
         at: _Path = ("rules", index)
         if rule_doc.name in first_index:
             problems.add((*at, "name"), f"the name is already used by rules[{first_index[rule_doc.name]}]")
         first_index.setdefault(rule_doc.name, index)
         rules.append(_compile_rule(rule_doc, at, backend, problems))
-    if problems.found:
-        raise SpecError(problems.found)
+    if doc is None or problems.found:
+        raise SpecError(in_file_order(problems.found), document=document)
     return GuardianRules(
         rules=tuple(rules),
         default_decision=Decision(doc.default_decision),
