@@ -29,7 +29,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypedDict, Unpack
+from typing import ClassVar, TypedDict, Unpack
 
 __all__ = [
     "AgentGuardError",
@@ -153,6 +153,10 @@ class PolicyViolation(AgentGuardError):
     """A rule stopped a step. The step was not carried out, or its output was withheld."""
 
     rule: Rule = Rule.CAPABILITY
+    recoverable: ClassVar[bool] = False
+    """Whether the agent may carry on after this denial: it refused one step, and the model can be told so
+    (an error tool result) and try something else. ``False`` when the engagement itself is stopped (a loop, a
+    failed guardrail, a closed engagement): the run must end. Adapters ask this; none keeps its own list."""
 
     def __init__(
         self,
@@ -185,10 +189,12 @@ class PolicyViolation(AgentGuardError):
 
 class CapabilityDenied(PolicyViolation):
     rule = Rule.CAPABILITY
+    recoverable = True
 
 
 class RestrictionViolation(PolicyViolation):
     rule = Rule.RESTRICTION
+    recoverable = True
 
 
 class GuardrailViolation(PolicyViolation):
@@ -201,10 +207,12 @@ class ShortCircuitViolation(PolicyViolation):
 
 class ReviewDenied(PolicyViolation):
     rule = Rule.REVIEW
+    recoverable = True
 
 
 class IdentityError(PolicyViolation):
     rule = Rule.IDENTITY
+    recoverable = True
 
 
 class EngagementClosed(PolicyViolation):
@@ -215,6 +223,7 @@ class RuleViolation(PolicyViolation):
     """A Python rule (``guard.rules``) or a schema check failed. ``rule_name`` says which."""
 
     rule = Rule.RULE
+    recoverable = True
 
     def __init__(
         self, reason: str, *, rule_name: str, kind: Rule = Rule.RULE, **where: Unpack[_WhereAndWhy]
@@ -228,6 +237,7 @@ class GuardianDenied(PolicyViolation):
     """The guardian denied the step, or could not decide and the failure policy is ``deny``."""
 
     rule = Rule.GUARDIAN
+    recoverable = True
 
     def __init__(self, reason: str, *, reason_code: str | None = None, **where: Unpack[_Where]) -> None:
         self.reason_code = reason_code

@@ -283,3 +283,22 @@ def test_a_reserved_name_is_refused_even_when_unknown_tools_are_allowed(name: st
         view = eng.view()
     assert view["history"] == {"_list": [], "_total": 0}
     assert view["recent"] == {}
+
+
+def test_which_denials_an_agent_can_recover_from() -> None:
+    """One place decides it; every adapter asks ``exc.recoverable`` (an error result, or the run ends)."""
+    import agentguard.errors as errors
+
+    recoverable = {
+        cls.__name__
+        for cls in vars(errors).values()
+        if isinstance(cls, type) and issubclass(cls, errors.PolicyViolation) and cls.recoverable
+    }
+    assert recoverable == {
+        "CapabilityDenied",
+        "RestrictionViolation",
+        "ReviewDenied",
+        "IdentityError",
+        "RuleViolation",
+        "GuardianDenied",
+    }

@@ -343,3 +343,15 @@ def test_a_tool_error_passes_the_output_restriction_before_the_model_sees_it(bui
     eng = h.middleware.engagement_for("t1")
     assert eng is not None
     assert "SECRET-7" not in repr([step.decisions for step in eng.steps])
+
+
+def test_a_python_rule_denial_reaches_the_model_which_recovers(build_agent: BuildAgent) -> None:
+    h = build_agent([calls(("lookup_order", {"order_id": "A-1"})), answer("that order is private")])
+    h.guard.rules.add(
+        "no-a1", lambda context: context.inputs.get("order_id") != "A-1", capabilities={"lookup-order"}
+    )
+    result = h.agent.invoke(user_says("where is A-1?"), config())
+    (message,) = tool_messages(result)
+    assert message.status == "error"
+    assert "no-a1" in str(message.content)
+    assert h.shop.runs["lookup_order"] == 0

@@ -13,13 +13,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 from agentguard import (
-    CapabilityDenied,
-    GuardianDenied,
-    IdentityError,
     Phase,
     PolicyViolation,
-    RestrictionViolation,
-    ReviewDenied,
 )
 from agentguard_langchain._content import decode_output, encode_output, message_text
 from agentguard_langchain._host import (
@@ -33,22 +28,11 @@ from agentguard_langchain._host import (
 )
 from agentguard_langchain._sessions import HeldResult, Session
 
-__all__ = ["RECOVERABLE", "OnDenied", "StoredResult", "ToolCallTranslation", "ToolFailed", "ToolResolver"]
+__all__ = ["OnDenied", "StoredResult", "ToolCallTranslation", "ToolFailed", "ToolResolver"]
 
 log = logging.getLogger("agentguard_langchain")
 
 OnDenied = Literal["message", "raise"]
-
-RECOVERABLE: tuple[type[PolicyViolation], ...] = (
-    CapabilityDenied,
-    RestrictionViolation,
-    ReviewDenied,
-    GuardianDenied,
-    IdentityError,
-)
-"""Denials of one call that the model can recover from: it gets an error ``ToolMessage`` and carries on.
-Everything else (short-circuit, failed guardrail, a stopped engagement) ends the run."""
-
 
 ToolResult = ToolMessage | Command[Any]
 
@@ -297,7 +281,7 @@ class ToolCallTranslation:
         self._pop()
         if isinstance(exc, ToolFailed):
             return exc.message
-        if on_denied == "message" and isinstance(exc, RECOVERABLE):
+        if on_denied == "message" and isinstance(exc, PolicyViolation) and exc.recoverable:
             return self.denial(exc)
         raise exc
 

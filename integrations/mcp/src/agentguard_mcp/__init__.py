@@ -22,7 +22,7 @@ And a proxy in front of a server one cannot change: ``agentguard-mcp-proxy --spe
 ``protocols/MCP`` step.
 """
 
-from agentguard_mcp._calls import RECOVERABLE, Names
+from agentguard_mcp._calls import Names
 from agentguard_mcp._client import GuardedClient
 from agentguard_mcp._server import STOPPED, GuardMiddleware, guard_server, user_from_auth
 from agentguard_mcp.proxy import build_proxy
@@ -30,7 +30,6 @@ from agentguard_mcp.proxy import build_proxy
 __version__ = "0.1.0"
 
 __all__ = [
-    "RECOVERABLE",
     "STOPPED",
     "GuardMiddleware",
     "GuardedClient",

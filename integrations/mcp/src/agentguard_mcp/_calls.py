@@ -16,28 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentguard import (
-    CapabilityDenied,
     Guard,
     GuardianDenied,
-    IdentityError,
     Phase,
     PolicyViolation,
-    RestrictionViolation,
-    ReviewDenied,
-    RuleViolation,
 )
 from agentguard.steps import MCP
 
-__all__ = ["RECOVERABLE", "Names", "denial_result", "guarded_call", "report_message", "wire"]
+__all__ = ["Names", "denial_result", "guarded_call", "report_message", "wire"]
 
-RECOVERABLE: tuple[type[PolicyViolation], ...] = (
-    CapabilityDenied,
-    RestrictionViolation,
-    ReviewDenied,
-    GuardianDenied,
-    IdentityError,
-    RuleViolation,
-)
 """Denials of one call the model can recover from: they come back as a tool result with ``isError: true``.
 Everything else (a loop stop, a failed guardrail, a stopped engagement) ends the exchange with an error."""
 
@@ -194,6 +181,8 @@ async def guarded_call(
         output = await guard.acall(names.spec_name(tool), arguments, run)
     except ToolFailed as failed:  # its text passed the output checks
         return {**_envelope(failed.result), "content": [_text(str(failed))], "isError": True}
-    except RECOVERABLE as exc:
+    except PolicyViolation as exc:
+        if not exc.recoverable:
+            raise
         return denial_result(exc, modern=modern)
     return delivered(output, *received[-1])

@@ -28,13 +28,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agentguard import (
     Approval,
-    CapabilityDenied,
-    GuardianDenied,
-    IdentityError,
     Phase,
     PolicyViolation,
-    RestrictionViolation,
-    ReviewDenied,
     ReviewRequest,
 )
 from agentguard_openai_agents._host import (
@@ -52,7 +47,6 @@ if TYPE_CHECKING:
     from agentguard_openai_agents._adapter import AgentGuard
 
 __all__ = [
-    "RECOVERABLE",
     "GuardedHandoff",
     "GuardedTool",
     "ReviewPending",
@@ -61,16 +55,6 @@ __all__ = [
     "spec_name",
     "violation_of",
 ]
-
-RECOVERABLE: tuple[type[PolicyViolation], ...] = (
-    CapabilityDenied,
-    RestrictionViolation,
-    ReviewDenied,
-    GuardianDenied,
-    IdentityError,
-)
-"""Denials of one call the model can recover from: it gets them as the tool's output and carries on.
-Everything else (a loop stop, a failed guardrail, a stopped engagement) ends the run."""
 
 
 class RunStopped(AgentsException):
@@ -248,9 +232,9 @@ class GuardedTool:
             return await self.adapter.guard.acall(
                 self.name, inputs, run, kind=self.kind, call_id=ctx.tool_call_id
             )
-        except RECOVERABLE as exc:
-            return denial_text(exc)
-        except PolicyViolation as exc:
+        except PolicyViolation as exc:  # one refused call is the tool's output; a stopped run ends here
+            if exc.recoverable:
+                return denial_text(exc)
             raise RunStopped(exc) from exc
         finally:
             _scope.reset(token)
