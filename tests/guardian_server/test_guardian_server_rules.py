@@ -52,8 +52,14 @@ def test_an_empty_document_allows_everything() -> None:
     [
         ("rules: [\n", "rules.yaml:2:1: <document>: invalid YAML: "),
         ("- a\n- b\n", "rules.yaml:1:1: <document>: expected a mapping, got a list"),
-        ("default_decision: modify\n", "rules.yaml:1:1: default_decision: must be 'allow' or 'deny', not 'modify'"),
-        ("defaults: {}\n", "rules.yaml:1:1: defaults: unknown field 'defaults' (did you mean 'default_message'?)"),
+        (
+            "default_decision: modify\n",
+            "rules.yaml:1:1: default_decision: must be 'allow' or 'deny', not 'modify'",
+        ),
+        (
+            "defaults: {}\n",
+            "rules.yaml:1:1: defaults: unknown field 'defaults' (did you mean 'default_message'?)",
+        ),
         (
             """\
             rules:
@@ -194,7 +200,9 @@ def test_load_rules_reads_a_file(tmp_path: Path) -> None:
     rules = load_rules(path)
     assert (rules.default_decision, rules.default_message, rules.source) == ("deny", "Closed", str(path))
     path.write_text("rules: [{name: x}]\n")
-    with pytest.raises(SpecError, match=r"rules\.yaml:1:9: rules\[0\]\.decision: rule 'x': required field is missing"):
+    with pytest.raises(
+        SpecError, match=r"rules\.yaml:1:9: rules\[0\]\.decision: rule 'x': required field is missing"
+    ):
         load_rules(path)
     with pytest.raises(FileNotFoundError):
         load_rules(tmp_path / "missing.yaml")
