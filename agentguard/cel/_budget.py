@@ -31,7 +31,7 @@ The budget is process-wide (engines and compiled programs are shared)::
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -40,7 +40,17 @@ from typing import Any
 from agentguard.cel._base import CelEvaluationError
 from agentguard.cel._checked import Message, _children, message, text
 
-__all__ = ["CostProfile", "EvalBudget", "Meter", "eval_budget", "metered", "set_eval_budget", "spent", "tick"]
+__all__ = [
+    "CostProfile",
+    "EvalBudget",
+    "Meter",
+    "eval_budget",
+    "measure",
+    "metered",
+    "set_eval_budget",
+    "spent",
+    "tick",
+]
 
 
 @dataclass(frozen=True)
@@ -198,12 +208,13 @@ class CostProfile:
         self._growth = 2 ** min(walk.adds, 60)
         self.trivial = not self._cost.loops and not self._cost.copies
 
-    def check(self, source: str, data: Mapping[str, Any], budget: EvalBudget | None = None) -> None:
-        """Raise :class:`CelEvaluationError` if evaluating on ``data`` could go over ``budget``."""
+    def check(self, source: str, sizes: tuple[int, int], budget: EvalBudget | None = None) -> None:
+        """Raise :class:`CelEvaluationError` if evaluating on data of ``sizes`` (:func:`measure` of the
+        bound values) could go over ``budget``. Not needed when :attr:`trivial`: nothing grows with data."""
         if self.trivial:
             return
         budget = budget or _budget
-        longest, largest = _measure(data)
+        longest, largest = sizes
         iterations = _iterations(self._cost, largest, self._growth)
         if iterations > budget.max_iterations:
             raise CelEvaluationError(
@@ -298,18 +309,36 @@ def _copies(cost: _Cost, largest: int, growth: int) -> int:
     )
 
 
-def _measure(data: Mapping[str, Any]) -> tuple[int, int]:
-    """The longest string or bytes and the largest list or map anywhere in ``data``."""
+def measure(values: Iterable[Any]) -> tuple[int, int]:
+    """The longest string or bytes and the largest list or map anywhere in ``values`` (the bound values)."""
     longest = largest = 0
-    stack: list[Any] = list(data.values())
+    stack = list(values)
     while stack:
         value = stack.pop()
-        if isinstance(value, str | bytes):
-            longest = max(longest, len(value))
-        elif isinstance(value, Mapping):
-            largest = max(largest, len(value))
+        kind: type | None = type(value)
+        if kind is not str and kind is not dict and kind is not list:  # the common JSON types need no check
+            kind = _kind(value)
+        if kind is str:
+            if len(value) > longest:
+                longest = len(value)
+        elif kind is dict:
+            if len(value) > largest:
+                largest = len(value)
             stack.extend(value.values())
-        elif isinstance(value, list | tuple):
-            largest = max(largest, len(value))
+        elif kind is list:
+            if len(value) > largest:
+                largest = len(value)
             stack.extend(value)
     return longest, largest
+
+
+def _kind(value: Any) -> type | None:
+    """How :func:`measure` counts ``value``: as a string (bytes too), a map (any Mapping), a list (a tuple
+    too), or not at all."""
+    if isinstance(value, str | bytes):
+        return str
+    if isinstance(value, Mapping):
+        return dict
+    if isinstance(value, list | tuple):
+        return list
+    return None

@@ -39,18 +39,18 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from cel_expr_python import cel
 
 from agentguard.cel._base import CelCompileError, CelEvaluationError, CelProgram, Reads, VarType, redacted
-from agentguard.cel._budget import CostProfile
+from agentguard.cel._budget import CostProfile, measure
 from agentguard.cel._checked import CheckedExpr, Clause, clauses, dynamic_patterns, reads_of
 from agentguard.cel._fast import Closure, Unsure, compile_fast
 
-__all__ = ["ExprBackend"]
+__all__ = ["ExprBackend", "Scanned"]
 
 _CEL_TYPES: dict[VarType, cel.Type] = {
     VarType.DYN: cel.Type.DYN,
@@ -233,6 +233,9 @@ class ExprProgram:
         return self._reads
 
     def evaluate(self, variables: Mapping[str, Any]) -> Any:
+        scanned = variables if type(variables) is Scanned else None
+        if scanned is not None:
+            variables = scanned._bound
         if self._fast is not None:
             try:
                 return self._fast(variables)
@@ -244,10 +247,11 @@ class ExprProgram:
             if variables.keys() <= self._names
             else {n: variables[n] for n in self._names if n in variables}
         )
-        problem = self._quiet or unrepresentable(data)
+        problem = self._quiet or (unrepresentable(data) if scanned is None else scanned.problem(data))
         if problem is not None:
             return self._faithfully(data, problem)
-        self._cost.check(self._source, data)
+        if not self._cost.trivial:
+            self._cost.check(self._source, measure(data.values()) if scanned is None else scanned.sizes(data))
         try:
             value = self._expression.eval(data=data)
         except RuntimeError as exc:  # a few failures are raised, e.g. a map literal with a duplicate key
@@ -337,6 +341,59 @@ def _shown(program: ExprProgram, variables: Mapping[str, Any]) -> str:
         return "error"
     text = json.dumps(value, default=str, ensure_ascii=False)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+class Scanned(Mapping[str, Any]):
+    """Variables checked once for what the engine cannot represent, to evaluate many programs on.
+
+    An :class:`ExprProgram` walks every value it binds before each evaluation, for a NUL or a lone
+    surrogate (:func:`unrepresentable`), and again to size it for the evaluation budget. A caller that
+    evaluates several programs on the same values (the reference guardian: every rule on one request) wraps
+    them once instead: each value is then walked the first time a program binds it, and what was found is
+    kept for the next programs. A value still reaches the engine only after its check. The values are not
+    copied, only the mapping of names: they must not change while the wrapper is in use (a string put in
+    after its check would not be checked). Any other backend sees a plain read-only mapping::
+
+        variables = Scanned({"method": method, "params": params})
+        denied = [rule for rule in rules if rule.evaluate(variables)]
+    """
+
+    __slots__ = ("_bound", "_problems", "_sizes")
+
+    def __init__(self, variables: Mapping[str, Any]) -> None:
+        self._bound: Mapping[str, Any] = dict(variables)
+        # By name, on first need. Two threads may both walk a value: the same answer, stored twice.
+        self._problems: dict[str, str | None] = {}
+        self._sizes: dict[str, tuple[int, int]] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        return self._bound[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._bound)
+
+    def __len__(self) -> int:
+        return len(self._bound)
+
+    def problem(self, names: Iterable[str]) -> str | None:
+        """What :func:`unrepresentable` finds in the values of ``names``, or ``None``."""
+        for name in names:
+            if name not in self._problems:
+                self._problems[name] = unrepresentable(self._bound[name])
+            found = self._problems[name]
+            if found is not None:
+                return found
+        return None
+
+    def sizes(self, names: Iterable[str]) -> tuple[int, int]:
+        """:func:`~agentguard.cel._budget.measure` of the values of ``names``."""
+        longest = largest = 0
+        for name in names:
+            sizes = self._sizes.get(name)
+            if sizes is None:
+                sizes = self._sizes[name] = measure((self._bound[name],))
+            longest, largest = max(longest, sizes[0]), max(largest, sizes[1])
+        return longest, largest
 
 
 def unrepresentable(value: Any) -> str | None:

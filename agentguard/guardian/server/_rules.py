@@ -58,7 +58,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Literal, cast
@@ -79,6 +79,12 @@ from agentguard.cel import CelBackend, CelCompileError, CelProgram, VarType, get
 from agentguard.errors import SpecError, SpecProblem
 from agentguard.guardian._observe import RateLimitedLog
 from agentguard.spec import YamlDocument, dotted, in_file_order, locate, read_yaml, validation_reason
+
+_bind: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+try:
+    from agentguard.cel._expr import Scanned as _bind
+except ImportError:  # pragma: no cover - no cel-expr-python wheel for this platform: nothing to check once
+    _bind = dict
 
 __all__ = [
     "DECLARATIONS",
@@ -171,7 +177,8 @@ class GuardianRules:
         return result
 
     def _decide(self, request: AOSRequest, wire: JSONObject) -> AOSSuccessResult:
-        variables = {"method": request.method, "params": wire["params"]}
+        # Every rule reads the same values: checked for the engine once per request, not once per rule.
+        variables = _bind({"method": request.method, "params": wire["params"]})
         errors: list[JSONObject] = []
         for rule in self.rules:
             if not rule.applies_to(request.method):
