@@ -184,7 +184,8 @@ class GuardianApp:
             return _refuse(
                 405, ServerErrorCode.METHOD_NOT_ALLOWED, "Method not allowed: use POST", allow="POST"
             )
-        if not is_json_media_type(headers.get("content-type")):
+        content_type = headers.get("content-type")
+        if content_type != "application/json" and not is_json_media_type(content_type):  # what clients send
             return _refuse(
                 415, ServerErrorCode.UNSUPPORTED_MEDIA_TYPE, "Unsupported media type: send application/json"
             )

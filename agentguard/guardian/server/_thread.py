@@ -64,7 +64,12 @@ class _BoundedProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]  # h1
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
         self._limits: ServerLimits = getattr(config, "limits", ServerLimits())
+        # One timer per connection, moved on lazily: a timer armed and cancelled at every response costs a
+        # busy server more than the rest of this class. ``_head_cycle`` is the request cycle when the head
+        # was last awaited (a new head starts a new one), ``_head_due`` when that wait ends.
         self._head_timer: asyncio.TimerHandle | None = None
+        self._head_cycle: object = None
+        self._head_due = 0.0
         self._refused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -84,17 +89,21 @@ class _BoundedProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]  # h1
         super().connection_lost(exc)
 
     def on_response_complete(self) -> None:
-        # Armed before uvicorn goes on: a pipelined request it starts now is a new cycle, not timed out.
+        # Before uvicorn goes on: a pipelined request it starts now is a new cycle, not timed out.
         self._await_head()
         super().on_response_complete()
 
     def _await_head(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-        self._head_timer = self.loop.call_later(self._limits.header_timeout, self._head_overdue, self.cycle)
+        self._head_cycle = self.cycle
+        self._head_due = self.loop.time() + self._limits.header_timeout
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_at(self._head_due, self._head_overdue, self._head_due)
 
-    def _head_overdue(self, cycle: object) -> None:
-        if self.cycle is cycle and not self.transport.is_closing():  # no request head arrived since
+    def _head_overdue(self, armed_for: float) -> None:
+        self._head_timer = None
+        if self._head_due > armed_for:  # the head was awaited again since: wait until then
+            self._head_timer = self.loop.call_at(self._head_due, self._head_overdue, self._head_due)
+        elif self.cycle is self._head_cycle and not self.transport.is_closing():  # no head arrived since
             self.transport.close()
 
 
