@@ -356,14 +356,18 @@ class Scanned(Mapping[str, Any]):
 
         variables = Scanned({"method": method, "params": params})
         denied = [rule for rule in rules if rule.evaluate(variables)]
+
+    ``representable`` names the values the caller has already shown, by other means, to hold no NUL and no
+    lone surrogate; they are not walked for them. The one such means in agentguard: the reference guardian's
+    requests decoded from JSON text without a ``\\u`` escape, the only way JSON carries either character.
     """
 
     __slots__ = ("_bound", "_problems", "_sizes")
 
-    def __init__(self, variables: Mapping[str, Any]) -> None:
+    def __init__(self, variables: Mapping[str, Any], *, representable: Iterable[str] = ()) -> None:
         self._bound: Mapping[str, Any] = dict(variables)
         # By name, on first need. Two threads may both walk a value: the same answer, stored twice.
-        self._problems: dict[str, str | None] = {}
+        self._problems: dict[str, str | None] = dict.fromkeys(representable)
         self._sizes: dict[str, tuple[int, int]] = {}
 
     def __getitem__(self, name: str) -> Any:

@@ -18,11 +18,11 @@ from agentguard.cel import (
     CelProgram,
     EvalBudget,
     VarType,
-    _expr,
     get_backend,
     set_eval_budget,
 )
 from agentguard.cel._expr import Scanned
+from tests.cel.walks import counted_walks
 
 DECLARATIONS = {"method": VarType.STRING, "params": VarType.DYN}
 MATCHES = 'params.cmd.matches("^[a-z ]*$")'  # cel-cpp reads "ls\x00; rm -rf /" as "ls": true
@@ -93,14 +93,7 @@ def test_each_value_is_walked_once_for_many_programs(monkeypatch: pytest.MonkeyP
         backend.compile(f'params.inputs.exists(i, i.name == "{name}")', DECLARATIONS)
         for name in ("to", "cc", "bcc")
     ]
-    walked: list[object] = []
-    unrepresentable = _expr.unrepresentable
-
-    def counted(value: Any) -> str | None:
-        walked.append(value)
-        return unrepresentable(value)
-
-    monkeypatch.setattr(_expr, "unrepresentable", counted)
+    walked = counted_walks(monkeypatch)
     params = {"inputs": [{"name": "to", "value": "bob@corp.example"}]}
     variables = Scanned({"method": "m", "params": params})
     assert [program.evaluate(variables) for program in programs] == [True, False, False]
@@ -127,3 +120,11 @@ def test_a_scanned_mapping_reads_like_its_variables() -> None:
     assert len(variables) == 2
     assert variables["method"] == "m"
     assert get_backend().compile('method == "m"', DECLARATIONS).evaluate(variables) is True
+
+
+def test_values_the_caller_vouches_for_are_not_walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    program = get_backend("cel-expr-python").compile(MATCHES + ' && method == "m"', DECLARATIONS)
+    walked = counted_walks(monkeypatch)
+    variables = Scanned({"method": "m", "params": {"cmd": "ls"}}, representable=("params",))
+    assert program.evaluate(variables) is True
+    assert walked == ["m"]  # only what the caller did not vouch for

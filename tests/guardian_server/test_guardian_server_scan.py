@@ -1,5 +1,6 @@
-"""The guardian checks a request's values for the C++ engine once, for all its rules, and still never lets
-a value the engine would misread (a NUL cuts a string short there) decide a rule."""
+"""The guardian checks a request's values for the C++ engine once, for all its rules, or not at all when the
+body has no ``\\u`` escape (the only way JSON carries a NUL or a lone surrogate), and still never lets a
+value the engine would misread (a NUL cuts a string short there) decide a rule."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import agentguard.cel
 from agentguard.cel import _expr
 from agentguard.guardian.server import parse_rules
-from agentguard.guardian.server._dispatch import Dispatcher
+from agentguard.guardian.server._dispatch import _DECODER, Dispatcher, _escapes_nothing
+from tests.cel.walks import counted_walks
 from tests.guardian_server.support import request_for
 
 RULES = """
@@ -29,10 +33,11 @@ rules:
 """
 
 
-def _decision(command: str) -> str:
+def _decision(command: str, *, ensure_ascii: bool = True) -> str:
     request = request_for("steps/toolCallRequest")
     request["params"]["toolCallRequest"]["inputs"] = [{"name": "cmd", "value": command}]
-    body = Dispatcher(parse_rules(RULES), "test").handle(json.dumps(request).encode())
+    text = json.dumps(request, ensure_ascii=ensure_ascii).encode("utf-8", "surrogatepass")
+    body = Dispatcher(parse_rules(RULES), "test").handle(text)
     assert body is not None
     return str(json.loads(body)["result"]["decision"])
 
@@ -52,16 +57,34 @@ def test_a_nul_in_a_request_is_denied_whichever_engine_is_left(
     assert _decision("ls") == "allow"
     # The C++ engine reads "ls\x00; rm -rf /" as "ls": the first rule would let it pass.
     assert _decision("ls\x00; rm -rf /") == "deny"
+    assert _decision("ls\x00; rm -rf /", ensure_ascii=False) == "deny"  # JSON escapes a NUL all the same
 
 
 def test_a_request_is_walked_once_for_all_its_rules(monkeypatch: pytest.MonkeyPatch) -> None:
-    walked: list[object] = []
-    unrepresentable = _expr.unrepresentable
+    walked = counted_walks(monkeypatch)
+    assert _decision("ls caf\u00e9") == "deny"  # both rules evaluated by the engine, the first denies
+    assert len(walked) == 1  # the body escapes the é: params walked once
+    walked.clear()
+    assert _decision("ls caf\u00e9", ensure_ascii=False) == "deny"  # no escape: nothing to walk for
+    assert _decision("ls") == "allow"
+    assert walked == []
 
-    def counted(value: Any) -> str | None:
-        walked.append(value)
-        return unrepresentable(value)
 
-    monkeypatch.setattr(_expr, "unrepresentable", counted)
-    assert _decision("ls") == "allow"  # both rules evaluated by the engine
-    assert len(walked) == 1
+JSON_TEXT = st.text(st.characters(codec=None, categories=None), max_size=12)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    body=st.one_of(
+        JSON_TEXT.map(lambda text: json.dumps({"k": [text]}, ensure_ascii=False)),
+        st.tuples(JSON_TEXT, JSON_TEXT).map(lambda pair: f'{{"{pair[0]}": "{pair[1]}"}}'),  # raw
+    ).map(lambda text: text.encode("utf-8", "surrogatepass"))
+    | st.binary(max_size=24).map(lambda raw: b'["' + raw + b'"]')
+)
+def test_json_without_a_u_escape_decodes_to_nothing_the_engine_misreads(body: bytes) -> None:
+    try:
+        payload = _DECODER.decode(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return  # a parse error: nothing is decided
+    if _escapes_nothing(body):
+        assert _expr.unrepresentable(payload) is None

@@ -39,7 +39,7 @@ from agentguard.aos import (
     utc_timestamp,
 )
 
-from ._rules import GuardianRules
+from ._rules import UNESCAPED_JSON, GuardianRules
 
 __all__ = ["Dispatcher", "error_body"]
 
@@ -50,15 +50,29 @@ def _no_constants(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
+# Made once: ``json.loads`` and ``json.dumps`` with options build a new decoder or encoder on every call.
+_DECODER = json.JSONDecoder(parse_constant=_no_constants)
+# ASCII output: a string may hold a lone surrogate (a valid JSON escape, not valid UTF-8), which only an
+# escape can carry. The models refuse NaN and the infinities; allow_nan=False makes sure no body that a
+# client cannot parse ever leaves (it would surface as an internal error instead).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
+def _escapes_nothing(text: bytes) -> bool:
+    """Whether no string in ``json.loads(text.decode("utf-8"))`` can hold a NUL or a lone surrogate: true when
+    ``text`` has no ``\\u`` in it. ``json.loads`` refuses a raw control character in a string, and the strict
+    UTF-8 decoding refuses an encoded surrogate, so a ``\\uXXXX`` escape is the only way either gets in.
+    (``json.loads`` on the bytes themselves decodes them with ``surrogatepass``: not so.) A ``\\\\u``, an
+    escaped backslash before a ``u``, also answers false: a needless walk, never a missed one."""
+    return b"\\u" not in text
+
+
 def _encode(response: WireModel) -> bytes:
     return _encode_json(dump(response))
 
 
 def _encode_json(data: JSONObject) -> bytes:
-    # ASCII output: a string may hold a lone surrogate (a valid JSON escape, not valid UTF-8), which only an
-    # escape can carry. The models refuse NaN and the infinities; allow_nan=False makes sure no body that a
-    # client cannot parse ever leaves (it would surface as an internal error instead).
-    return json.dumps(data, separators=(",", ":"), allow_nan=False).encode("ascii")
+    return _ENCODER.encode(data).encode("ascii")
 
 
 def _error(request_id: RequestId | None, code: int, message: str) -> JSONRPCErrorResponse:
@@ -80,17 +94,18 @@ class Dispatcher:
     def handle(self, body: bytes) -> bytes | None:
         """The response body for ``body``, or ``None`` when nothing is to be answered (notifications)."""
         try:
-            payload = json.loads(body.decode("utf-8"), parse_constant=_no_constants)
+            payload = _DECODER.decode(body.decode("utf-8"))  # strict UTF-8: see _escapes_nothing
         except (UnicodeDecodeError, ValueError, RecursionError):
             return _encode(_error(None, ErrorCode.PARSE_ERROR, "Parse error: the body is not valid JSON"))
+        unescaped = _escapes_nothing(body)
         if not isinstance(payload, list):
-            return self._handle_one(payload)
+            return self._handle_one(payload, unescaped)
         if not payload:
             return _encode(_error(None, ErrorCode.INVALID_REQUEST, "Invalid Request: empty batch"))
-        answers = [answer for answer in map(self._handle_one, payload) if answer is not None]
+        answers = [answer for obj in payload if (answer := self._handle_one(obj, unescaped)) is not None]
         return b"[" + b",".join(answers) + b"]" if answers else None
 
-    def _handle_one(self, obj: Any) -> bytes | None:
+    def _handle_one(self, obj: Any, unescaped: bool) -> bytes | None:
         try:
             wire = normalize_request(obj)
             request = parse_request(wire)
@@ -103,24 +118,30 @@ class Dispatcher:
                 return None
             return _encode(error.to_response())
         try:
-            return self._answer(request, wire)
+            return self._answer(request, wire, unescaped)
         except Exception:
             logger.exception("internal error while answering %s %r", request.method, request.id)
             if request.id is None:
                 return None
             return _encode(_error(request.id, ErrorCode.INTERNAL_ERROR, "Internal error"))
 
-    def _answer(self, request: AOSRequest, wire: JSONObject) -> bytes | None:
-        result = self._result(request, wire)
+    def _answer(self, request: AOSRequest, wire: JSONObject, unescaped: bool) -> bytes | None:
+        result = self._result(request, wire, unescaped)
         if request.id is None:
             logger.debug("notification %s decided: %s", request.method, dump(result))
             return None
         # The envelope is written directly: its members are fixed and the result is a validated model.
         return _encode_json({"jsonrpc": "2.0", "id": request.id, "result": dump(result)})
 
-    def _result(self, request: AOSRequest, wire: JSONObject) -> AOSSuccessResult | PingRequestResult:
+    def _result(
+        self, request: AOSRequest, wire: JSONObject, unescaped: bool
+    ) -> AOSSuccessResult | PingRequestResult:
         if isinstance(request, PingRequest):
             return PingRequestResult(status="connected", version=self.version, timestamp=utc_timestamp())
-        decision = self.rules.decide(request, wire)
+        token = UNESCAPED_JSON.set(wire if unescaped else None)
+        try:
+            decision = self.rules.decide(request, wire)
+        finally:
+            UNESCAPED_JSON.reset(token)
         logger.debug("%s %r: %s (%s)", request.method, request.id, decision.decision.value, decision.message)
         return decision

@@ -58,7 +58,8 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Literal, cast
@@ -80,11 +81,23 @@ from agentguard.errors import SpecError, SpecProblem
 from agentguard.guardian._observe import RateLimitedLog
 from agentguard.spec import YamlDocument, dotted, in_file_order, locate, read_yaml, validation_reason
 
-_bind: Callable[[Mapping[str, Any]], Mapping[str, Any]]
+
+def _unchecked(variables: Mapping[str, Any], *, representable: Iterable[str] = ()) -> Mapping[str, Any]:
+    return variables
+
+
+UNESCAPED_JSON: ContextVar[object] = ContextVar("agentguard_guardian_unescaped_json", default=None)
+"""Set by the server, while it decides, to the request it decoded from JSON text without a ``\\u`` escape
+(``json.loads(text.decode("utf-8"))``): the strings of that object, and of no other, hold no NUL and no lone
+surrogate (the characters the C++ CEL engine misreads), so they are not walked for them. A context variable,
+not a parameter, so that :meth:`GuardianRules.decide` keeps its signature for subclasses (an override that
+changes that object in place before deciding must reset it to ``None``)."""
+
+_bind: Callable[..., Mapping[str, Any]]
 try:
     from agentguard.cel._expr import Scanned as _bind
 except ImportError:  # pragma: no cover - no cel-expr-python wheel for this platform: nothing to check once
-    _bind = dict
+    _bind = _unchecked
 
 __all__ = [
     "DECLARATIONS",
@@ -177,8 +190,12 @@ class GuardianRules:
         return result
 
     def _decide(self, request: AOSRequest, wire: JSONObject) -> AOSSuccessResult:
-        # Every rule reads the same values: checked for the engine once per request, not once per rule.
-        variables = _bind({"method": request.method, "params": wire["params"]})
+        # Every rule reads the same values: checked for the engine once per request, not once per rule, and
+        # not at all when the server vouches for this very request.
+        variables = _bind(
+            {"method": request.method, "params": wire["params"]},
+            representable=("params",) if UNESCAPED_JSON.get() is wire else (),
+        )
         errors: list[JSONObject] = []
         for rule in self.rules:
             if not rule.applies_to(request.method):
