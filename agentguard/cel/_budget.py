@@ -187,7 +187,7 @@ class _Cost:
 class CostProfile:
     """How an expression's work grows with its data, read from its checked syntax tree (see the module)."""
 
-    __slots__ = ("_cost", "_growth", "trivial")
+    __slots__ = ("_cost", "_growth", "_last", "trivial")
 
     def __init__(self, serialized: bytes) -> None:
         wrapper = message(serialized)
@@ -207,6 +207,9 @@ class CostProfile:
         # grow by 2 ** adds: pessimistic, and 1 for the many expressions without one.
         self._growth = 2 ** min(walk.adds, 60)
         self.trivial = not self._cost.loops and not self._cost.copies
+        # (largest, iterations, copies) of the last check: the estimate depends on the largest list or map
+        # only, which is the same from one request to the next of a kind.
+        self._last = (-1, 0, 0)
 
     def check(self, source: str, sizes: tuple[int, int], budget: EvalBudget | None = None) -> None:
         """Raise :class:`CelEvaluationError` if evaluating on data of ``sizes`` (:func:`measure` of the
@@ -215,14 +218,20 @@ class CostProfile:
             return
         budget = budget or _budget
         longest, largest = sizes
-        iterations = _iterations(self._cost, largest, self._growth)
+        last = self._last
+        if last[0] == largest:
+            iterations, copies = last[1], last[2]
+        else:
+            iterations = _iterations(self._cost, largest, self._growth)
+            copies = _copies(self._cost, largest, self._growth)
+            self._last = (largest, iterations, copies)
         if iterations > budget.max_iterations:
             raise CelEvaluationError(
                 source,
                 f"evaluation budget: on this data it could take {iterations} comprehension iterations, more "
                 f"than {budget.max_iterations} (EvalBudget.max_iterations); not evaluated",
             )
-        made = _copies(self._cost, largest, self._growth) * longest * self._growth
+        made = copies * longest * self._growth
         if made > budget.max_bytes:
             raise CelEvaluationError(
                 source,

@@ -128,3 +128,21 @@ def test_values_the_caller_vouches_for_are_not_walked(monkeypatch: pytest.Monkey
     variables = Scanned({"method": "m", "params": {"cmd": "ls"}}, representable=("params",))
     assert program.evaluate(variables) is True
     assert walked == ["m"]  # only what the caller did not vouch for
+
+
+def test_the_estimate_follows_the_data_from_one_evaluation_to_the_next() -> None:
+    program = get_backend("cel-expr-python").compile(
+        "params.items.all(a, params.items.all(b, a != b || a == b))", DECLARATIONS
+    )
+    previous = set_eval_budget(EvalBudget(max_iterations=1_000))
+    try:
+        for size, allowed in [(10, True), (50, False), (10, True), (50, False)]:
+            variables = {"method": "m", "params": {"items": list(range(size))}}
+            for bound in (variables, Scanned(variables)):
+                if allowed:
+                    assert program.evaluate(bound) is True
+                else:
+                    with pytest.raises(CelEvaluationError, match="max_iterations"):
+                        program.evaluate(bound)
+    finally:
+        set_eval_budget(previous)
