@@ -13,8 +13,9 @@ sending its next ``steps/toolCallRequest`` as soon as the previous answer arrive
 its best round (the least disturbed one).
 
 Targets on this 2-core machine, one worker: >= 3,000 decisions/s, and >= 0.8x the echo app's requests/s.
-Prints a table and writes ``benchmarks/results/guardian_server.json`` (``guardian_server_workers<N>.json``
-with ``--workers``).
+Each row also gives the CPU the server used per request, steadier than requests/s under the machine's other
+load, and the client's (the two share the cores). Prints a table and writes
+``benchmarks/results/guardian_server.json`` (``guardian_server_workers<N>.json`` with ``--workers``).
 """
 
 from __future__ import annotations
@@ -156,15 +157,16 @@ def cpu_seconds(pid: int) -> float:
 
 
 def measure(port: int, requests: int, connections: int, pid: int) -> dict[str, float]:
-    """One round against the server on ``port`` (process ``pid``): requests/s, its CPU µs per request,
-    median and p99 latency (ms), denials."""
-    cpu = cpu_seconds(pid)
+    """One round against the server on ``port`` (process ``pid``): requests/s, its CPU µs per request and
+    the client's (this process: the two share the machine's cores), median and p99 latency (ms), denials."""
+    cpu, client = cpu_seconds(pid), cpu_seconds(os.getpid())
     elapsed, latencies, denied = asyncio.run(load(port, requests, connections))
-    cpu = cpu_seconds(pid) - cpu
+    cpu, client = cpu_seconds(pid) - cpu, cpu_seconds(os.getpid()) - client
     latencies.sort()
     return {
         "per_second": requests / elapsed,
         "cpu_us": cpu / requests * 1e6,
+        "client_cpu_us": client / requests * 1e6,
         "median_ms": statistics.median(latencies) * 1000,
         "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
         "denied": denied,
@@ -232,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             ("server", "<10"),
             ("requests/s", ">12"),
             ("CPU µs/req", ">11"),
+            ("client µs/req", ">14"),
             ("median ms", ">10"),
             ("p99 ms", ">8"),
         ],
@@ -240,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                 name,
                 f"{row['per_second']:,.0f}",
                 f"{row['cpu_us']:.0f}",
+                f"{row['client_cpu_us']:.0f}",
                 f"{row['median_ms']:.2f}",
                 f"{row['p99_ms']:.2f}",
             )
@@ -263,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
             "p99_ms": round(best["guardian"]["p99_ms"], 3),
             # With --workers the process measured is the supervisor: its CPU says nothing of the workers.
             "cpu_us_per_decision": round(best["guardian"]["cpu_us"], 1) if args.workers == 1 else None,
+            "client_cpu_us_per_decision": round(best["guardian"]["client_cpu_us"], 1),
             "echo_cpu_us_per_request": round(best["echo"]["cpu_us"], 1),
+            "echo_client_cpu_us_per_request": round(best["echo"]["client_cpu_us"], 1),
             "echo_requests_per_second": round(best["echo"]["per_second"], 1),
             "echo_median_ms": round(best["echo"]["median_ms"], 3),
             "ratio_to_echo": round(ratio, 3),
