@@ -21,7 +21,9 @@ Supported: literals (null, bool, int, double, string), variables, ``a.f`` and ``
 ``in`` (string key of a map, string in a list of strings), ``+`` and ``-`` on ints, ``+`` on strings,
 unary ``-`` on ints, and ``size``, ``startsWith``, ``endsWith``, ``contains`` on strings (``size`` also on
 lists and maps). Not supported, left to the engine: macros (comprehensions), list and map literals, uint,
-bytes, timestamps and durations, regular expressions, conversions, other functions.
+bytes, timestamps and durations, regular expressions, conversions, other functions. An operand of ``&&`` or
+``||`` built from those is left unsure: another operand with the deciding value still answers (CEL's ``&&``
+is false when any operand is false, errors included), and otherwise the engine evaluates the whole.
 
 One difference is deliberate: the engine converts each bound variable whole, and refuses one that holds a
 value it cannot convert (an integer beyond 64 bits, a string that is not valid Unicode) even where the
@@ -131,10 +133,33 @@ def _compile(buf: bytes, references: Mapping[int, str]) -> Closure:
         return _has(operand, field) if select.get(3, [0])[0] else _select(operand, field)
     if 6 in expr:
         call = message(expr[6][0])
+        function = text(call, 2)
+        if function in _LOGIC and 1 not in call:
+            # An operand the fast path cannot compile (a comprehension, say) is unsure, not unsupported: another
+            # operand with the deciding value still answers (``toolId == "refund" && inputs.exists(...)`` is
+            # false whenever the tool is another one, as in CEL, whatever the comprehension would give).
+            operands = [_compile_or_unsure(a, references) for a in call.get(3, [])]
+            if all(operand is _unsure for operand in operands):
+                raise _Unsupported
+            return _call(function, operands, False)
         target = [_compile(t, references) for t in call.get(1, [])]
         args = [_compile(a, references) for a in call.get(3, [])]
         return _call(text(call, 2), target + args, bool(target))
     raise _Unsupported  # list and map literals, comprehensions
+
+
+_LOGIC = frozenset({"_&&_", "_||_"})
+
+
+def _unsure(variables: Mapping[str, Any]) -> Any:
+    raise Unsure
+
+
+def _compile_or_unsure(buf: bytes, references: Mapping[int, str]) -> Closure:
+    try:
+        return _compile(buf, references)
+    except _Unsupported:
+        return _unsure
 
 
 def _constant(constant: Message) -> Closure:

@@ -235,3 +235,38 @@ def test_the_fast_path_leaves_doubtful_cases_to_the_engine(
 def test_constructs_outside_the_fast_path_go_to_the_engine(expression: str) -> None:
     program = FAST.compile(expression, {"s": VarType.STRING})
     assert program._fast is None
+
+
+LOGIC_WITH_MACROS = [
+    't == "refund" && xs.exists(x, x > 100)',
+    't != "refund" || xs.all(x, x <= 100)',
+    'xs.exists(x, x > 100) && t == "refund"',
+    '(t == "refund" && xs.exists(x, x > 1)) || t == "other"',
+    "xs.exists(x, x > 1) && xs.all(x, x < 5)",
+]
+
+
+@pytest.mark.parametrize("source", LOGIC_WITH_MACROS)
+@settings(max_examples=80, deadline=None)
+@given(
+    t=st.sampled_from(["refund", "other", "x"]) | st.integers(),
+    xs=st.lists(st.integers(-5, 200), max_size=4) | st.none() | st.text(max_size=2),
+)
+def test_a_deciding_operand_answers_beside_a_comprehension(source: str, t: Any, xs: Any) -> None:
+    """``&&`` / ``||`` with an operand the fast path cannot compile: it answers only when another operand
+    decides, and then as the engine does (errors included: ``false && <error>`` is false)."""
+    declared = {"t": VarType.DYN, "xs": VarType.DYN}
+    fast, engine = FAST.compile(source, declared), ENGINE.compile(source, declared)
+    variables = {"t": t, "xs": xs}
+    if source.startswith("xs.exists(x, x > 1) && xs.all"):
+        assert fast._fast is None  # no operand the fast path can compile: the engine alone
+        return
+    answer = fast_answer(fast, variables)
+    if answer is not MISSING:
+        assert same(answer, engine_answer(engine, variables))
+
+
+def test_a_false_guard_clause_answers_without_the_engine() -> None:
+    program = FAST.compile('t == "refund" && xs.exists(x, x > 100)', {"t": VarType.DYN, "xs": VarType.DYN})
+    assert fast_answer(program, {"t": "lookup", "xs": [500]}) is False
+    assert fast_answer(program, {"t": "refund", "xs": [500]}) is MISSING  # the comprehension: the engine
