@@ -187,6 +187,7 @@ class ExprProgram:
         "_faithful",
         "_fast",
         "_names",
+        "_narrow",
         "_quiet",
         "_reads",
         "_source",
@@ -209,6 +210,7 @@ class ExprProgram:
         self._names = names
         self._fast = fast
         self._reads: Mapping[str, Reads] = reads if reads is not None else dict.fromkeys(names)
+        self._narrow = any(read is not None for read in self._reads.values())
         self._declarations = declarations
         # Why every evaluation goes to cel-python (a data-derived regular expression), or None.
         self._quiet = quiet
@@ -252,6 +254,8 @@ class ExprProgram:
             return self._faithfully(data, problem)
         if not self._cost.trivial:
             self._cost.check(self._source, measure(data.values()) if scanned is None else scanned.sizes(data))
+        if self._narrow:  # the engine converts what it is given whole: give it only what the tree reads
+            data = {name: _narrowed(value, self._reads.get(name)) for name, value in data.items()}
         try:
             value = self._expression.eval(data=data)
         except RuntimeError as exc:  # a few failures are raised, e.g. a map literal with a duplicate key
@@ -398,6 +402,17 @@ class Scanned(Mapping[str, Any]):
                 sizes = self._sizes[name] = measure((self._bound[name],))
             longest, largest = max(longest, sizes[0]), max(largest, sizes[1])
         return longest, largest
+
+
+def _narrowed(value: Any, reads: Reads) -> Any:
+    """``value`` with only the members ``reads`` selects, nested (the whole value where it reads it whole).
+
+    The same answer as the whole value: a member the tree never names cannot change it, and a member it names
+    is kept exactly when present (so ``has()`` and missing-key errors are unchanged).
+    """
+    if reads is None or type(value) is not dict:
+        return value
+    return {key: _narrowed(value[key], below) for key, below in reads.items() if key in value}
 
 
 def unrepresentable(value: Any) -> str | None:

@@ -349,3 +349,28 @@ def test_an_output_denial_names_the_clause_without_the_withheld_values() -> None
         caught.value.reason == 'assertion is false: clause 2 of 2, recent["wire"].outputs.code < 3 is false'
     )
     assert "4242" not in str(caught.value)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    expression=_expression(),
+    calls=st.lists(st.tuples(names, json_values, json_values), max_size=5),
+)
+def test_the_engine_given_only_what_the_tree_reads_answers_as_given_everything(
+    expression: str, calls: list[tuple[str, Any, Any]]
+) -> None:
+    """The C++ engine is handed each value narrowed to the members the syntax tree selects, nested."""
+    from agentguard.cel._expr import ExprBackend, ExprProgram
+
+    try:
+        narrowing = ExprBackend(fast_path=False).compile(expression, ENGAGEMENT_DECLARATIONS)
+    except agentguard.cel.CelCompileError:
+        return
+    whole = ExprProgram(
+        narrowing.source, narrowing._expression, narrowing.variables
+    )  # reads all of each value
+    state = EngagementState(user=User(id="u1"))
+    for name, inputs, outputs in calls:
+        state.complete_call(state.begin_call(name, {"v": inputs}), outputs)
+    view = state.view()
+    assert _outcome(narrowing, view) == _outcome(whole, view)
