@@ -51,6 +51,7 @@ from celpy.celparser import CELParseError
 import agentguard
 from agentguard.cel._base import CelCompileError, CelEvaluationError, Reads, VarType, redacted
 from agentguard.cel._budget import metered, spent, tick
+from agentguard.cel._checked import add_read
 
 __all__ = ["CelpyBackend"]
 
@@ -479,19 +480,20 @@ class CelpyBackend:
             except CELParseError as exc:
                 raise _parse_error(expression, exc) from None
             referenced = _Scanner(expression, declarations).scan(tree)
+            reads = _reads(tree, frozenset(referenced))
             try:
                 runner = celpy.CompiledRunner(self._environment, cast(ev.TranspilerTree, tree), _OPERATORS)
                 run = _function(runner.tp.source_text)
             except Exception as exc:  # the transpiler rejects a few constructs the grammar accepts
                 raise CelCompileError(expression, f"{type(exc).__name__}: {exc}") from exc
         binders = {name: _BINDERS[declarations[name]] for name in referenced}
-        return CelpyProgram(expression, runner.tp.base_activation, run, binders)
+        return CelpyProgram(expression, runner.tp.base_activation, run, binders, reads)
 
 
 class CelpyProgram:
     """A transpiled ``cel-python`` expression. Thread-safe: evaluation state lives in its activation."""
 
-    __slots__ = ("_base", "_binders", "_dotted", "_names", "_run", "_source")
+    __slots__ = ("_base", "_binders", "_dotted", "_names", "_reads", "_run", "_source")
 
     def __init__(
         self,
@@ -499,8 +501,10 @@ class CelpyProgram:
         base: ev.Activation,
         run: Callable[[_Activation], Any],
         binders: dict[str, Callable[[Any], Any]],
+        reads: Mapping[str, Reads] | None = None,
     ) -> None:
         self._source = source
+        self._reads: Mapping[str, Reads] = reads if reads is not None else dict.fromkeys(binders)
         self._base = base
         self._run = run
         self._binders = binders
@@ -517,8 +521,7 @@ class CelpyProgram:
 
     @property
     def reads(self) -> Mapping[str, Reads]:
-        """Every variable whole: this backend does not narrow bindings (always right, only slower)."""
-        return dict.fromkeys(self._names)
+        return self._reads
 
     def explain(self, variables: Mapping[str, Any], *, values: bool) -> str | None:
         """Not offered by this backend (it keeps no source positions)."""
@@ -710,6 +713,70 @@ _WRAPPERS = frozenset(
         "primary",
     }
 )
+
+
+def _reads(tree: lark.Tree[Any], declared: frozenset[str]) -> dict[str, Reads]:
+    """What the expression reads of each declared variable, from celpy's parse tree (as
+    :func:`agentguard.cel._checked.reads_of` does from the C++ engine's): the members selected by a constant
+    name, nested; ``None`` wherever a value is used in any other way. Dotted variable names are read whole."""
+    if any("." in name for name in declared):
+        return dict.fromkeys(declared)
+    found: dict[str, Reads] = {}
+
+    def visit(node: Any, scope: frozenset[str]) -> None:
+        if not isinstance(node, lark.Tree):
+            return
+        path = _member_path(node)
+        if path is not None:
+            head, members = path
+            if head in declared and head not in scope:
+                add_read(found, head, members)
+            return
+        children: list[Any] = node.children
+        if node.data == "member_dot_arg" and str(children[1]) in _MACROS:
+            receiver, _, *rest = children
+            visit(receiver, scope)
+            args = rest[0].children if rest else []
+            bound = _qualified_name(args[0]) if args else None
+            inner = scope | {str(bound[0][0])} if bound is not None else scope
+            for arg in args[1:]:
+                visit(arg, inner)
+            return
+        for child in children:
+            visit(child, scope)
+
+    visit(tree, frozenset())
+    return found
+
+
+def _member_path(node: Any) -> tuple[str, list[str]] | None:
+    """``(variable, [member, ...])`` when ``node`` is nothing but constant selections from a variable."""
+    while isinstance(node, lark.Tree) and node.data in _WRAPPERS and len(node.children) == 1:
+        node = node.children[0]
+    if not isinstance(node, lark.Tree):
+        return None
+    children: list[Any] = node.children
+    if node.data in ("ident", "dot_ident"):
+        return str(children[0]), []
+    if node.data == "member_dot":
+        inner = _member_path(children[0])
+        return None if inner is None else (inner[0], [*inner[1], str(children[1])])
+    if node.data == "member_index":
+        key = _string_literal(children[1])
+        inner = _member_path(children[0]) if key is not None else None
+        return None if inner is None or key is None else (inner[0], [*inner[1], key])
+    return None
+
+
+def _string_literal(node: Any) -> str | None:
+    """The text of a plain quoted string literal (no escapes, no prefix); ``None`` for anything else."""
+    while isinstance(node, lark.Tree) and node.data in (*_WRAPPERS, "literal") and len(node.children) == 1:
+        node = node.children[0]
+    token = str(node) if isinstance(node, lark.Token) else ""
+    if len(token) >= 2 and token[0] == token[-1] and token[0] in "\"'" and "\\" not in token:
+        inner = token[1:-1]
+        return None if token[0] in inner else inner
+    return None
 
 
 def _qualified_name(node: Any) -> tuple[list[lark.Token], bool] | None:

@@ -17,7 +17,17 @@ from typing import Any, cast
 
 from agentguard.cel._base import Reads
 
-__all__ = ["CheckedExpr", "Clause", "Message", "clauses", "dynamic_patterns", "message", "reads_of", "text"]
+__all__ = [
+    "CheckedExpr",
+    "Clause",
+    "Message",
+    "add_read",
+    "clauses",
+    "dynamic_patterns",
+    "message",
+    "reads_of",
+    "text",
+]
 
 # Field numbers from google/cel-spec proto/cel/expr/checked.proto and syntax.proto.
 # Any:          type_url = 1, value = 2
@@ -281,13 +291,13 @@ def _reads(
     if path is not None:
         variable, members = path
         if variable in declared:
-            _add(found, variable, members)
+            add_read(found, variable, members)
         return
     for child, inner in _children(expr, scope):
         _reads(child, inner, references, declared, found)
 
 
-def _add(found: dict[str, Reads], variable: str, members: list[str]) -> None:
+def add_read(found: dict[str, Reads], variable: str, members: list[str]) -> None:
     """Merge one read into the tree of reads: ``None`` (read whole) absorbs every narrower read."""
     node, key = found, variable
     for member in members:
