@@ -100,7 +100,13 @@ def test_the_connection_cap_holds_and_frees_up() -> None:
         assert _ping(server.url).json()["result"]["status"] == "connected"
 
 
-def test_a_costly_request_does_not_stall_a_concurrent_ping(tmp_path: Path) -> None:
+def test_a_costly_request_does_not_stall_a_concurrent_ping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On the pure-Python engine, whose evaluation lets other threads run: the C++ engine holds the GIL for a
+    # whole evaluation (its cost is bounded by the evaluation budget instead), so with it a ping can wait
+    # for one evaluation whichever thread runs it, and the test would measure the engine, not the server.
+    monkeypatch.setenv("AGENTGUARD_CEL_BACKEND", "cel-python")
     rules = tmp_path / "rules.yaml"
     rules.write_text(COSTLY_RULES)
     costly = request_for("steps/toolCallRequest")
