@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentguard.cel._base import CelEvaluationError
-from agentguard.cel._checked import Message, _children, message, text
+from agentguard.cel._checked import Message, children, message, text
 
 __all__ = [
     "CostProfile",
@@ -256,25 +256,25 @@ class _Walk:
             ranged = message(loop[2][0]) if 2 in loop else {}
             size = len(message(ranged[7][0]).get(1, [])) if 7 in ranged else None
             return _Cost((*outside.loops, _Loop(size, not _is_path(ranged), body)), outside.copies)
-        children = [child for child, _ in _children(expr, frozenset())]
+        below = [child for child, _ in children(expr, frozenset())]
         if 6 not in expr or text(message(expr[6][0]), 2) != "_+_":
-            return self._sum(children, accumulator)
+            return self._sum(below, accumulator)
         operands = message(expr[6][0]).get(3, [])
         if accumulator is not None and operands and _is_identifier(operands[0], accumulator):
             # How map and filter build their result: one element, a reference, appended per iteration.
             return self._sum(operands[1:], accumulator)
         overloads = self._overloads.get(expr.get(2, [0])[0])
-        inner = self._sum(children, accumulator)
+        inner = self._sum(below, accumulator)
         if overloads is None or overloads & _ADDS:
             self.adds += 1
         if overloads is None or overloads & _COPYING_ADDS:
             return _Cost(inner.loops, inner.copies + len(operands))
         return inner
 
-    def _sum(self, children: list[bytes], accumulator: str | None) -> _Cost:
+    def _sum(self, nodes: list[bytes], accumulator: str | None) -> _Cost:
         loops: list[_Loop] = []
         copies = 0
-        for child in children:
+        for child in nodes:
             found = self.cost(child, accumulator)
             loops += found.loops
             copies += found.copies

@@ -22,6 +22,7 @@ __all__ = [
     "Clause",
     "Message",
     "add_read",
+    "children",
     "clauses",
     "dynamic_patterns",
     "message",
@@ -147,7 +148,7 @@ def _walk(
         return
     if 6 in expr:
         functions.add(text(message(expr[6][0]), 2))
-    for child, inner in _children(expr, scope):
+    for child, inner in children(expr, scope):
         _walk(child, inner, references, variables, functions)
 
 
@@ -210,7 +211,7 @@ def _spots(expr: Message, positions: dict[int, int]) -> list[int]:
         spot = positions.get(node.get(2, [0])[0])
         if spot is not None and spot >= 0:
             spots.append(spot)
-        pending.extend(message(child) for child, _ in _children(node, frozenset()))
+        pending.extend(message(child) for child, _ in children(node, frozenset()))
     return spots
 
 
@@ -235,7 +236,7 @@ def dynamic_patterns(tree: CheckedExpr) -> bool:
                 pattern = message((call.get(1, []) + call.get(3, []))[-1])
                 if 3 not in pattern:  # not a constant
                     return True
-        pending.extend(child for child, _ in _children(expr, frozenset()))
+        pending.extend(child for child, _ in children(expr, frozenset()))
     return False
 
 
@@ -293,7 +294,7 @@ def _reads(
         if variable in declared:
             add_read(found, variable, members)
         return
-    for child, inner in _children(expr, scope):
+    for child, inner in children(expr, scope):
         _reads(child, inner, references, declared, found)
 
 
@@ -308,7 +309,7 @@ def add_read(found: dict[str, Reads], variable: str, members: list[str]) -> None
     node[key] = None
 
 
-def _children(expr: Message, scope: frozenset[str]) -> Iterator[tuple[bytes, frozenset[str]]]:
+def children(expr: Message, scope: frozenset[str]) -> Iterator[tuple[bytes, frozenset[str]]]:
     """Each sub-expression of ``expr``, with the comprehension variables in scope there."""
     if 5 in expr:
         for operand in message(expr[5][0]).get(1, []):
