@@ -22,7 +22,6 @@ from agentguard.engagement import EngagementState, User, ViewPlan
 from agentguard.spec import ENGAGEMENT_DECLARATIONS
 from tests.conftest import spec_text
 
-
 for _name in ("cel-expr-python", "cel-python"):
     get_backend(_name)  # created at import: cel-python raises the recursion limit once, not inside a test
 
