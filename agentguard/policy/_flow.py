@@ -529,15 +529,11 @@ def _unfit(call: ToolCall, inputs: dict[str, Any] | None) -> str | None:
         return "modifiedRequest carries no tool inputs"
     try:
         args, kwargs = call.to_args(inputs)
-        signature = inspect.signature(call.fn)
+        inspect.signature(call.fn).bind(*args, **kwargs)
+    except TypeError as exc:
+        return f"modifiedRequest's inputs do not fit the tool's parameters ({exc})"
     except ValueError:  # a callable without a signature: only calling it can tell
         return None
-    except TypeError as exc:
-        return f"modifiedRequest's inputs do not fit the tool's parameters ({exc})"
-    try:
-        signature.bind(*args, **kwargs)
-    except TypeError as exc:
-        return f"modifiedRequest's inputs do not fit the tool's parameters ({exc})"
     return None
 
 
