@@ -234,7 +234,9 @@ def _checked_guard(name: str) -> _Checked:
         guard = getattr(guard, part, None)
     if not isinstance(guard, Guard):
         raise ValueError(f"--guard {name}: not a Guard (found {type(guard).__name__})")
-    found = lint_spec(guard.compiled, missing=guard.missing_configuration())
+    found = lint_spec(
+        guard.compiled, missing=guard.missing_configuration(), unknown_capability=guard.unknown_capability
+    )
     return _Checked(f"{name} ({guard.compiled.source})", "openagentspec", found.errors, found.warnings)
 
 

@@ -259,6 +259,11 @@ class Guard:
         return self.compiled.spec.name
 
     @property
+    def unknown_capability(self) -> UnknownCapability:
+        """What this guard does with a call that is neither a capability nor a guardrail tool."""
+        return self._flow.unknown_capability
+
+    @property
     def retain_memory(self) -> bool:
         """``lifespan.retain_memory``: may a host carry model context from one engagement to the next?"""
         return self.policy.retain_memory

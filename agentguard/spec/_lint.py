@@ -84,17 +84,21 @@ class _Collector:
         (self.errors if certain else self.warnings).append(problem)
 
 
-def lint_spec(compiled: CompiledSpec, *, missing: Sequence[str] = ()) -> SpecFindings:
+def lint_spec(
+    compiled: CompiledSpec, *, missing: Sequence[str] = (), unknown_capability: str | None = None
+) -> SpecFindings:
     """Check what ``compiled``'s restriction assertions and ``exposes`` selections read against the
     Engagement's shape and the spec's capabilities; never raises.
 
     ``missing`` is what a built guard lacks (:meth:`agentguard.Guard.missing_configuration`): each piece is
     an error placed at the ``require_review`` or ``tool_name`` fields naming it (or at the document when a
-    review gate, not the spec, names it).
+    review gate, not the spec, names it). ``unknown_capability`` is a built guard's setting: under
+    ``"deny"`` a name that is not a capability is certain to be missing, an error rather than a warning.
     """
     spec = compiled.spec
     found = _Collector(compiled.source, spec._positions)
     names = _Names(
+        deny_unknown=unknown_capability == "deny",
         recorded={reference.name: key for key, reference in compiled.references.items()},
         keys=frozenset(compiled.references),
         guardrail_tools=frozenset(
@@ -142,6 +146,8 @@ def _named_fields(compiled: CompiledSpec) -> Iterator[tuple[tuple[object, ...], 
 
 @dataclass(frozen=True)
 class _Names:
+    deny_unknown: bool
+    """The guard refuses calls to names that are not capabilities (known only for a built guard)."""
     recorded: Mapping[str, str]
     """The name a call is recorded under in ``recent`` / ``history`` -> its capability key."""
     keys: frozenset[str]
@@ -219,6 +225,8 @@ def _name(variable: str, name: str, names: _Names) -> Iterator[tuple[bool, str]]
         close = _close(name, list(names.recorded))
         if close:  # a typo of a capability: the name that is recorded is the other one
             yield True, f"{shown}: {name!r} is not a capability of this spec{close}"
+        elif names.deny_unknown:
+            yield True, f"{shown}: {name!r} is not a capability of this spec, and the guard refuses any other"
         else:
             yield (
                 False,
