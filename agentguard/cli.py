@@ -217,21 +217,18 @@ def _validate(args: argparse.Namespace) -> int:
 def _checked_guard(name: str) -> _Checked:
     """The findings on the guard ``module:attribute`` names (imported from the current directory, as a
     script's own modules are): its spec's, and every reviewer and guardrail tool it was not given."""
+    from agentguard._lazy import import_object
     from agentguard.errors import SpecError
     from agentguard.guard import Guard
     from agentguard.spec import lint_spec
 
-    module_name, colon, attribute = name.partition(":")
-    if not colon or not module_name or not attribute:
-        raise ValueError(f"--guard must be MODULE:NAME, not {name!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    guard: object
     try:
-        guard: object = importlib.import_module(module_name)
+        guard = import_object(name, "--guard", "MODULE:NAME")
     except SpecError as error:  # the module builds its guard from a spec file that does not load
         return _Checked(name, "openagentspec", error.problems)
-    for part in attribute.split("."):
-        guard = getattr(guard, part, None)
+    except AttributeError:
+        guard = None
     if not isinstance(guard, Guard):
         raise ValueError(f"--guard {name}: not a Guard (found {type(guard).__name__})")
     found = lint_spec(

@@ -68,12 +68,12 @@ from typing import Any, TypeAlias, TypeVar
 
 import httpx
 
+from agentguard._deadline import TooLarge, deadline_transport, read_async, read_sync
 from agentguard._httputil import is_loopback
 from agentguard.cel import CelBackend, get_backend
 from agentguard.engagement import to_plain
 from agentguard.errors import AgentGuardError, ConfigurationError, SpecError
 from agentguard.guard import Guard
-from agentguard.guardian._deadline import TooLarge, deadline_transport, read_async, read_sync
 from agentguard.policy import Credentials, current_credentials
 from agentguard.spec import DEFAULT_LIMITS, CompiledSpec, LoadLimits, Reference, load_spec_text
 

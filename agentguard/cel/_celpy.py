@@ -713,6 +713,7 @@ _WRAPPERS = frozenset(
         "primary",
     }
 )
+_LITERAL_WRAPPERS = _WRAPPERS | {"literal"}
 
 
 def _reads(tree: lark.Tree[Any], declared: frozenset[str]) -> dict[str, Reads]:
@@ -749,10 +750,16 @@ def _reads(tree: lark.Tree[Any], declared: frozenset[str]) -> dict[str, Reads]:
     return found
 
 
+def _unwrapped(node: Any, wrappers: frozenset[str] = _WRAPPERS) -> Any:
+    """``node`` without the single-child rules that only wrap it (precedence levels of the grammar)."""
+    while isinstance(node, lark.Tree) and node.data in wrappers and len(node.children) == 1:
+        node = node.children[0]
+    return node
+
+
 def _member_path(node: Any) -> tuple[str, list[str]] | None:
     """``(variable, [member, ...])`` when ``node`` is nothing but constant selections from a variable."""
-    while isinstance(node, lark.Tree) and node.data in _WRAPPERS and len(node.children) == 1:
-        node = node.children[0]
+    node = _unwrapped(node)
     if not isinstance(node, lark.Tree):
         return None
     children: list[Any] = node.children
@@ -770,8 +777,7 @@ def _member_path(node: Any) -> tuple[str, list[str]] | None:
 
 def _string_literal(node: Any) -> str | None:
     """The text of a plain quoted string literal (no escapes, no prefix); ``None`` for anything else."""
-    while isinstance(node, lark.Tree) and node.data in (*_WRAPPERS, "literal") and len(node.children) == 1:
-        node = node.children[0]
+    node = _unwrapped(node, _LITERAL_WRAPPERS)
     token = str(node) if isinstance(node, lark.Token) else ""
     if len(token) >= 2 and token[0] == token[-1] and token[0] in "\"'" and "\\" not in token:
         inner = token[1:-1]
@@ -782,8 +788,7 @@ def _string_literal(node: Any) -> str | None:
 def _qualified_name(node: Any) -> tuple[list[lark.Token], bool] | None:
     """``(identifiers, rooted)`` if ``node`` is nothing but a name ``a.b.c`` (``rooted``: written ``.a.b.c``,
     which bypasses local variables), else ``None``."""
-    while isinstance(node, lark.Tree) and node.data in _WRAPPERS and len(node.children) == 1:
-        node = node.children[0]
+    node = _unwrapped(node)
     if not isinstance(node, lark.Tree):
         return None
     children: list[Any] = node.children

@@ -45,7 +45,7 @@ from typing import Literal, Self, TypeVar
 import httpx
 from opentelemetry.trace import TracerProvider
 
-from agentguard.guardian._deadline import deadline_transport, read_async, read_sync
+from agentguard._deadline import deadline_transport, read_async, read_sync
 from agentguard.guardian._flow import (
     DEFAULT_MAX_REPLY_BYTES,
     Flow,

@@ -32,7 +32,7 @@ from typing import Literal, TypeVar
 
 import httpx
 
-from agentguard.guardian._deadline import TooLarge
+from agentguard._deadline import TooLarge
 from agentguard.guardian._retry import Retry, backoff_delay_ms
 from agentguard.guardian._types import GuardianOutcome, GuardianUnavailable, GuardianVerdict
 

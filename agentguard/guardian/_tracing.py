@@ -33,7 +33,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import ProxyTracerProvider, Span, SpanKind, Status, StatusCode, TracerProvider
 from opentelemetry.util.types import AttributeValue
 
-from agentguard.guardian._deadline import TooLarge
+from agentguard._deadline import TooLarge
 from agentguard.guardian._observe import RateLimitedLog
 
 __all__ = ["ClientSpan", "RequestTracing", "ServerSpan", "ServerTracing"]

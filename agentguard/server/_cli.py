@@ -23,12 +23,12 @@ loaded, 2 for a usage error.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
+from agentguard._lazy import import_object
 from agentguard._servecli import (
     add_listen_options,
     exposure_problem,
@@ -105,17 +105,10 @@ def _fail(message: str, status: int = 1) -> int:
 
 
 def _load_runner(spec: str, option: str = "--runner") -> Callable[..., Any]:
-    module_name, colon, attribute = spec.partition(":")
-    if not colon or not module_name or not attribute:
-        raise ValueError(f"{option} must be MODULE:CALLABLE, not {spec!r}")
-    if os.getcwd() not in sys.path:  # the runner lives in the user's project, as with `python -m`
-        sys.path.insert(0, os.getcwd())
-    target: Any = importlib.import_module(module_name)
-    for part in attribute.split("."):
-        target = getattr(target, part)
+    target = import_object(spec, option)
     if not callable(target):
         raise ValueError(f"{spec} is not callable")
-    return target  # type: ignore[no-any-return]
+    return target
 
 
 def _remote_tokens(pairs: list[str]) -> dict[str, str]:

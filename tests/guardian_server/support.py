@@ -57,6 +57,28 @@ rules:
         params.toolCallRequest.inputs.map(i, i.name == "body" ? {"name": "body", "value": "[redacted]"} : i)
 """
 
+# The shop agent's guardian in the adapters' tests (MCP, OpenAI Agents): it denies another tenant's orders and
+# redacts every e-mail body.
+SHOP_GUARDIAN_RULES = """
+default_decision: allow
+rules:
+  - name: no-foreign-orders
+    methods: [steps/toolCallRequest]
+    when: >-
+      params.toolCallRequest.toolId == "lookup-order" &&
+      params.toolCallRequest.inputs.exists(i, i.name == "order_id" && i.value.startsWith("X-"))
+    decision: deny
+    message: Orders of another tenant
+  - name: redact-body
+    methods: [steps/toolCallRequest]
+    when: params.toolCallRequest.toolId == "send-email"
+    decision: modify
+    message: Body redacted
+    set:
+      params.toolCallRequest.inputs: >-
+        params.toolCallRequest.inputs.map(i, i.name == "body" ? {"name": "body", "value": "[redacted]"} : i)
+"""
+
 _SCHEMA_A2A_SPELLINGS = {
     "tasks/get": "task/get",
     "tasks/pushNotificationConfig/get": "task/pushNotificationConfig/get",

@@ -16,30 +16,11 @@ import pytest
 
 from agentguard import Guard
 from agentguard.guardian.server import RunningServer, create_app, parse_rules, serve_in_thread
+from tests.guardian_server.support import SHOP_GUARDIAN_RULES
 
 HERE = Path(__file__).resolve().parent
 SPEC = HERE / "shop-agent.yaml"
 SHOP_SERVER = HERE / "shop_server.py"
-
-GUARDIAN_RULES = """
-default_decision: allow
-rules:
-  - name: no-foreign-orders
-    methods: [steps/toolCallRequest]
-    when: >-
-      params.toolCallRequest.toolId == "lookup-order" &&
-      params.toolCallRequest.inputs.exists(i, i.name == "order_id" && i.value.startsWith("X-"))
-    decision: deny
-    message: Orders of another tenant
-  - name: redact-body
-    methods: [steps/toolCallRequest]
-    when: params.toolCallRequest.toolId == "send-email"
-    decision: modify
-    message: Body redacted
-    set:
-      params.toolCallRequest.inputs: >-
-        params.toolCallRequest.inputs.map(i, i.name == "body" ? {"name": "body", "value": "[redacted]"} : i)
-"""
 
 
 def make_guard(**options: Any) -> Guard:
@@ -91,7 +72,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 @pytest.fixture(scope="session")
 def guardian() -> Iterator[RunningServer]:
     """The real reference guardian on 127.0.0.1, with rules that deny and modify."""
-    with serve_in_thread(create_app(parse_rules(GUARDIAN_RULES))) as server:
+    with serve_in_thread(create_app(parse_rules(SHOP_GUARDIAN_RULES))) as server:
         yield server
 
 

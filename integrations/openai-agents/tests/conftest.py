@@ -16,6 +16,7 @@ from agents import Agent, FunctionTool, function_tool, set_tracing_disabled
 
 from agentguard import Guard
 from agentguard.guardian.server import RunningServer, create_app, parse_rules, serve_in_thread
+from tests.guardian_server.support import SHOP_GUARDIAN_RULES
 
 SPEC = textwrap.dedent(
     """
@@ -59,26 +60,6 @@ SPEC = textwrap.dedent(
 )
 
 set_tracing_disabled(True)  # the SDK would try to export traces to OpenAI
-
-GUARDIAN_RULES = """
-default_decision: allow
-rules:
-  - name: no-foreign-orders
-    methods: [steps/toolCallRequest]
-    when: >-
-      params.toolCallRequest.toolId == "lookup-order" &&
-      params.toolCallRequest.inputs.exists(i, i.name == "order_id" && i.value.startsWith("X-"))
-    decision: deny
-    message: Orders of another tenant
-  - name: redact-body
-    methods: [steps/toolCallRequest]
-    when: params.toolCallRequest.toolId == "send-email"
-    decision: modify
-    message: Body redacted
-    set:
-      params.toolCallRequest.inputs: >-
-        params.toolCallRequest.inputs.map(i, i.name == "body" ? {"name": "body", "value": "[redacted]"} : i)
-"""
 
 
 @dataclass
@@ -200,5 +181,5 @@ def shop_guard() -> Callable[..., Guard]:
 @pytest.fixture(scope="session")
 def guardian() -> Iterator[RunningServer]:
     """The real reference guardian on 127.0.0.1, with rules that deny and modify."""
-    with serve_in_thread(create_app(parse_rules(GUARDIAN_RULES))) as server:
+    with serve_in_thread(create_app(parse_rules(SHOP_GUARDIAN_RULES))) as server:
         yield server
