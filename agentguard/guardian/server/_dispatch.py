@@ -23,7 +23,6 @@ from typing import Any, NoReturn
 from agentguard.aos import (
     AOSRequest,
     AOSRequestError,
-    AOSSuccessResult,
     ErrorCode,
     InvalidRequestError,
     JSONObject,
@@ -39,6 +38,7 @@ from agentguard.aos import (
     utc_timestamp,
 )
 
+from ._json import encode_json
 from ._rules import UNESCAPED_JSON, GuardianRules
 
 __all__ = ["Dispatcher", "error_body"]
@@ -50,12 +50,8 @@ def _no_constants(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-# Made once: ``json.loads`` and ``json.dumps`` with options build a new decoder or encoder on every call.
+# Made once: ``json.loads`` with options builds a new decoder on every call.
 _DECODER = json.JSONDecoder(parse_constant=_no_constants)
-# ASCII output: a string may hold a lone surrogate (a valid JSON escape, not valid UTF-8), which only an
-# escape can carry. The models refuse NaN and the infinities; allow_nan=False makes sure no body that a
-# client cannot parse ever leaves (it would surface as an internal error instead).
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 def _escapes_nothing(text: bytes) -> bool:
@@ -68,11 +64,7 @@ def _escapes_nothing(text: bytes) -> bool:
 
 
 def _encode(response: WireModel) -> bytes:
-    return _encode_json(dump(response))
-
-
-def _encode_json(data: JSONObject) -> bytes:
-    return _ENCODER.encode(data).encode("ascii")
+    return encode_json(dump(response))
 
 
 def _error(request_id: RequestId | None, code: int, message: str) -> JSONRPCErrorResponse:
@@ -127,21 +119,21 @@ class Dispatcher:
 
     def _answer(self, request: AOSRequest, wire: JSONObject, unescaped: bool) -> bytes | None:
         result = self._result(request, wire, unescaped)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("%s %r decided: %s", request.method, request.id, result.decode("ascii"))
         if request.id is None:
-            logger.debug("notification %s decided: %s", request.method, dump(result))
             return None
-        # The envelope is written directly: its members are fixed and the result is a validated model.
-        return _encode_json({"jsonrpc": "2.0", "id": request.id, "result": dump(result)})
+        # The envelope is written directly: its members are fixed and the result is JSON text already.
+        return b'{"jsonrpc":"2.0","id":' + encode_json(request.id) + b',"result":' + result + b"}"
 
-    def _result(
-        self, request: AOSRequest, wire: JSONObject, unescaped: bool
-    ) -> AOSSuccessResult | PingRequestResult:
+    def _result(self, request: AOSRequest, wire: JSONObject, unescaped: bool) -> bytes:
+        """The JSON text of the ``result`` member."""
         if isinstance(request, PingRequest):
-            return PingRequestResult(status="connected", version=self.version, timestamp=utc_timestamp())
+            return _encode(
+                PingRequestResult(status="connected", version=self.version, timestamp=utc_timestamp())
+            )
         token = UNESCAPED_JSON.set(wire if unescaped else None)
         try:
-            decision = self.rules.decide(request, wire)
+            return self.rules.decide_json(request, wire)
         finally:
             UNESCAPED_JSON.reset(token)
-        logger.debug("%s %r: %s (%s)", request.method, request.id, decision.decision.value, decision.message)
-        return decision

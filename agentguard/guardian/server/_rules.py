@@ -81,6 +81,8 @@ from agentguard.errors import SpecError, SpecProblem
 from agentguard.guardian._observe import RateLimitedLog
 from agentguard.spec import YamlDocument, dotted, in_file_order, locate, read_yaml, validation_reason
 
+from ._json import encode_json
+
 
 def _unchecked(variables: Mapping[str, Any], *, representable: Iterable[str] = ()) -> Mapping[str, Any]:
     return variables
@@ -151,6 +153,31 @@ class _RuleError(Exception):
         self.reason = reason
 
 
+class _Settled:
+    """An answer that is the same whenever it is given: a rule that does not modify matched and no rule failed
+    before it, or no rule matched and none failed. The server sends one on nearly every request, so its JSON
+    text is made once; :meth:`result` builds a new model for each caller of ``decide`` (models are mutable)."""
+
+    __slots__ = ("decision", "json", "message", "reason_codes", "rule")
+
+    def __init__(
+        self, decision: Decision, message: str, reason_codes: tuple[str, ...] = (), rule: str | None = None
+    ) -> None:
+        self.decision = decision
+        self.message = message
+        self.reason_codes = reason_codes
+        self.rule = rule
+        self.json = encode_json(dump(self.result()))
+
+    def result(self) -> AOSSuccessResult:
+        return AOSSuccessResult(
+            decision=self.decision,
+            message=self.message,
+            reason_code=list(self.reason_codes) or None,
+            data=None if self.rule is None else {"rule": self.rule},
+        )
+
+
 @dataclass(frozen=True)
 class GuardianRules:
     """An ordered list of rules and the decision taken when none matches. Immutable and thread-safe.
@@ -170,12 +197,23 @@ class GuardianRules:
     _failures: RateLimitedLog = field(
         default_factory=lambda: RateLimitedLog(logger), init=False, compare=False, repr=False
     )
+    # The settled answer of each rule (in the order of ``rules``; None for a modify) and of the default.
+    _settled: tuple[_Settled | None, ...] = field(init=False, compare=False, repr=False)
+    _default: _Settled = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if Decision.MODIFY in (self.default_decision, self.on_rule_error):
             raise ValueError(
                 "the default decision and on_rule_error are 'allow' or 'deny': there is nothing to modify"
             )
+        settled = tuple(
+            None
+            if rule.decision is Decision.MODIFY
+            else _Settled(rule.decision, rule.message, rule.reason_codes, rule.name)
+            for rule in self.rules
+        )
+        object.__setattr__(self, "_settled", settled)
+        object.__setattr__(self, "_default", _Settled(self.default_decision, self.default_message))
 
     def decide(self, request: AOSRequest, wire: JSONObject | None = None) -> AOSSuccessResult:
         """The decision on ``request``: the first matching rule's, a failing rule's, or the default.
@@ -183,13 +221,30 @@ class GuardianRules:
         ``wire`` is ``request`` as JSON in the text's shape when the caller has it already (the server: the
         normalized body it validated ``request`` from), which saves dumping the model again.
         """
-        result = self._decide(request, dump(request) if wire is None else wire)
-        failed = result.data.get("ruleErrors") if result.data else None
+        outcome = self._outcome(request, wire)
+        return outcome.result() if isinstance(outcome, _Settled) else outcome
+
+    def decide_json(self, request: AOSRequest, wire: JSONObject | None = None) -> bytes:
+        """:meth:`decide`'s answer as the JSON text the server sends (compact, ASCII).
+
+        The common answers -- a rule matched and nothing failed, or no rule matched -- never vary, so their
+        text is made once, when the rules are. A subclass that overrides :meth:`decide` is asked through it.
+        """
+        if type(self).decide is not GuardianRules.decide:
+            return encode_json(dump(self.decide(request, wire)))
+        outcome = self._outcome(request, wire)
+        return outcome.json if isinstance(outcome, _Settled) else encode_json(dump(outcome))
+
+    def _outcome(self, request: AOSRequest, wire: JSONObject | None) -> AOSSuccessResult | _Settled:
+        outcome = self._decide(request, dump(request) if wire is None else wire)
+        failed = (
+            outcome.data.get("ruleErrors") if isinstance(outcome, AOSSuccessResult) and outcome.data else None
+        )
         if failed:
             self._failures.warning("guardian rules failed on a %s request: %s", request.method, failed)
-        return result
+        return outcome
 
-    def _decide(self, request: AOSRequest, wire: JSONObject) -> AOSSuccessResult:
+    def _decide(self, request: AOSRequest, wire: JSONObject) -> AOSSuccessResult | _Settled:
         # Every rule reads the same values: checked for the engine once per request, not once per rule, and
         # not at all when the server vouches for this very request.
         variables = _bind(
@@ -197,7 +252,7 @@ class GuardianRules:
             representable=("params",) if UNESCAPED_JSON.get() is wire else (),
         )
         errors: list[JSONObject] = []
-        for rule in self.rules:
+        for rule, settled in zip(self.rules, self._settled, strict=True):
             if not rule.applies_to(request.method):
                 continue
             try:
@@ -208,8 +263,12 @@ class GuardianRules:
                     return _failed(rule, errors)
                 continue
             if matched:
-                return _apply(rule, wire, variables, errors)
-        data: JSONObject | None = {"ruleErrors": list(errors)} if errors else None
+                return (
+                    settled if settled is not None and not errors else _apply(rule, wire, variables, errors)
+                )
+        if not errors:
+            return self._default
+        data: JSONObject = {"ruleErrors": list(errors)}
         return AOSSuccessResult(decision=self.default_decision, message=self.default_message, data=data)
 
 
