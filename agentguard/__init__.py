@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING
 from agentguard._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from agentguard._steps import AgentInfo
-    from agentguard.engagement import Decision, EngagementStatus, Outcome, StepRecord, User
+    from agentguard.engagement import Engagement
     from agentguard.errors import (
         AgentGuardError,
         CapabilityDenied,
@@ -47,7 +46,8 @@ if TYPE_CHECKING:
         SpecError,
         SpecProblem,
     )
-    from agentguard.guard import Engagement, Guard
+    from agentguard.guard import Guard
+    from agentguard.pipeline import AgentInfo
     from agentguard.policy import (
         Approval,
         ApprovalConfig,
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         TerminalReviewer,
         current_credentials,
     )
+    from agentguard.record import Decision, EngagementStatus, Outcome, StepRecord, User
 
 __version__ = "0.1.0"
 
@@ -106,8 +107,9 @@ __all__ = [
 ]
 
 _EXPORTS = {
-    "agentguard._steps": ("AgentInfo",),
-    "agentguard.engagement": ("Decision", "EngagementStatus", "Outcome", "StepRecord", "User"),
+    "agentguard.pipeline": ("AgentInfo",),
+    "agentguard.record": ("Decision", "EngagementStatus", "Outcome", "StepRecord", "User"),
+    "agentguard.engagement": ("Engagement",),
     "agentguard.errors": (
         "AgentGuardError",
         "CapabilityDenied",
@@ -126,7 +128,7 @@ _EXPORTS = {
         "SpecError",
         "SpecProblem",
     ),
-    "agentguard.guard": ("Engagement", "Guard"),
+    "agentguard.guard": ("Guard",),
     "agentguard.policy": (
         "Approval",
         "ApprovalConfig",

@@ -73,13 +73,16 @@ class Binder:
             bound = self._signature.bind(*args, **kwargs)
             bound.apply_defaults()
             return dict(bound.arguments)
-        inputs = dict(self._defaults)
+        # Without positional arguments or defaults, the wrapper's own ``**kwargs`` is a fresh dict nobody else
+        # holds: it is the inputs.
+        inputs = kwargs if not args and not self._defaults else dict(self._defaults)
         if args:
             positional = dict(zip(self._names, args, strict=False))
             if kwargs.keys() & positional.keys():
                 self._signature.bind(*args, **kwargs)  # raises the TypeError Python would raise
             inputs.update(positional)
-        inputs.update(kwargs)
+        if inputs is not kwargs:
+            inputs.update(kwargs)
         if not self._required <= inputs.keys() or len(inputs) > len(self._signature.parameters):
             self._signature.bind(*args, **kwargs)  # raises the precise TypeError
         return inputs

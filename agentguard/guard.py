@@ -23,7 +23,6 @@ instead of decorating functions; both paths run the same pipeline.
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import functools
 import inspect
@@ -35,27 +34,26 @@ from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import TracerProvider
 
 from agentguard._binding import Binder, Registered, default_tool_name
-from agentguard._drivers import run_async, run_sync
-from agentguard._session import Engagement
-from agentguard._steps import AgentInfo, StepBuilder, tool_definition
 from agentguard.cel import CelBackend, get_backend
-from agentguard.engagement import (
-    EngagementState,
-    User,
-    to_plain,
-)
+from agentguard.engagement import Engagement
 from agentguard.errors import ConfigurationError
 from agentguard.guardian import GuardianClient
 from agentguard.observers import Observer, Observers
-from agentguard.policy._flow import (
-    FlowContext,
+from agentguard.pipeline import (
+    AgentInfo,
+    Runtime,
+    StepBuilder,
     ToolCall,
+    run_async,
+    run_sync,
     tool_call_flow,
+    tool_definition,
 )
 from agentguard.policy._identity import CredentialResolver
 from agentguard.policy._policy import Policy, UnknownCapability
 from agentguard.policy._review import ApprovalConfig, Reviewer
 from agentguard.policy._rules import Rules, Severity, SeverityMap
+from agentguard.record import EngagementState, User, to_plain
 from agentguard.runs import Retry, Timeout
 from agentguard.spec import AgentSpec, CompiledSpec, compile_spec, is_valid_name, load_spec, load_spec_text
 from agentguard.telemetry._observer import GuardTelemetry, guard_observers
@@ -163,14 +161,6 @@ class Guard:
         self._agent_descriptor: dict[str, Any] | None = None
         self._missing: tuple[str, ...] | None = None  # see missing_configuration(); None: not computed yet
         self._credential_sets = frozenset(credential_sets) if credential_sets is not None else None
-        self._current: contextvars.ContextVar[Engagement | None] = contextvars.ContextVar(
-            f"agentguard_engagement_{id(self)}", default=None
-        )
-        # The tokens of the `with eng:` blocks open in each context, innermost last, so that every block
-        # resets the value it set in its own thread or task.
-        self._tokens: contextvars.ContextVar[tuple[contextvars.Token[Engagement | None], ...]] = (
-            contextvars.ContextVar(f"agentguard_tokens_{id(self)}", default=())
-        )
         telemetry_observers = guard_observers(
             telemetry,
             agent_name=self._agent_info.name or compiled.spec.name,
@@ -186,7 +176,7 @@ class Guard:
         )
         """This guard's OpenTelemetry observer (``None`` with ``telemetry=False``); adapters use its
         :meth:`~agentguard.telemetry.GuardTelemetry.chat_span` around the model calls they see."""
-        self._flow = FlowContext(
+        self._runtime = Runtime(
             policy=self.policy,
             steps=StepBuilder(self.agent_descriptor),
             unknown_capability=unknown_capability,
@@ -200,7 +190,7 @@ class Guard:
             observers=Observers([*telemetry_observers, *observers]),
             severity=SeverityMap(severity),
         )
-        self.rules: Rules = self._flow.rules
+        self.rules: Rules = self._runtime.rules
         """Python rules beside the spec's CEL ones: ``@guard.rules.rule("name", phase=..., capabilities=...)``."""
 
     # -- construction ---------------------------------------------------------------------------------
@@ -261,7 +251,7 @@ class Guard:
     @property
     def unknown_capability(self) -> UnknownCapability:
         """What this guard does with a call that is neither a capability nor a guardrail tool."""
-        return self._flow.unknown_capability
+        return self._runtime.unknown_capability
 
     @property
     def retain_memory(self) -> bool:
@@ -398,7 +388,7 @@ class Guard:
 
     def reviewer_for(self, reviewer_id: str) -> tuple[Reviewer | None, ApprovalConfig]:
         """The reviewer registered as ``reviewer_id`` (``None`` if none) and the approval config it runs under."""
-        return self._reviewers.get(reviewer_id), self._approvals.get(reviewer_id, self._flow.approval)
+        return self._reviewers.get(reviewer_id), self._approvals.get(reviewer_id, self._runtime.approval)
 
     def required_reviewers(self) -> frozenset[str]:
         """Every reviewer id the spec's ``require_review`` fields and the added review gates name."""
@@ -409,7 +399,7 @@ class Guard:
             for r in (cap.input_restriction, cap.output_restriction)
             if r is not None and r.require_review
         }
-        return frozenset(named | set(self._flow.review_gates.values()))
+        return frozenset(named | set(self._runtime.review_gates.values()))
 
     def add_review_gate(self, capability: str, reviewer_id: str) -> None:
         """Ask ``reviewer_id`` before every call of ``capability`` (when the spec names no input reviewer).
@@ -417,7 +407,7 @@ class Guard:
         For review gates that another description of the agent implies, e.g. an Agent Spec tool with
         ``requires_confirmation: true``.
         """
-        self._flow.review_gates[capability] = reviewer_id
+        self._runtime.review_gates[capability] = reviewer_id
         self._missing = None
 
     def add_passthrough_exceptions(self, *types: type[BaseException]) -> None:
@@ -425,11 +415,16 @@ class Guard:
 
         They travel through the pipeline untouched: a pending call is rolled back, nothing is denied.
         """
-        self._flow.passthrough = tuple(dict.fromkeys((*self._flow.passthrough, *types)))
+        self._runtime.passthrough = tuple(dict.fromkeys((*self._runtime.passthrough, *types)))
 
     def add_observer(self, observer: Observer) -> None:
         """Add an observer of every turn, step and decision (see :mod:`agentguard.observers`)."""
-        self._flow.observers.add(observer)
+        self._runtime.observers.add(observer)
+
+    @property
+    def observers(self) -> tuple[Observer, ...]:
+        """This guard's observers, in the order they are called (its telemetry first, when it has one)."""
+        return self._runtime.observers.items
 
     def missing_configuration(self) -> tuple[str, ...]:
         """What the spec needs that this guard was not given, one sentence each (empty when complete).
@@ -488,16 +483,17 @@ class Guard:
         Raises :class:`~agentguard.ConfigurationError` listing every :meth:`missing_configuration` piece.
         """
         self._check_configuration()
-        window = (self.policy.short_circuit or 1) * self._flow.short_circuit_max_block
+        window = (self.policy.short_circuit or 1) * self._runtime.short_circuit_max_block
         state = EngagementState(user=user, engagement_id=engagement_id, metadata=metadata, loop_window=window)
-        return Engagement(self, state)
+        return Engagement(self._runtime, state, self)
 
     def current_engagement(self) -> Engagement | None:
         """The engagement open in this thread or asyncio task, if any."""
-        return self._current.get()
+        current: Engagement | None = self._runtime.current.get()
+        return current
 
     def _engagement_for_call(self, name: str) -> tuple[Engagement, bool]:
-        eng = self._current.get()
+        eng: Engagement | None = self._runtime.current.get()
         if eng is not None:
             return eng, False
         if self.auto_engagement:
@@ -531,7 +527,7 @@ class Guard:
         eng, own = self._engagement_for_call(reg.name)
         try:
             return run_sync(
-                tool_call_flow(self._flow, eng.state, self._tool_call(reg, inputs, call_id, reasoning))
+                tool_call_flow(self._runtime, eng.state, self._tool_call(reg, inputs, call_id, reasoning))
             )
         finally:
             if own:
@@ -542,7 +538,7 @@ class Guard:
     ) -> Any:
         eng, own = self._engagement_for_call(reg.name)
         try:
-            flow = tool_call_flow(self._flow, eng.state, self._tool_call(reg, inputs, call_id, reasoning))
+            flow = tool_call_flow(self._runtime, eng.state, self._tool_call(reg, inputs, call_id, reasoning))
             return await run_async(flow)
         finally:
             if own:

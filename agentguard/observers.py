@@ -24,7 +24,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from agentguard.engagement import Decision, EngagementState, StepRecord
+from agentguard.record import Decision, EngagementState, StepRecord
 
 __all__ = ["Observer", "Observers"]
 
@@ -88,6 +88,11 @@ class Observers:
 
     def __bool__(self) -> bool:
         return bool(self._items)
+
+    @property
+    def items(self) -> tuple[Observer, ...]:
+        """Every observer, in the order they are called."""
+        return self._items
 
     def add(self, observer: Observer) -> None:
         self._items = (*self._items, observer)

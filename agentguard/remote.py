@@ -70,11 +70,12 @@ import httpx
 
 from agentguard._deadline import TooLarge, deadline_transport, read_async, read_sync
 from agentguard._httputil import is_loopback
+from agentguard._trampoline import adrive, drive
 from agentguard.cel import CelBackend, get_backend
-from agentguard.engagement import to_plain
 from agentguard.errors import AgentGuardError, ConfigurationError, SpecError
 from agentguard.guard import Guard
 from agentguard.policy import Credentials, current_credentials
+from agentguard.record import to_plain
 from agentguard.spec import DEFAULT_LIMITS, CompiledSpec, LoadLimits, Reference, load_spec_text
 
 __all__ = [
@@ -228,45 +229,26 @@ class RemoteAgent:
         """Run one remote engagement with blocking I/O and return its output and exposed values."""
         transport = deadline_transport(verify=self._verify)
         with httpx.Client(transport=transport, trust_env=False, follow_redirects=False) as client:
-            flow = self._call_flow(input, self._bearer(credentials))
-            try:
-                effect = next(flow)
-                while True:
-                    try:
-                        if isinstance(effect, _Pause):
-                            time.sleep(effect.seconds)
-                            value: Any = None
-                        else:
-                            value = _reply(read_sync(client, effect.request, **self._bounds(effect)))
-                    except Exception as exc:
-                        effect = flow.throw(exc)
-                    else:
-                        effect = flow.send(value)
-            except StopIteration as stop:
-                result: dict[str, Any] = stop.value
-                return result
+
+            def perform(effect: _Send | _Pause) -> _Reply | None:
+                if isinstance(effect, _Pause):
+                    time.sleep(effect.seconds)
+                    return None
+                return _reply(read_sync(client, effect.request, **self._bounds(effect)))
+
+            return drive(self._call_flow(input, self._bearer(credentials)), perform, Exception)
 
     async def acall(self, input: Mapping[str, Any], credentials: Credentials | None = None) -> dict[str, Any]:
         """Async twin of :meth:`call`."""
         async with httpx.AsyncClient(verify=self._verify, trust_env=False, follow_redirects=False) as client:
-            flow = self._call_flow(input, self._bearer(credentials))
-            try:
-                effect = next(flow)
-                while True:
-                    try:
-                        if isinstance(effect, _Pause):
-                            await asyncio.sleep(effect.seconds)
-                            value: Any = None
-                        else:
-                            answer = await read_async(client, effect.request, **self._bounds(effect))
-                            value = _reply(answer)
-                    except Exception as exc:
-                        effect = flow.throw(exc)
-                    else:
-                        effect = flow.send(value)
-            except StopIteration as stop:
-                result: dict[str, Any] = stop.value
-                return result
+
+            async def perform(effect: _Send | _Pause) -> _Reply | None:
+                if isinstance(effect, _Pause):
+                    await asyncio.sleep(effect.seconds)
+                    return None
+                return _reply(await read_async(client, effect.request, **self._bounds(effect)))
+
+            return await adrive(self._call_flow(input, self._bearer(credentials)), perform, Exception)
 
     def _capability_function(self) -> Callable[[dict[str, Any]], Any]:
         agent = self

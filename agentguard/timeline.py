@@ -26,9 +26,9 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import TextIO
 
-from agentguard.engagement import CallRecord, Decision, Outcome, StepRecord
+from agentguard.engagement import Engagement
 from agentguard.errors import Rule
-from agentguard.guard import Engagement
+from agentguard.record import CallRecord, Decision, Outcome, StepRecord
 
 __all__ = ["describe_step", "format_timeline", "print_timeline"]
 
@@ -140,27 +140,18 @@ def format_timeline(
 ) -> str:
     """The timeline as text, one line per step; ``inputs``: show a tool call's inputs if nothing else is said.
 
-    Given an engagement, a tool step is matched with its call record for its inputs and for what a guardian
-    modified. ``content``: show the modified values (default: the engagement's guard's ``capture_content``;
-    off for bare step records).
+    A tool step shows its call record's inputs and what a guardian modified. ``content``: show the modified
+    values (default: the engagement's guard's ``capture_content``; off for bare step records).
     """
     if content is None:
         telemetry = source.guard.telemetry if isinstance(source, Engagement) else None
         content = telemetry is not None and telemetry.capture_content
-    steps: Sequence[StepRecord]
-    records: dict[str, list[CallRecord]] = {}
-    if isinstance(source, Engagement):
-        steps = list(source.steps)
-        for call in source.state.calls:
-            records.setdefault(call.call_id, []).append(call)
-    else:
-        steps = list(source)
+    steps: Sequence[StepRecord] = list(source.steps if isinstance(source, Engagement) else source)
     width = max((len(_what(s)) for s in steps), default=10)
     lines = []
     for number, step in enumerate(steps, 1):
         what, verdict, why = describe_step(step)
-        queue = records.get(step.call_id or "") if step.kind == "steps/toolCallRequest" else None
-        record = queue.pop(0) if queue else None
+        record = step.call if step.kind == "steps/toolCallRequest" else None
         if step.outcome is Outcome.MODIFY and record is not None:
             why = f"{why}: {_changes(step, record, content)}".removesuffix(": ")
         if inputs and not why and record is not None:

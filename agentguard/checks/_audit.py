@@ -55,9 +55,9 @@ from pydantic import Field, JsonValue, ValidationError
 
 from agentguard.checks._judge import JudgeResult
 from agentguard.checks._rules import CheckModel, RuleResult, json_safe, rule_results, state_of
-from agentguard.engagement import EngagementState, StepRecord
 from agentguard.errors import AgentGuardError
 from agentguard.observers import Observer
+from agentguard.record import EngagementState, StepRecord
 from agentguard.timeline import format_timeline
 
 if TYPE_CHECKING:

@@ -38,15 +38,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 from pydantic import Field, JsonValue
 
-from agentguard._drivers import run_sync
 from agentguard.aos import utc_timestamp
 from agentguard.checks._rules import CheckModel, RuleResult, json_safe
-from agentguard.engagement import new_id
 from agentguard.errors import Phase
 from agentguard.guardian import GuardianClient, GuardianOutcome, GuardianVerdict
-from agentguard.policy._flow import AskReviewer, Flow
+from agentguard.pipeline import AskReviewer, Flow, run_sync
 from agentguard.policy._review import Approval, Reviewer, ReviewRequest, coerce_approval
 from agentguard.policy._rules import CheckResult, RuleContext
+from agentguard.record import new_id
 
 if TYPE_CHECKING:
     from agentguard.guard import Guard

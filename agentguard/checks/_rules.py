@@ -53,8 +53,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, JsonValue
 from pydantic.alias_generators import to_camel
 
-from agentguard.engagement import Decision, EngagementState, Outcome, StepRecord, to_plain
 from agentguard.errors import Rule
+from agentguard.record import Decision, EngagementState, Outcome, StepRecord, to_plain
 
 if TYPE_CHECKING:
     from agentguard.guard import Engagement

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentguard._steps import AgentInfo
 from agentguard.errors import ConfigurationError, Phase, Rule, SpecProblem
 from agentguard.observers import Observer
+from agentguard.pipeline import AgentInfo
 from agentguard.policy import CheckResult, Reviewer, RuleContext
 
 from ._document import Format

@@ -55,8 +55,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentguard._steps import AgentInfo
 from agentguard.errors import ConfigurationError, Phase
+from agentguard.pipeline import AgentInfo
 from agentguard.policy import Approval, ReviewRequest
 from agentguard.spec import validate_name
 

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentguard._steps import AgentInfo
+from agentguard.pipeline import AgentInfo
 from agentguard.policy import Approval, CheckResult, Reviewer, ReviewRequest
 from agentguard.spec import validate_name
 

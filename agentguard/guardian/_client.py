@@ -46,10 +46,12 @@ import httpx
 from opentelemetry.trace import TracerProvider
 
 from agentguard._deadline import deadline_transport, read_async, read_sync
+from agentguard._trampoline import adrive, drive
 from agentguard.guardian._flow import (
     DEFAULT_MAX_REPLY_BYTES,
     Flow,
     Reply,
+    Send,
     Settings,
     Sleep,
     Step,
@@ -88,49 +90,50 @@ def _label(request: httpx.Request, step: Step | None) -> tuple[str, str | int | 
 
 
 def _drive_sync(flow: Flow[T], client: httpx.Client, tracing: RequestTracing, step: Step | None) -> T:
-    """Perform a flow's effects with blocking I/O, each HTTP request in a CLIENT span."""
-    reply: Reply = None
-    while True:
-        try:
-            effect = flow.send(reply)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
+    """Perform a flow's effects with blocking I/O, each HTTP request in a CLIENT span.
+
+    A transport error is the flow's to judge: it is sent in as the reply, not thrown.
+    """
+
+    def perform(effect: Send | Sleep) -> Reply:
         if isinstance(effect, Sleep):
             time.sleep(effect.seconds)
-            reply = None
-            continue
+            return None
         with tracing.request(effect.request, *_label(effect.request, step)) as traced:
-            deadline = time.monotonic() + effect.timeout
+            reply: Reply
             try:
-                reply = read_sync(client, effect.request, deadline=deadline, limit=effect.limit)
+                reply = read_sync(
+                    client, effect.request, deadline=time.monotonic() + effect.timeout, limit=effect.limit
+                )
             except httpx.RequestError as exc:
                 reply = exc
             traced.finish(reply)
+        return reply
+
+    return drive(flow, perform, ())
 
 
 async def _drive_async(
     flow: Flow[T], client: httpx.AsyncClient, tracing: RequestTracing, step: Step | None
 ) -> T:
     """Perform a flow's effects with asyncio, each HTTP request in a CLIENT span."""
-    reply: Reply = None
-    while True:
-        try:
-            effect = flow.send(reply)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
+
+    async def perform(effect: Send | Sleep) -> Reply:
         if isinstance(effect, Sleep):
             await asyncio.sleep(effect.seconds)
-            reply = None
-            continue
+            return None
         with tracing.request(effect.request, *_label(effect.request, step)) as traced:
-            deadline = time.monotonic() + effect.timeout
+            reply: Reply
             try:
-                reply = await read_async(client, effect.request, deadline=deadline, limit=effect.limit)
+                reply = await read_async(
+                    client, effect.request, deadline=time.monotonic() + effect.timeout, limit=effect.limit
+                )
             except httpx.RequestError as exc:
                 reply = exc
             traced.finish(reply)
+        return reply
+
+    return await adrive(flow, perform, ())
 
 
 class _Core:

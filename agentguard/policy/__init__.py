@@ -1,6 +1,6 @@
 """Pure policy decisions: capabilities, restrictions, guardrails, review gates, identity, exposes.
 
-The pipeline itself lives in :mod:`agentguard.policy._flow` (sans-I/O); :class:`agentguard.Guard` drives it.
+The pipeline itself lives in :mod:`agentguard.pipeline` (sans-I/O); :class:`agentguard.Guard` drives it.
 This package's public names are re-exported from :mod:`agentguard`.
 """
 

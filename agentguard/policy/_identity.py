@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentguard.engagement import User
+from agentguard.record import User
 
 __all__ = [
     "CredentialRequest",

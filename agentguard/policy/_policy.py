@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentguard.cel import CelEvaluationError, CelProgram
-from agentguard.engagement import ViewPlan
+from agentguard.record import ViewPlan
 from agentguard.spec import CompiledSpec, Guardrail, Reference
 
 __all__ = ["Assertion", "CapabilityRule", "GuardrailRule", "Policy", "UnknownCapability"]

@@ -33,8 +33,8 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentguard.engagement import EngagementState
 from agentguard.errors import Phase, Rule
+from agentguard.record import EngagementState
 
 __all__ = ["CheckResult", "RegisteredRule", "RuleContext", "RuleFunction", "Rules", "Severity", "SeverityMap"]
 

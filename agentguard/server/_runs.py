@@ -38,11 +38,11 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
-from agentguard._drivers import run_in_daemon_thread
-from agentguard.engagement import EngagementStatus, to_plain
 from agentguard.errors import AgentGuardError, PolicyViolation
 from agentguard.guard import Engagement, Guard
+from agentguard.pipeline import run_in_daemon_thread
 from agentguard.policy import Approval, Reviewer, ReviewRequest
+from agentguard.record import EngagementStatus, to_plain
 from agentguard.remote import RemoteAgentError
 from agentguard.runs import Cancel
 

@@ -34,9 +34,9 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 from opentelemetry.util.types import AttributeValue
 
-from agentguard.engagement import Decision, Outcome, StepRecord
 from agentguard.errors import Phase, Rule
 from agentguard.guardian import GuardianOutcome, GuardianVerdict
+from agentguard.record import Decision, Outcome, StepRecord
 from agentguard.telemetry._spans import TOOL_STEP
 
 __all__ = ["Instruments", "StepTime", "cause_kind", "split_step_time"]

@@ -38,10 +38,10 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import AttributeValue
 
-from agentguard.engagement import CallRecord, Decision, EngagementState, EngagementStatus, Outcome, StepRecord
 from agentguard.errors import ConfigurationError, PolicyViolation
 from agentguard.guardian import GuardianClient
 from agentguard.observers import Observer
+from agentguard.record import CallRecord, Decision, EngagementState, EngagementStatus, Outcome, StepRecord
 from agentguard.telemetry._metrics import Instruments, split_step_time
 from agentguard.telemetry._spans import (
     DECISION_EVENT,
@@ -70,10 +70,6 @@ CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 # The values of the environment variable that put content on spans: "true" (the GenAI instrumentations' long
 # standing value) and the newer "span_only" / "span_and_event" of opentelemetry-util-genai.
 _CAPTURE_VALUES = frozenset({"true", "span_only", "span_and_event"})
-
-# How far back in an engagement's calls to look for the call of a step: parallel calls finish out of order,
-# but never thousands apart.
-_CALL_SEARCH = 64
 
 # A call in one of these states ran (its tool was invoked), so its step's time includes the tool's.
 _RAN = frozenset({"completed", "withheld", "failed"})
@@ -135,18 +131,6 @@ def _detach(ctx: Context | None, token: Token[Context] | None) -> None:
     """
     if token is not None and context.get_current() is ctx:
         context.detach(token)
-
-
-def _call_of(state: EngagementState, step: StepRecord) -> CallRecord | None:
-    """The call a tool step made, if it got that far (the step's call id, begun after the step started)."""
-    call_id = step.call_id
-    if call_id is None:
-        return None
-    since = step.timestamp.timestamp()
-    for call in reversed(state.calls[-_CALL_SEARCH:]):
-        if call.call_id == call_id and call.started_at >= since:
-            return call
-    return None
 
 
 class GuardTelemetry(Observer):
@@ -365,7 +349,7 @@ class GuardTelemetry(Observer):
         ended = time.time()
         if self._steps.get(id(step)) is token:
             del self._steps[id(step)]
-        call = _call_of(state, step) if step.kind == TOOL_STEP else None
+        call = step.call if step.kind == TOOL_STEP else None
         span = token.span
         try:
             if span is not None:

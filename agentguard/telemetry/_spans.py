@@ -21,7 +21,7 @@ from typing import Any
 from opentelemetry.util.types import AttributeValue
 
 from agentguard.aos import A2A_METHODS
-from agentguard.engagement import CallRecord, Decision, EngagementState, Outcome, StepRecord
+from agentguard.record import CallRecord, Decision, EngagementState, Outcome, StepRecord
 
 __all__ = [
     "DECISION_EVENT",

@@ -25,7 +25,7 @@ from agentguard import (
     ShortCircuitViolation,
     User,
 )
-from agentguard._steps import new_step
+from agentguard.pipeline import new_step
 from agentguard.checks import (
     Audit,
     AuditEntry,
@@ -38,7 +38,7 @@ from agentguard.checks import (
     build_report,
     write_report,
 )
-from agentguard.engagement import EngagementState
+from agentguard.record import EngagementState
 from agentguard.guardian import GuardianClient
 from tests.conftest import spec_text
 

@@ -27,9 +27,9 @@ from agentguard import (
     User,
     steps,
 )
-from agentguard._steps import new_step
+from agentguard.pipeline import new_step
 from agentguard.checks import RuleResult, rule_result, rule_results
-from agentguard.engagement import EngagementState
+from agentguard.record import EngagementState
 from agentguard.runs import Timeout, ToolTimeout
 from tests.conftest import spec_text
 

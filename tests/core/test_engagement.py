@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentguard.cel import get_backend
-from agentguard.engagement import EngagementState, User, ViewPlan, find_short_circuit, to_plain
+from agentguard.record import EngagementState, User, ViewPlan, find_short_circuit, to_plain
 from agentguard.spec import ENGAGEMENT_DECLARATIONS
 
 

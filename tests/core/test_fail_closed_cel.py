@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import agentguard.cel
 from agentguard import Guard, RestrictionViolation
 from agentguard.cel import CelEvaluationError, get_backend
-from agentguard.engagement import EngagementState, User, ViewPlan
+from agentguard.record import EngagementState, User, ViewPlan
 from agentguard.spec import ENGAGEMENT_DECLARATIONS
 from tests.conftest import spec_text
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from agentguard import Guard, RestrictionViolation
-from agentguard.engagement import Decision, EngagementState, StepRecord
+from agentguard.record import Decision, EngagementState, StepRecord
 from agentguard.observers import Observer
 from tests.conftest import spec_text
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from agentguard import Approval, GuardianDenied, Outcome, Phase, ReviewRequest, Rule
-from agentguard.engagement import Decision
+from agentguard.record import Decision
 from agentguard.guardian import GuardianClient
 from agentguard.guardian.server import RunningServer, create_app, parse_rules, serve_in_thread
 from agentguard.telemetry._metrics import cause_kind, split_step_time

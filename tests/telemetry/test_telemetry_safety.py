@@ -211,7 +211,8 @@ def test_contradictory_telemetry_options_are_refused(options: Mapping[str, Any])
 
 def test_telemetry_can_be_left_out() -> None:
     guard = Guard.from_yaml(SPEC, telemetry=False)
-    assert not guard._flow.observers
+    assert guard.observers == ()
+    assert guard.telemetry is None
 
 
 def _python(code: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Union, get_type_hints
 
-from agentguard.engagement import EngagementState, StepRecord, new_id, to_plain
+from agentguard.record import EngagementState, StepRecord, new_id, to_plain
 
 __all__ = ["AgentInfo", "StepBuilder", "new_step", "tool_definition"]
 
@@ -244,13 +244,6 @@ def new_step(
     state: EngagementState, kind: str, *, name: str | None = None, call_id: str | None = None
 ) -> StepRecord:
     """A fresh step record appended to the engagement."""
-    step = StepRecord(
-        kind=kind,
-        step_id=new_id(),
-        turn_id=state.turn_id,
-        timestamp=datetime.now(UTC),
-        name=name,
-        call_id=call_id,
-    )
+    step = StepRecord(kind, None, state.turn_id, None, name, call_id)
     state.steps.append(step)
     return step

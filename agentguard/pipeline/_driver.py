@@ -1,7 +1,8 @@
-"""Thin sync and async drivers for the sans-I/O policy flows of :mod:`agentguard.policy._flow`.
+"""The pipeline's driver: what each effect of a policy flow means, performed by the one trampoline.
 
-A flow decides; a driver performs the effects it yields (run the tool, ask a reviewer, ask the guardian) and
-sends back the result or throws back the exception. The two drivers differ only in *how* they wait.
+A flow decides; the driver performs the effects it yields (run the tool, ask a reviewer, ask the guardian)
+and sends back the result or throws back the exception (:mod:`agentguard._trampoline`). The sync and the
+async driver differ only in *how* they wait.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from agentguard._trampoline import adrive, drive
 from agentguard.errors import ConfigurationError
-from agentguard.policy._flow import (
+from agentguard.pipeline._effects import (
     AskGuardian,
     AskReviewer,
     AwaitLate,
@@ -207,31 +209,9 @@ async def _invoke_with_timeout(effect: Invoke, timeout_ms: int) -> Any:
 
 def run_sync(flow: Flow[T]) -> T:
     """Drive ``flow`` to completion in this thread; return its result or raise its error."""
-    try:
-        effect = next(flow)
-        while True:
-            try:
-                value = _perform_sync(effect)
-            except BaseException as exc:
-                effect = flow.throw(exc)
-            else:
-                effect = flow.send(value)
-    except StopIteration as stop:
-        result: T = stop.value
-        return result
+    return drive(flow, _perform_sync)
 
 
 async def run_async(flow: Flow[T]) -> T:
     """Drive ``flow`` to completion under asyncio; return its result or raise its error."""
-    try:
-        effect = next(flow)
-        while True:
-            try:
-                value = await _perform_async(effect)
-            except BaseException as exc:
-                effect = flow.throw(exc)
-            else:
-                effect = flow.send(value)
-    except StopIteration as stop:
-        result: T = stop.value
-        return result
+    return await adrive(flow, _perform_async)

@@ -1,0 +1,83 @@
+"""The effects a pipeline flow yields: what has to happen outside the flow, performed by the driver.
+
+A flow decides; :mod:`agentguard.pipeline._driver` performs each effect it yields (run the tool, ask a
+reviewer, ask the guardian, wait) and sends back the result or throws back the exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agentguard.policy._identity import Credentials
+from agentguard.policy._review import (
+    Reviewer,
+    ReviewRequest,
+)
+
+if TYPE_CHECKING:
+    from agentguard.guardian import GuardianClient
+
+
+@dataclass(slots=True)
+class Invoke:
+    """Effect: run the tool (or guardrail tool) with these arguments and credentials.
+
+    With ``timeout_ms`` the driver raises :class:`InvokeTimedOut` when the call overruns; it cancels an
+    async call first unless ``keep_running``; ``on_late`` is told the outcome of a call that finishes after
+    its caller stopped waiting (a sync tool in its worker thread).
+    """
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    credentials: Credentials | None = None
+    timeout_ms: int | None = None
+    keep_running: bool = False
+    on_late: Callable[[str], None] | None = None
+
+
+class InvokeTimedOut(Exception):
+    """Raised by a driver into the flow when an :class:`Invoke` overran; ``handle`` awaits the call."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        super().__init__("the call overran its timeout")
+
+
+@dataclass(slots=True)
+class AwaitLate:
+    """Effect: keep waiting for a call that overran its timeout (``on_timeout: continue``)."""
+
+    handle: Any
+
+
+@dataclass(slots=True)
+class Sleep:
+    """Effect: wait ``ms`` milliseconds (between retries)."""
+
+    ms: int
+
+
+@dataclass(slots=True)
+class AskReviewer:
+    """Effect: ask one reviewer; the driver enforces ``timeout_ms`` and raises ``TimeoutError`` past it."""
+
+    reviewer: Reviewer
+    request: ReviewRequest
+    timeout_ms: int | None
+
+
+@dataclass(slots=True)
+class AskGuardian:
+    """Effect: send an AOS request to the guardian in enforce mode and wait for the verdict."""
+
+    client: GuardianClient
+    request: dict[str, Any]
+
+
+Effect = Invoke | AskReviewer | AskGuardian | AwaitLate | Sleep
+T = TypeVar("T")
+Flow = Generator[Effect, Any, T]
+"""A policy flow that yields effects and returns a ``T``."""

@@ -1,0 +1,172 @@
+"""The flows of steps other than tool calls: guardrails on user input and model output, reports of
+other steps (retrieval, memory, A2A, MCP, messages), and calls a host observed after the fact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from agentguard.errors import (
+    GuardrailViolation,
+    Phase,
+    Rule,
+)
+from agentguard.observers import Observers
+from agentguard.pipeline._checks import ask_guardian, blocks, closed_error, deny, observed, undecided
+from agentguard.pipeline._effects import Flow, Invoke
+from agentguard.pipeline._runtime import Runtime
+from agentguard.pipeline._steps import new_step
+from agentguard.record import (
+    Decision,
+    EngagementState,
+    EngagementStatus,
+    Outcome,
+    StepRecord,
+    to_plain,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+def message_text(params: Mapping[str, Any]) -> str | None:
+    """The text of the message in ``steps/message`` params (``None`` when it has no text part)."""
+    message = params.get("message")
+    content = message.get("content") if isinstance(message, Mapping) else None
+    if not isinstance(content, list):
+        return None
+    texts = [p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
+    return "".join(texts) if texts else None
+
+
+def guardrail_flow(ctx: Runtime, state: EngagementState, phase: Phase, text: str) -> Flow[str]:
+    """Run the input or output guardrail on ``text``; report the message step; return the text to use.
+
+    The spec: the guardrail tool is invoked on every user input (before any model sees it) and every model
+    answer (before the user sees it); its output is the only input of the assertion; a failure fails the
+    execution and no more tools run in it.
+    """
+    role = "user" if phase is Phase.INPUT else "agent"
+    step = new_step(state, "steps/message", name=role)
+    step.payload["role"] = role
+    return observed(ctx, state, step, _guardrail(ctx, state, step, phase, role, text))
+
+
+def _guardrail(
+    ctx: Runtime, state: EngagementState, step: StepRecord, phase: Phase, role: str, text: str
+) -> Flow[str]:
+    if not state.active:
+        raise deny(ctx, state, step, closed_error(state, None, phase))
+    rule = ctx.policy.input_guardrail if phase is Phase.INPUT else ctx.policy.output_guardrail
+    if ctx.guardian is not None:
+        request = ctx.steps.message(state, step, role, text)
+        params = yield from ask_guardian(ctx, state, step, request, None, phase)
+        if params is not None:
+            new_text = message_text(params)
+            if new_text is None:
+                undecided(ctx, state, step, "modifiedRequest carries no message text", None, phase)
+            else:
+                text = new_text
+    if rule is None:
+        return text
+    registered = ctx.tools.get(rule.tool_name)
+    fn = registered.fn if registered is not None else None
+    failure: GuardrailViolation | None = None
+    if fn is None:
+        reason = f"guardrail tool {rule.tool_name!r} is not registered with the guard"
+        failure = GuardrailViolation(reason, capability=rule.tool_name, phase=phase)
+    else:
+        try:
+            output = yield Invoke(fn, (text,), {})
+        except ctx.passthrough:
+            raise
+        except Exception as exc:
+            reason = f"guardrail tool {rule.tool_name!r} failed: {type(exc).__name__}: {exc}"
+            failure = GuardrailViolation(reason, capability=rule.tool_name, phase=phase)
+        else:
+            passed, reason = rule.assertion.check({"output": to_plain(output)})
+            if not passed:
+                failure = GuardrailViolation(
+                    reason, capability=rule.tool_name, phase=phase, expression=rule.assertion.source
+                )
+    if failure is not None:
+        if blocks(ctx, state, step, failure):
+            state.stop(EngagementStatus.FAILED, f"{phase.value} guardrail failed: {failure.reason}")
+            raise failure
+        return text
+    ctx.decide(
+        state,
+        step,
+        Decision(Rule.GUARDRAIL, Outcome.ALLOW, phase, reason, rule.tool_name, rule.assertion.source),
+    )
+    return text
+
+
+def report_flow(
+    ctx: Runtime,
+    state: EngagementState,
+    method: str,
+    build: Callable[[StepRecord], dict[str, Any]],
+    *,
+    name: str | None = None,
+    phase: Phase = Phase.INPUT,
+) -> Flow[dict[str, Any] | None]:
+    """Record a step that has no local rule of its own (retrieval, memory, trigger, A2A, MCP, messages).
+
+    The step is refused in a stopped engagement, recorded, and put to the guardian when one is configured.
+    Returns the params of the guardian's replacement request on ``modify``, else ``None``.
+    """
+    step = new_step(state, method, name=name)
+    return observed(ctx, state, step, _report(ctx, state, step, build, name, phase))
+
+
+def _report(
+    ctx: Runtime,
+    state: EngagementState,
+    step: StepRecord,
+    build: Callable[[StepRecord], dict[str, Any]],
+    name: str | None,
+    phase: Phase,
+) -> Flow[dict[str, Any] | None]:
+    if not state.active:
+        raise deny(ctx, state, step, closed_error(state, name, phase))
+    request = build(step)
+    if ctx.guardian is None:
+        step.aos.append(request)
+        ctx.decide(state, step, Decision(Rule.ENGAGEMENT, Outcome.ALLOW, phase, "recorded", name))
+        return None
+    return (yield from ask_guardian(ctx, state, step, request, name, phase))
+
+
+def record_flow(
+    ctx: Runtime,
+    state: EngagementState,
+    name: str,
+    inputs: dict[str, Any],
+    outputs: Any,
+    error: BaseException | str | None,
+    call_id: str | None,
+    kind: str,
+) -> StepRecord:
+    """Record a call a host observed after the fact (no checks: it already happened)."""
+    step = new_step(state, "steps/toolCallRequest", name=name, call_id=call_id)
+    watchers = step.observed_by = ctx.observers.stepping() if ctx.observers else ()
+    tokens = Observers.step_started(watchers, state, step)
+    record = state.begin_call(name, to_plain(inputs), kind=kind, call_id=call_id)
+    step.call = record
+    failed = error is not None
+    if failed:
+        step.payload["error"] = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        state.withhold_call(record, reason=step.payload["error"], status="failed")
+    else:
+        state.complete_call(record, to_plain(outputs))
+    reason = "observed after the fact: recorded, not checked"
+    ctx.decide(state, step, Decision(Rule.ENGAGEMENT, Outcome.ALLOW, Phase.OUTPUT, reason, name))
+    step.aos.append(ctx.steps.tool_call_request(state, step, name, record.inputs, None))
+    step.aos.append(ctx.steps.tool_call_result(state, step, None if failed else outputs, is_error=failed))
+    if ctx.guardian is not None and ctx.guardian.mode == "observe":
+        for request in step.aos:
+            ctx.guardian.submit(request)
+    Observers.step_ended(watchers, state, step, tokens, None)
+    return step

@@ -1,0 +1,97 @@
+"""The runtime of one Guard: everything a flow needs, resolved once per Guard (not per call).
+
+The :class:`~agentguard.Engagement` facade is given this object, never the Guard: it holds the policy, the
+registered tools, reviewers, observers and guardian, and which engagement is current in each thread or task.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentguard._binding import Registered
+from agentguard.errors import Phase, Rule
+from agentguard.observers import Observers
+from agentguard.pipeline._steps import StepBuilder
+from agentguard.policy._identity import CredentialResolver
+from agentguard.policy._policy import Policy, UnknownCapability
+from agentguard.policy._review import ApprovalConfig, Reviewer
+from agentguard.policy._rules import Rules, SeverityMap
+from agentguard.record import Decision, EngagementState, Outcome, StepRecord
+
+if TYPE_CHECKING:
+    from agentguard.guardian import GuardianClient
+
+__all__ = ["Runtime"]
+
+_SHARED_LIMIT = 4096
+
+
+@dataclass(eq=False)
+class Runtime:
+    """Everything a flow needs from its Guard, resolved once per Guard (not per call)."""
+
+    policy: Policy
+    steps: StepBuilder
+    unknown_capability: UnknownCapability = "deny"
+    short_circuit_max_block: int = 100
+    reviewers: Mapping[str, Reviewer] = field(default_factory=dict)
+    approval: ApprovalConfig = field(default_factory=ApprovalConfig)
+    approvals: Mapping[str, ApprovalConfig] = field(default_factory=dict)
+    credential_resolver: CredentialResolver | None = None
+    guardian: GuardianClient | None = None
+    passthrough: tuple[type[BaseException], ...] = ()
+    # The guard's registered tools, live: capability lookups (tool-before-agent) and guardrail tools.
+    tools: Mapping[str, Registered] = field(default_factory=dict)
+    observers: Observers = field(default_factory=Observers)
+    rules: Rules = field(default_factory=Rules)
+    # Review gates that come from elsewhere than the spec (an Agent Spec tool's requires_confirmation, ...):
+    # capability name -> reviewer id, applied before the call when the spec names no input reviewer.
+    review_gates: dict[str, str] = field(default_factory=dict)
+    severity: SeverityMap = field(default_factory=SeverityMap)
+    # The engagement open in each thread or asyncio task (an ``Engagement``; typed loosely because the
+    # facade sits a layer above), and the tokens of its open ``with`` blocks, innermost last, so that every
+    # block resets the value it set in its own thread or task.
+    current: contextvars.ContextVar[Any] = field(
+        default_factory=lambda: contextvars.ContextVar("agentguard_engagement", default=None)
+    )
+    tokens: contextvars.ContextVar[tuple[contextvars.Token[Any], ...]] = field(
+        default_factory=lambda: contextvars.ContextVar("agentguard_tokens", default=())
+    )
+
+    _shared: dict[tuple[Rule, Phase, str, str, str | None], Decision] = field(
+        default_factory=dict, repr=False
+    )
+    _chains: dict[tuple[int, int], tuple[Decision, ...]] = field(default_factory=dict, repr=False)
+
+    def decide(self, state: EngagementState, step: StepRecord, decision: Decision) -> Decision:
+        """Record ``decision`` on ``step`` and tell the observers watching the step."""
+        step.add(decision)
+        if step.observed_by:
+            Observers.decision(step.observed_by, state, step, decision)
+        return decision
+
+    def allow(self, state: EngagementState, step: StepRecord, shared: Decision) -> None:
+        """Record a :meth:`~agentguard.record.Decision.untimed` allow decision taken the same way on every call.
+
+        Unwatched, the shared object itself is recorded (no allocation, no clock read); observers are given a
+        copy timed now, since they measure the time between decisions.
+        """
+        if step.observed_by:
+            self.decide(state, step, shared.timed())
+        else:
+            step.add_shared(shared, self._chains)
+
+    def allowed(
+        self, rule: Rule, phase: Phase, reason: str, capability: str, expression: str | None = None
+    ) -> Decision:
+        """The shared allow decision of ``rule`` for ``capability`` (built on first use, then reused)."""
+        key = (rule, phase, reason, capability, expression)
+        shared = self._shared.get(key)
+        if shared is None:
+            shared = Decision.untimed(rule, Outcome.ALLOW, phase, reason, capability, expression)
+            if len(self._shared) < _SHARED_LIMIT:  # names come from agents: the cache must not grow unbounded
+                self._shared[key] = shared
+        return shared

@@ -1,0 +1,489 @@
+"""The policy pipeline, written once as sans-I/O generators.
+
+Each flow is a generator that makes every decision itself and *yields* an effect whenever something outside
+has to happen — run the tool, ask a reviewer, ask the guardian — then receives the result (or the exception)
+and carries on. :mod:`agentguard.pipeline` runs the same flow synchronously or under asyncio, so the sync and
+the async path cannot drift apart (the pattern of httpx's ``auth_flow``).
+
+Order of checks for a tool or sub-agent call (ARCHITECTURE.md, "local first"):
+
+1. engagement still active (a short-circuit, failed guardrail or cancel stops it for good)
+2. capability allow-list (decision 6)
+3. short-circuit (decision 5)
+4. the call becomes the pending most-recent call (decision 2), then the input assertion
+5. guardian ``steps/toolCallRequest`` (enforce: wait; ``modify`` is re-checked against step 4)
+6. input review (people see the final inputs, after the machines agreed)
+7. identity (decision 10)
+8. invoke
+9. output assertion (decision 3: a failure withholds the output), guardian ``steps/toolCallResult``, output
+   review — only then does the output leave the pipeline
+
+Anything that denies before step 8 rolls the call back out of ``recent``/``history``; after step 8 the call
+stays in ``history`` with ``outputs: null``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentguard.errors import (
+    CapabilityDenied,
+    EngagementClosed,
+    IdentityError,
+    Phase,
+    PolicyViolation,
+    RestrictionViolation,
+    Rule,
+    ShortCircuitViolation,
+)
+from agentguard.pipeline._checks import (
+    ask_guardian,
+    blocks,
+    check,
+    closed_error,
+    deny,
+    observed,
+    review,
+    run_rules,
+    undecided,
+)
+from agentguard.pipeline._effects import AwaitLate, Flow, Invoke, InvokeTimedOut, Sleep
+from agentguard.pipeline._runtime import Runtime
+from agentguard.pipeline._steps import new_step
+from agentguard.policy._identity import CredentialRequest, Credentials, identity_for
+from agentguard.policy._policy import CapabilityRule
+from agentguard.record import (
+    CallRecord,
+    Decision,
+    EngagementState,
+    EngagementStatus,
+    Outcome,
+    StepRecord,
+    is_plain,
+    one_shot,
+    to_plain,
+)
+from agentguard.runs import Retry, Timeout, ToolTimeout
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A call the host wants to make: which tool or agent, with which inputs (bound by parameter name)."""
+
+    name: str
+    kind: str
+    inputs: dict[str, Any]
+    fn: Callable[..., Any]
+    to_args: Callable[[Mapping[str, Any]], tuple[tuple[Any, ...], dict[str, Any]]]
+    call_id: str | None = None
+    needs_credentials: bool = False
+    reasoning: str | None = None
+    timeout: Timeout | None = None
+    retry: Retry | None = None
+
+
+def _inputs_from(params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The new inputs in a guardian's modified ``steps/toolCallRequest`` (``None`` if it has none)."""
+    tcr = params.get("toolCallRequest")
+    if not isinstance(tcr, Mapping) or not isinstance(tcr.get("inputs"), list):
+        return None
+    out: dict[str, Any] = {}
+    for item in tcr["inputs"]:
+        if not isinstance(item, Mapping) or not isinstance(item.get("name"), str) or "value" not in item:
+            return None
+        out[item["name"]] = item["value"]
+    return out
+
+
+def _unfit(call: ToolCall, inputs: dict[str, Any] | None) -> str | None:
+    """Why a guardian's modified inputs cannot be given to the tool (decision 8: then the failure policy
+    applies), or ``None`` when they can."""
+    if inputs is None:
+        return "modifiedRequest carries no tool inputs"
+    try:
+        args, kwargs = call.to_args(inputs)
+        inspect.signature(call.fn).bind(*args, **kwargs)
+    except TypeError as exc:
+        return f"modifiedRequest's inputs do not fit the tool's parameters ({exc})"
+    except ValueError:  # a callable without a signature: only calling it can tell
+        return None
+    return None
+
+
+def _failed(
+    ctx: Runtime,
+    state: EngagementState,
+    step: StepRecord,
+    record: CallRecord,
+    rule: CapabilityRule | None,
+    error: BaseException,
+) -> Flow[None]:
+    """The tool raised: its error goes back to the caller (and often to the model), so it is an output too.
+
+    Its text passes the output restriction first, and the guardian hears of the failed call
+    (``steps/toolCallResult`` with ``isError``). A failing check replaces the error by the denial, whose
+    reason does not quote the withheld text. The record keeps ``outputs: null``, status ``failed``.
+    """
+    name = record.name
+    if not isinstance(error, Exception) or isinstance(error, (PolicyViolation, *ctx.passthrough)):
+        state.withhold_call(record, reason=type(error).__name__, status="failed")
+        return
+    text = str(error)
+    try:
+        if rule is not None and rule.output_assertion is not None:
+            record.entry["outputs"] = text
+            check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
+        if ctx.guardian is not None:
+            request = ctx.steps.tool_call_result(state, step, text, is_error=True)
+            params = yield from ask_guardian(ctx, state, step, request, name, Phase.OUTPUT)
+            if params is not None:
+                undecided(ctx, state, step, "a failed call's error cannot be modified", name, Phase.OUTPUT)
+    except PolicyViolation as violation:
+        state.withhold_call(record, reason=violation.reason)
+        raise violation from None
+    described = f"{type(error).__name__}: {text}"
+    state.withhold_call(record, reason=described, status="failed")
+    step.payload["error"] = described
+
+
+def _outputs_from(params: Mapping[str, Any], original: Any) -> tuple[bool, Any]:
+    """The new output in a guardian's modified ``steps/toolCallResult``: (found, value)."""
+    result = params.get("result")
+    if not isinstance(result, Mapping):
+        nested = params.get("toolCallResult")  # the published schema's shape (decision 9)
+        result = nested.get("result") if isinstance(nested, Mapping) else None
+    if not isinstance(result, Mapping) or not isinstance(result.get("outputs"), list):
+        return False, None
+    texts = [
+        p.get("text") for p in result["outputs"] if isinstance(p, Mapping) and isinstance(p.get("text"), str)
+    ]
+    text = "".join(t for t in texts if t is not None)
+    if isinstance(original, str):
+        return True, text
+    try:
+        return True, json.loads(text)
+    except ValueError:
+        return True, text
+
+
+def _capability(
+    ctx: Runtime, state: EngagementState, step: StepRecord, name: str, kind: str
+) -> CapabilityRule | None:
+    policy = ctx.policy
+    rule = policy.capability_for(name, kind, ctx.tools)
+    if rule is not None:
+        ctx.allow(state, step, ctx.allowed(Rule.CAPABILITY, Phase.INPUT, rule.allow_reason, name))
+        return rule
+    if name in policy.guardrail_tools:
+        ctx.allow(state, step, ctx.allowed(Rule.CAPABILITY, Phase.INPUT, "guardrail tool", name))
+        return None
+    if name[:1] == "_":  # would overwrite recent._name, history._list or history._total
+        reason = f"{kind} name {name!r} is reserved: the Engagement's own members start with '_'"
+        raise deny(ctx, state, step, CapabilityDenied(reason, capability=name, phase=Phase.INPUT))
+    mode = ctx.unknown_capability
+    reason = f"{kind} {name!r} is not a capability of agent {policy.name!r}"
+    if mode == "deny":
+        error = CapabilityDenied(reason, capability=name, phase=Phase.INPUT)
+        if blocks(ctx, state, step, error):
+            raise error
+        return None
+    observe = mode == "observe"
+    decision = Decision(
+        Rule.CAPABILITY,
+        Outcome.WARN if observe else Outcome.ALLOW,
+        Phase.INPUT,
+        reason + f" (unknown_capability={mode})",
+        name,
+        severity="warning" if observe else "error",
+    )
+    ctx.decide(state, step, decision)
+    return None
+
+
+def _credentials(
+    ctx: Runtime, state: EngagementState, step: StepRecord, rule: CapabilityRule | None, call: ToolCall
+) -> Credentials | None:
+    ident = identity_for(
+        user_identity=rule.user_identity if rule else True,
+        static_identity=rule.static_identity if rule else None,
+        user=state.user,
+    )
+    if ident is None:
+        return None
+    kind, subject = ident
+    if ctx.credential_resolver is None:  # the identity itself: the same object for every call
+        cached: Credentials | None = state.credentials.get(ident)
+        if cached is None:
+            cached = state.credentials[ident] = Credentials(
+                kind, subject, user=state.user if kind == "user" else None
+            )
+        return cached
+    request = CredentialRequest(call.name, kind, subject, state.user, state.id)
+    try:
+        resolved = ctx.credential_resolver(request)
+    except Exception as exc:  # a resolver that fails must not let the call run, nor go unrecorded
+        error = IdentityError(
+            f"the credential resolver failed ({type(exc).__name__}) for {kind} {subject!r}",
+            capability=call.name,
+            phase=Phase.INPUT,
+        )
+        raise deny(ctx, state, step, error) from exc
+    if resolved is not None and not isinstance(resolved, Credentials):
+        error = IdentityError(
+            f"the credential resolver returned {type(resolved).__name__}, not Credentials or None",
+            capability=call.name,
+            phase=Phase.INPUT,
+        )
+        raise deny(ctx, state, step, error)
+    return resolved
+
+
+def tool_call_flow(ctx: Runtime, state: EngagementState, call: ToolCall) -> Flow[Any]:
+    """The whole life of one guarded tool or sub-agent call. Returns the output the caller may use."""
+    resumed = state.awaiting_review.pop(call.call_id, None) if call.call_id else None
+    if resumed is not None:  # the host re-ran a call paused in output review: do not run the tool again
+        step, record, rule, output = resumed
+        flow = _after_invoke(ctx, state, step, record, rule, call, output, resumed=True)
+    else:
+        step = new_step(state, "steps/toolCallRequest", name=call.name, call_id=call.call_id)
+        flow = _tool_call(ctx, state, step, call)
+    return observed(ctx, state, step, flow)
+
+
+_NO_LOOP = "no block of calls repeated short_circuit times"
+
+
+def _short_circuit(
+    ctx: Runtime, state: EngagementState, step: StepRecord, name: str, *, refused: bool
+) -> None:
+    """Decision 5: stop the engagement when this attempt repeats a block of attempts ``short_circuit`` times.
+
+    Checked for attempts another rule refuses too, so that an agent retrying a refused call is stopped.
+    """
+    k = ctx.policy.short_circuit
+    if k is None:
+        return
+    block = state.would_short_circuit(name, k, ctx.short_circuit_max_block)
+    if block is None:
+        if not refused:
+            ctx.allow(state, step, ctx.allowed(Rule.SHORT_CIRCUIT, Phase.INPUT, _NO_LOOP, name))
+        return
+    loop = " -> ".join([*state.attempts(block - 1), name])
+    reason = (
+        f"calling {name!r} would repeat [{loop}] {k} times in a row "
+        f"(lifespan.short_circuit: {k}); the engagement is stopped"
+    )
+    error = ShortCircuitViolation(reason, capability=name, phase=Phase.INPUT)
+    if blocks(ctx, state, step, error):
+        state.stop(EngagementStatus.STOPPED, reason)
+        raise error
+
+
+def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall) -> Flow[Any]:
+    name = call.name
+    if not state.active:
+        raise deny(ctx, state, step, closed_error(state, name, Phase.INPUT))
+    try:
+        rule = _capability(ctx, state, step, name, call.kind)
+    except PolicyViolation:
+        _short_circuit(ctx, state, step, name, refused=True)  # a refused attempt is an attempt (decision 5)
+        state.attempted(name)
+        raise
+    _short_circuit(ctx, state, step, name, refused=False)
+
+    # The record holds JSON-like inputs for CEL and AOS; the tool gets the caller's own objects unless a
+    # guardian rewrote them.
+    # ``call.inputs`` was built for this call (by the binder, or copied by Guard.call): nobody else holds it.
+    record = state.begin_call(
+        name, to_plain(call.inputs, owned=True), kind=call.kind, call_id=call.call_id, started_at=step.at
+    )
+    call_inputs: Mapping[str, Any] = call.inputs
+    step.call = record
+    credentials: Credentials | None = None
+    try:
+        problem = one_shot(call_inputs)
+        if problem is not None:
+            error = RestrictionViolation(
+                f"an input {problem}: what the checks would see is not what the tool would get",
+                capability=name,
+                phase=Phase.INPUT,
+            )
+            raise deny(ctx, state, step, error)
+        if rule is not None and rule.input_assertion is not None:
+            check(ctx, state, step, rule.input_assertion, name, Phase.INPUT)
+        if ctx.guardian is not None:
+            request = ctx.steps.tool_call_request(state, step, name, record.inputs, call.reasoning)
+            params = yield from ask_guardian(ctx, state, step, request, name, Phase.INPUT)
+            if params is not None:
+                new_inputs = _inputs_from(params)
+                unfit = _unfit(call, new_inputs)
+                if unfit is not None:
+                    undecided(ctx, state, step, unfit, name, Phase.INPUT)
+                elif new_inputs is not None:
+                    record.entry["inputs"] = call_inputs = new_inputs
+                    if rule is not None and rule.input_assertion is not None:
+                        check(ctx, state, step, rule.input_assertion, name, Phase.INPUT)
+        run_rules(ctx, state, step, name, Phase.INPUT, record.inputs)
+        reviewer = (rule.input_review if rule is not None else None) or ctx.review_gates.get(name)
+        if reviewer:
+            yield from review(ctx, state, step, reviewer, name, Phase.INPUT, record, None)
+        credentials = _credentials(ctx, state, step, rule, call)
+        if call.needs_credentials and credentials is None:
+            raise deny(
+                ctx,
+                state,
+                step,
+                IdentityError(
+                    "the tool needs credentials and none could be resolved (no user identity, no static_identity)",
+                    capability=name,
+                    phase=Phase.INPUT,
+                ),
+            )
+        args, kwargs = call.to_args(call_inputs)
+    except BaseException as exc:
+        reason = exc.reason if isinstance(exc, PolicyViolation) else type(exc).__name__
+        state.rollback_call(record, reason=reason, attempted=not isinstance(exc, ctx.passthrough))
+        raise
+    invoke = Invoke(call.fn, args, kwargs, credentials)
+    try:
+        if call.retry is None and call.timeout is None:
+            output = yield invoke  # the common case, without the run-control frames
+        else:
+            output = yield from _invoke(ctx, state, step, call, invoke)
+    except BaseException as exc:
+        yield from _failed(ctx, state, step, record, rule, exc)
+        raise
+    return (yield from _after_invoke(ctx, state, step, record, rule, call, output, resumed=False))
+
+
+def _invoke(
+    ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall, invoke: Invoke
+) -> Flow[Any]:
+    """Run the call under its ``Timeout`` and ``Retry`` (OS Protocol runs), recording each as a decision."""
+    retry = call.retry
+    attempt = 0
+    while True:
+        try:
+            return (yield from _invoke_once(ctx, state, step, call, invoke))
+        except Exception as exc:
+            if retry is None or attempt >= retry.attempts or not state.active or not retry.retries(exc):
+                raise
+            attempt += 1
+            if retry.on_retry is not None:
+                retry.on_retry(exc, attempt)
+            delay = retry.delay(attempt)
+            reason = f"retry {attempt} of {retry.attempts} in {delay} ms after {type(exc).__name__}: {exc}"
+            ctx.decide(state, step, Decision(Rule.RUN, Outcome.ALLOW, Phase.INPUT, reason, call.name))
+            if delay:
+                yield Sleep(delay)
+
+
+def _invoke_once(
+    ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall, invoke: Invoke
+) -> Flow[Any]:
+    timeout = call.timeout
+    if timeout is None:
+        return (yield invoke)
+
+    def late(outcome: str) -> None:
+        reason = f"late result discarded: the call finished after its {timeout.ms} ms timeout ({outcome})"
+        ctx.decide(state, step, Decision(Rule.RUN, Outcome.WARN, Phase.OUTPUT, reason, call.name))
+
+    invoke.timeout_ms = timeout.ms
+    invoke.keep_running = timeout.on_timeout == "continue"
+    invoke.on_late = late
+    try:
+        return (yield invoke)
+    except InvokeTimedOut as overran:
+        if timeout.on_timeout_callback is not None:
+            timeout.on_timeout_callback()
+        if timeout.on_timeout == "continue":
+            reason = f"exceeded its {timeout.ms} ms timeout; still waiting (on_timeout: continue)"
+            ctx.decide(state, step, Decision(Rule.RUN, Outcome.WARN, Phase.INPUT, reason, call.name))
+            return (yield AwaitLate(overran.handle))
+        reason = f"did not finish within {timeout.ms} ms (on_timeout: {timeout.on_timeout})"
+        ctx.decide(state, step, Decision(Rule.RUN, Outcome.DENY, Phase.INPUT, reason, call.name))
+        if timeout.on_timeout == "cancel":
+            state.stop(EngagementStatus.CANCELLED, f"{call.name!r} {reason}")
+        raise ToolTimeout(call.name, timeout.ms, engagement_id=state.id) from None
+
+
+def _after_invoke(
+    ctx: Runtime,
+    state: EngagementState,
+    step: StepRecord,
+    record: CallRecord,
+    rule: CapabilityRule | None,
+    call: ToolCall,
+    output: Any,
+    *,
+    resumed: bool,
+) -> Flow[Any]:
+    name = record.name
+    collect = rule.collect_results if rule is not None else True
+    try:
+        if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
+            error = EngagementClosed(
+                f"engagement was cancelled while the call ran: {state.status_reason}", capability=name
+            )
+            raise deny(ctx, state, step, error)
+        if not resumed:
+            output = _deliverable(ctx, state, step, name, output)
+            state.complete_call(record, to_plain(output), collect=collect)
+            if rule is not None and rule.output_assertion is not None:
+                check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
+            if ctx.guardian is not None:
+                request = ctx.steps.tool_call_result(state, step, output, is_error=False)
+                params = yield from ask_guardian(ctx, state, step, request, name, Phase.OUTPUT)
+                if params is not None:
+                    found, new_output = _outputs_from(params, output)
+                    if not found:
+                        undecided(
+                            ctx, state, step, "modifiedRequest carries no tool result", name, Phase.OUTPUT
+                        )
+                    else:
+                        output = new_output
+                        state.complete_call(record, to_plain(output), collect=collect)
+                        if rule is not None and rule.output_assertion is not None:
+                            check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
+            run_rules(ctx, state, step, name, Phase.OUTPUT, record.inputs, output)
+        if rule is not None and rule.output_review:
+            try:
+                yield from review(
+                    ctx, state, step, rule.output_review, name, Phase.OUTPUT, record, to_plain(output)
+                )
+            except ctx.passthrough:
+                if record.call_id:
+                    state.awaiting_review[record.call_id] = (step, record, rule, output)
+                raise
+    except PolicyViolation as exc:
+        state.withhold_call(record, reason=exc.reason)
+        raise
+    except BaseException as exc:
+        if not (rule is not None and rule.output_review and record.call_id in state.awaiting_review):
+            state.withhold_call(record, reason=f"{type(exc).__name__}: {exc}", status="failed")
+        raise
+    return output
+
+
+def _deliverable(ctx: Runtime, state: EngagementState, step: StepRecord, name: str, output: Any) -> Any:
+    """What is checked is what is delivered: a JSON-like output as it is, anything else converted once and
+    the converted value handed on. An output that can be consumed only once (a generator, an iterator) has no
+    faithful form -- checks would see its ``str()``, the caller its items -- and is withheld."""
+    if is_plain(output):
+        return output
+    problem = one_shot(output)
+    if problem is not None:
+        if hasattr(output, "close"):
+            output.close()
+        error = RestrictionViolation(
+            f"the output {problem}: return a list or another JSON-like value",
+            capability=name,
+            phase=Phase.OUTPUT,
+        )
+        raise deny(ctx, state, step, error)
+    return to_plain(output)

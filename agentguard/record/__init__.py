@@ -1,0 +1,39 @@
+"""The Engagement record: who the user is and which tools and agents were called, as CEL sees it.
+
+Layer 3 (``docs/architecture.md``): it imports only the CEL layer and :mod:`agentguard.errors`. Nothing here
+does I/O or knows about the Guard; :class:`agentguard.Engagement` is the facade users hold, and the pipeline
+(:mod:`agentguard.pipeline`) is what writes to the record.
+
+Example::
+
+    from agentguard.record import EngagementState, User
+
+    state = EngagementState(user=User(id="u1", email="ann@corp.com"))
+    call = state.begin_call("send-email", {"to": "bob@corp.com"})
+    state.complete_call(call, {"status": "sent"})
+    state.view()["recent"]["send-email"]["outputs"]     # {'status': 'sent'}
+"""
+
+from agentguard.record._loop import LoopDetector, find_short_circuit, repeated_block
+from agentguard.record._state import EngagementState
+from agentguard.record._types import CallRecord, Decision, EngagementStatus, Outcome, StepRecord, User
+from agentguard.record._values import is_plain, new_id, one_shot, to_plain
+from agentguard.record._view import ViewPlan
+
+__all__ = [
+    "CallRecord",
+    "Decision",
+    "EngagementState",
+    "EngagementStatus",
+    "LoopDetector",
+    "Outcome",
+    "StepRecord",
+    "User",
+    "ViewPlan",
+    "find_short_circuit",
+    "is_plain",
+    "new_id",
+    "one_shot",
+    "repeated_block",
+    "to_plain",
+]

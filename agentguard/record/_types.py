@@ -1,0 +1,300 @@
+"""What the record is made of: the user, each step, each call, each decision, and the engagement's status.
+
+These objects are kept for every step of every engagement, so they are built for size: a step's AOS requests
+and payload exist only once something is put in them, ids are minted when first read, and an allow decision
+the pipeline takes the same way on every call is one shared, untimed object (:meth:`Decision.untimed`),
+stamped with its step's time only when somebody reads :attr:`StepRecord.decisions`.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from agentguard.errors import Phase, Rule
+from agentguard.record._values import new_id
+
+__all__ = ["CallRecord", "Decision", "EngagementStatus", "Outcome", "StepRecord", "User"]
+
+_UNTIMED = -1.0  # Decision.at of a shared decision: the time of the step it is read from
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """The person (or system) an engagement acts for. ``id`` is required; the rest is known when known."""
+
+    id: str
+    email: str | None = None
+    name: str | None = None
+    organization: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_view(self) -> dict[str, Any]:
+        """The ``user`` variable CEL sees: ``id`` and ``email`` (``null`` when unknown)."""
+        return {"id": self.id, "email": self.email}
+
+
+class Outcome(enum.StrEnum):
+    """What a check or a guardian decided about a step."""
+
+    ALLOW = "allow"
+    DENY = "deny"
+    MODIFY = "modify"
+    REVIEW_APPROVED = "review-approved"
+    REVIEW_REJECTED = "review-rejected"
+    REVIEW_PENDING = "review-pending"  # the host paused the run to ask; the step was not carried out yet
+    NO_DECISION = "no-decision"
+    WARN = "warn"
+
+
+@dataclass(slots=True)
+class Decision:
+    """One recorded decision of one rule about one step. Treat as read-only.
+
+    (Not a frozen dataclass on purpose: a frozen one costs ~1.5 µs more to build, several times per call.)
+    """
+
+    rule: Rule
+    outcome: Outcome
+    phase: Phase | None = None
+    reason: str = ""
+    capability: str | None = None
+    expression: str | None = None
+    at: float = field(default_factory=time.time)
+    data: Mapping[str, Any] | None = None
+    severity: str = "error"  # of the check: error blocks; warning / info only record (shadow mode)
+
+    @property
+    def blocked(self) -> bool:
+        return self.outcome in (Outcome.DENY, Outcome.REVIEW_REJECTED)
+
+    @classmethod
+    def untimed(
+        cls,
+        rule: Rule,
+        outcome: Outcome,
+        phase: Phase | None,
+        reason: str,
+        capability: str | None = None,
+        expression: str | None = None,
+    ) -> Decision:
+        """A decision taken the same way on many steps, built once and shared: it takes each step's time.
+
+        For the allow decisions of the per-call path (capability, short-circuit, restriction): recording one
+        costs a list append instead of an object and a clock read.
+        """
+        return cls(rule, outcome, phase, reason, capability, expression, at=_UNTIMED)
+
+    def timed(self) -> Decision:
+        """This decision taken now (a copy stamped with the current time)."""
+        return replace(self, at=time.time())
+
+
+class EngagementStatus(enum.StrEnum):
+    ACTIVE = "active"
+    STOPPED = "stopped"  # short-circuit fired: every later step is refused
+    FAILED = "failed"  # a guardrail failed: no more tools may run
+    CANCELLED = "cancelled"
+    CLOSED = "closed"
+
+
+class CallRecord:
+    """One invocation (or attempted invocation) of a tool or sub-agent.
+
+    ``entry`` is the very dict that sits in ``recent[name]`` and ``history[name][i]``: completing the call
+    updates the view in place. ``call_id`` is the host's id for the call, else one minted when first read.
+    """
+
+    __slots__ = ("_call_id", "ended_at", "entry", "error", "kind", "name", "started_at", "status")
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        call_id: str | None,
+        entry: dict[str, Any],
+        started_at: float,
+        ended_at: float | None = None,
+        status: str = "pending",  # pending | completed | failed | denied | withheld
+        error: str | None = None,
+    ) -> None:
+        self.name = name
+        self.kind = kind  # "tool" | "agent"
+        self._call_id = call_id
+        self.entry = entry
+        self.started_at = started_at
+        self.ended_at = ended_at
+        self.status = status
+        self.error = error
+
+    @property
+    def call_id(self) -> str:
+        call_id = self._call_id
+        if call_id is None:
+            call_id = self._call_id = new_id()
+        return call_id
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        inputs: dict[str, Any] = self.entry["inputs"]
+        return inputs
+
+    @property
+    def outputs(self) -> Any:
+        return self.entry["outputs"]
+
+    def __repr__(self) -> str:
+        return f"CallRecord({self.name!r}, {self.kind!r}, call_id={self.call_id!r}, status={self.status!r})"
+
+
+class StepRecord:
+    """What happened at one step and every decision taken on it; kept whether or not a guardian is set.
+
+    ``kind`` names the AOS method the step corresponds to (``steps/toolCallRequest``, ``steps/message``, ...).
+    ``aos`` holds the AOS JSON-RPC request(s) sent or built for it, when built. ``call`` is the call a tool
+    step made, once it got that far.
+    """
+
+    __slots__ = (
+        "_aos",
+        "_call_id",
+        "_decisions",
+        "_payload",
+        "_step_id",
+        "_untimed",
+        "at",
+        "call",
+        "kind",
+        "name",
+        "observed_by",
+        "turn_id",
+    )
+
+    def __init__(
+        self,
+        kind: str,
+        step_id: str | None = None,
+        turn_id: str = "",
+        timestamp: datetime | None = None,
+        name: str | None = None,
+        call_id: str | None = None,
+        decisions: list[Decision] | None = None,
+        aos: list[dict[str, Any]] | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> None:
+        self.kind = kind
+        self._step_id = step_id
+        self.turn_id = turn_id
+        self.at = time.time() if timestamp is None else timestamp.timestamp()
+        """When the step started, as ``time.time()`` (the clock of :attr:`Decision.at`)."""
+        self.name = name
+        self._call_id = call_id
+        self.call: CallRecord | None = None
+        self._decisions: list[Decision] | tuple[Decision, ...] = decisions if decisions is not None else ()
+        self._untimed = False
+        self._aos = aos
+        self._payload = payload
+        # The observers watching this step (chosen when it started); decisions are dispatched to them only.
+        self.observed_by: tuple[Any, ...] = ()
+
+    @property
+    def step_id(self) -> str:
+        step_id = self._step_id
+        if step_id is None:
+            step_id = self._step_id = new_id()
+        return step_id
+
+    @property
+    def call_id(self) -> str | None:
+        call = self.call
+        return call.call_id if call is not None else self._call_id
+
+    @property
+    def timestamp(self) -> datetime:
+        return datetime.fromtimestamp(self.at, UTC)
+
+    @property
+    def decisions(self) -> list[Decision]:
+        """Every decision taken on this step, in order (shared allow decisions stamped with the step's time)."""
+        decisions = self._decisions
+        if self._untimed:
+            at = self.at
+            listed = [replace(d, at=at) if d.at == _UNTIMED else d for d in decisions]
+            self._untimed = False
+        elif isinstance(decisions, list):
+            return decisions
+        else:
+            listed = list(decisions)
+        self._decisions = listed
+        return listed
+
+    def add(self, decision: Decision) -> None:
+        """Record ``decision`` (an :meth:`~Decision.untimed` one is stamped when read)."""
+        decisions = self._decisions
+        if not isinstance(decisions, list):
+            decisions = self._decisions = list(decisions)
+        decisions.append(decision)
+        if decision.at == _UNTIMED:
+            self._untimed = True
+
+    def add_shared(
+        self, decision: Decision, chains: dict[tuple[int, int], tuple[Decision, ...]], limit: int = 4096
+    ) -> None:
+        """Record an untimed shared ``decision`` without allocating: the step's decisions so far and this
+        one are a tuple from ``chains``, which every step that took the same decisions in the same order
+        shares (an allowed call of one capability takes the same four every time).
+
+        ``chains`` maps (id of the tuple so far, id of the decision) to the longer tuple; it keeps every
+        tuple it hands out alive, so an id in a key never names another object. Past ``limit`` entries it
+        grows no more and the decision is appended to a list of the step's own.
+        """
+        decisions = self._decisions
+        if type(decisions) is tuple:
+            longer = chains.get((id(decisions), id(decision)))
+            if longer is None or longer[-1] is not decision:
+                if len(chains) >= limit:
+                    self.add(decision)
+                    return
+                longer = chains[id(decisions), id(decision)] = (*decisions, decision)
+            self._decisions = longer
+            self._untimed = True
+            return
+        self.add(decision)
+
+    @property
+    def aos(self) -> list[dict[str, Any]]:
+        aos = self._aos
+        if aos is None:
+            aos = self._aos = []
+        return aos
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        payload = self._payload
+        if payload is None:
+            payload = self._payload = {}
+        return payload
+
+    @property
+    def outcome(self) -> Outcome:
+        """The step's final outcome: the first blocking decision, else a review still pending, else modify,
+        else no-decision, else allow."""
+        decisions = self._decisions
+        for d in decisions:
+            if d.blocked:
+                return d.outcome
+        reviews = [d for d in decisions if d.rule is Rule.REVIEW]
+        if reviews and reviews[-1].outcome is Outcome.REVIEW_PENDING:
+            return Outcome.REVIEW_PENDING
+        if any(d.outcome is Outcome.MODIFY for d in decisions):
+            return Outcome.MODIFY
+        if any(d.outcome is Outcome.NO_DECISION for d in decisions):
+            return Outcome.NO_DECISION
+        return Outcome.ALLOW
+
+    def __repr__(self) -> str:
+        return f"StepRecord({self.kind!r}, name={self.name!r}, outcome={self.outcome.value!r})"

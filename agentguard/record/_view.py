@@ -1,0 +1,48 @@
+"""Which parts of the Engagement view one compiled expression reads (decision 1, bound from the syntax tree)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from agentguard.cel import CelProgram
+
+__all__ = ["ViewPlan"]
+
+_ENTRY_PARTS = frozenset({"inputs", "outputs"})
+
+
+@dataclass(frozen=True, slots=True)
+class ViewPlan:
+    """Which parts of the Engagement view one expression reads.
+
+    ``recent_keys`` / ``history_keys`` list the members an expression selects with a constant name
+    (``recent["send-email"]``, ``history._total``); ``None`` means the variable is used as a whole
+    (``history[x]`` with a computed key, ``size(history)``, ``history.exists(...)``, ...) and is bound whole.
+    """
+
+    variables: frozenset[str]
+    recent_keys: frozenset[str] | None
+    history_keys: frozenset[str] | None
+    # For each name in ``recent_keys``: the parts of its entry read (``inputs`` / ``outputs``), or ``None``
+    # for the whole entry. An input assertion on ``recent["x"].inputs`` is not given ``x``'s outputs.
+    recent_fields: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, program: CelProgram) -> ViewPlan:
+        """The plan of a compiled expression, from what its syntax tree reads (:attr:`CelProgram.reads`).
+
+        Never from the text: a comment, a string literal or a macro cannot hide a read from the tree.
+        """
+        reads = program.reads
+        recent, history = reads.get("recent", {}), reads.get("history", {})
+        fields: dict[str, frozenset[str] | None] = {}
+        if recent is not None:
+            for key, parts in recent.items():
+                fields[key] = frozenset(parts) if parts is not None and parts.keys() <= _ENTRY_PARTS else None
+        return cls(
+            program.variables,
+            frozenset(recent) if recent is not None else None,
+            frozenset(history) if history is not None else None,
+            fields,
+        )

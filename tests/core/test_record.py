@@ -1,0 +1,151 @@
+"""The record layer: taking calls back in any order, shared allow decisions, and the names that moved."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import agentguard.observers
+import agentguard.record
+from agentguard import Guard, User
+from agentguard.errors import Phase, Rule
+from agentguard.record import Decision, EngagementState, Outcome, StepRecord
+
+SPEC = """
+kind: openagentspec:v1/agent
+name: record-agent
+description: d
+intent: i
+owner: o@corp.com
+capabilities:
+  lookup:
+    input_restriction:
+      assertion: recent["lookup"].inputs.n < 10
+"""
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["begin", "rollback", "complete"]), st.integers(0, 2), st.integers(0, 9))
+    )
+)
+def test_calls_taken_back_in_any_order_leave_exactly_the_others(ops: list[tuple[str, int, int]]) -> None:
+    """Rollback walks from the end (O(1) for the newest call); whatever call it takes back, and in whatever
+    order calls of one name were begun, ``history`` and ``recent`` are those of the calls not taken back."""
+    state = EngagementState()
+    names = ["a", "b", "c"]
+    live: list[tuple[str, object]] = []  # the model: (name, record) in begin order, minus rolled back
+    pending: list[object] = []
+    for op, which, pick in ops:
+        if op == "begin":
+            record = state.begin_call(names[which], {"i": len(live)})
+            live.append((names[which], record))
+            pending.append(record)
+        elif pending:
+            record = pending.pop(pick % len(pending))
+            if op == "rollback":
+                state.rollback_call(record, reason="denied")  # type: ignore[arg-type]
+                live = [(n, r) for n, r in live if r is not record]
+            else:
+                state.complete_call(record, {"ok": True})  # type: ignore[arg-type]
+    view = state.view()
+    assert view["history"]["_list"] == [n for n, _ in live]
+    assert view["history"]["_total"] == len(live)
+    for name in names:
+        entries = [r.entry for n, r in live if n == name]  # type: ignore[attr-defined]
+        assert view["history"].get(name, []) == entries
+        assert view["recent"].get(name) == (entries[-1] if entries else None)
+    assert view["recent"].get("_name") == (live[-1][0] if live else None)
+
+
+def test_a_call_taken_back_twice_changes_nothing_more() -> None:
+    state = EngagementState()
+    first = state.begin_call("a", {"i": 1})
+    second = state.begin_call("a", {"i": 2})
+    state.rollback_call(second, reason="denied")
+    state.rollback_call(second, reason="denied")
+    assert state.view()["history"]["a"] == [first.entry]
+
+
+def test_shared_allow_decisions_read_back_with_their_steps_time() -> None:
+    guard = Guard.from_yaml(SPEC, telemetry=False)
+
+    @guard.tool
+    def lookup(n: int) -> dict[str, int]:
+        return {"n": n}
+
+    with guard.engagement(user=User(id="u1")) as eng:
+        lookup(1)
+        lookup(2)
+    first, second = eng.steps
+    for step in (first, second):
+        decisions = step.decisions
+        assert [d.rule for d in decisions] == [Rule.CAPABILITY, Rule.RESTRICTION]
+        assert all(d.outcome is Outcome.ALLOW and d.at == step.at for d in decisions)
+    # each step has decisions of its own once read: stamping one step's does not touch the other's
+    assert first.decisions[0] is not second.decisions[0]
+
+
+def test_observers_get_decisions_timed_when_taken() -> None:
+    seen: list[Decision] = []
+
+    class Watcher(agentguard.observers.Observer):
+        def decision(self, state: EngagementState, step: StepRecord, decision: Decision) -> None:
+            seen.append(decision)
+
+    guard = Guard.from_yaml(SPEC, telemetry=False, observers=[Watcher()])
+
+    @guard.tool
+    def lookup(n: int) -> dict[str, int]:
+        return {"n": n}
+
+    with guard.engagement(user=User(id="u1")):
+        lookup(1)
+    assert [d.rule for d in seen] == [Rule.CAPABILITY, Rule.RESTRICTION]
+    assert all(d.at > 0 for d in seen)
+
+
+def test_a_step_mixes_shared_and_own_decisions_in_order() -> None:
+    step = StepRecord("steps/toolCallRequest")
+    chains: dict[tuple[int, int], tuple[Decision, ...]] = {}
+    shared = Decision.untimed(Rule.CAPABILITY, Outcome.ALLOW, Phase.INPUT, "capability 'x'", "x")
+    own = Decision(Rule.GUARDIAN, Outcome.DENY, Phase.INPUT, "no", "x")
+    step.add_shared(shared, chains)
+    step.add(own)
+    step.add_shared(shared, chains)
+    assert [d.rule for d in step.decisions] == [Rule.CAPABILITY, Rule.GUARDIAN, Rule.CAPABILITY]
+    assert step.decisions[1] is own
+    assert step.outcome is Outcome.DENY
+
+
+def test_the_shared_chains_stop_growing_at_their_limit() -> None:
+    chains: dict[tuple[int, int], tuple[Decision, ...]] = {}
+    for number in range(10):
+        step = StepRecord("steps/toolCallRequest")
+        shared = Decision.untimed(Rule.SHORT_CIRCUIT, Outcome.ALLOW, Phase.INPUT, "ok", f"tool-{number}")
+        step.add_shared(shared, chains, limit=4)
+        assert [d.capability for d in step.decisions] == [f"tool-{number}"]
+    assert len(chains) == 4
+
+
+@pytest.mark.parametrize(
+    "name", ["EngagementState", "Decision", "StepRecord", "User", "to_plain", "ViewPlan"]
+)
+def test_the_record_names_moved_with_a_warning(name: str) -> None:
+    import agentguard.engagement
+
+    with pytest.warns(DeprecationWarning, match=f"agentguard.record.{name}"):
+        moved = getattr(agentguard.engagement, name)
+    assert moved is getattr(agentguard.record, name)
+
+
+def test_the_facade_name_does_not_warn() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from agentguard.engagement import Engagement
+
+    assert Engagement is agentguard.Engagement
