@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import AsyncIterator
 
 try:
     from starlette.datastructures import Headers
@@ -41,15 +40,11 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from opentelemetry.trace import TracerProvider
 
 from agentguard import __version__
-from agentguard._httputil import (
-    bearer_challenge,
-    declared_too_large,
-    is_json_media_type,
-    read_limited,
-)
+from agentguard._httputil import bearer_challenge, declared_too_large, is_json_media_type
 from agentguard.aos import ErrorCode
 from agentguard.guardian._tracing import ServerSpan, ServerTracing
 
+from ._deadlines import Deadlines
 from ._dispatch import Dispatcher, error_body
 from ._pool import DecisionPool
 from ._rules import GuardianRules
@@ -95,18 +90,17 @@ def _refuse(status: int, code: int, message: str, **headers: str) -> _Answer:
     return _Answer(status, error_body(code, message), extra)
 
 
+def _latin1(value: bytes | None) -> str | None:
+    """A header's value as text (the bytes sent, one character each), as starlette's ``Headers`` give it."""
+    return None if value is None else value.decode("latin-1")
+
+
 class _Disconnected(Exception):
     """The client went away before its body was read."""
 
 
-async def _body_chunks(receive: Receive) -> AsyncIterator[bytes]:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Disconnected
-        yield message.get("body", b"")
-        if not message.get("more_body", False):
-            return
+class _TooSlow(Exception):
+    """The body did not arrive within the body timeout."""
 
 
 class GuardianApp:
@@ -129,6 +123,7 @@ class GuardianApp:
         self.tracing = tracing
         self.pool = DecisionPool(dispatcher.handle, rule_threads)
         self._too_large = f"Request body larger than {max_body_bytes} bytes"
+        self._deadlines: dict[asyncio.AbstractEventLoop, Deadlines] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -140,7 +135,7 @@ class GuardianApp:
         server = scope.get("server") or (None, None)
         client = scope.get("client")
         with self.tracing.serve(headers, server[0], server[1], client[0] if client else None) as traced:
-            answer = await self._respond(scope, receive, headers, traced)
+            answer = await self._respond(scope, receive, traced)
             traced.finish(answer.status, answer.body if answer.status == 200 else None)
         response_headers = [
             (b"content-length", str(len(answer.body)).encode()),
@@ -150,20 +145,19 @@ class GuardianApp:
         await send({"type": "http.response.start", "status": answer.status, "headers": response_headers})
         await send({"type": "http.response.body", "body": answer.body})
 
-    async def _respond(self, scope: Scope, receive: Receive, headers: Headers, traced: ServerSpan) -> _Answer:
+    async def _respond(self, scope: Scope, receive: Receive, traced: ServerSpan) -> _Answer:
         try:
-            refusal = self._check_head(scope, headers)
+            refusal = self._check_head(scope)
             if refusal is not None:
                 return refusal
-            async with asyncio.timeout(self.body_timeout):  # a total: trickling bytes does not extend it
-                body = await read_limited(_body_chunks(receive), self.max_body_bytes)
+            body = await self._read_body(receive)
             if body is None:
                 return _refuse(413, ServerErrorCode.PAYLOAD_TOO_LARGE, self._too_large, connection="close")
             traced.describe(body)
             answer = await self.pool.run(body)
         except _Disconnected:
             return _Answer(400)  # nobody is listening; uvicorn drops it
-        except TimeoutError:
+        except _TooSlow:
             message = f"Request body not received within {self.body_timeout:g} s"
             return _refuse(408, ServerErrorCode.REQUEST_TIMEOUT, message, connection="close")
         except Exception:
@@ -173,9 +167,13 @@ class GuardianApp:
             return _Answer(204)
         return _Answer(200, answer)
 
-    def _check_head(self, scope: Scope, headers: Headers) -> _Answer | None:
+    def _check_head(self, scope: Scope) -> _Answer | None:
+        fields: dict[bytes, bytes] = {}
+        for name, value in scope["headers"]:  # the first of each, as starlette's Headers reads them
+            fields.setdefault(name, value)
         if self.token is not None:
-            challenge = bearer_challenge(headers.get("authorization", ""), self.token, realm=_REALM)
+            authorization = _latin1(fields.get(b"authorization")) or ""
+            challenge = bearer_challenge(authorization, self.token, realm=_REALM)
             if challenge is not None:
                 return _refuse(401, ServerErrorCode.UNAUTHORIZED, "Unauthorized", www_authenticate=challenge)
         if scope["path"] not in ENDPOINTS:
@@ -184,14 +182,47 @@ class GuardianApp:
             return _refuse(
                 405, ServerErrorCode.METHOD_NOT_ALLOWED, "Method not allowed: use POST", allow="POST"
             )
-        content_type = headers.get("content-type")
-        if content_type != "application/json" and not is_json_media_type(content_type):  # what clients send
+        content_type = fields.get(b"content-type")
+        if content_type != b"application/json" and not is_json_media_type(_latin1(content_type)):
             return _refuse(
                 415, ServerErrorCode.UNSUPPORTED_MEDIA_TYPE, "Unsupported media type: send application/json"
             )
-        if declared_too_large(headers.get("content-length"), self.max_body_bytes):
+        if declared_too_large(_latin1(fields.get(b"content-length")), self.max_body_bytes):
             return _refuse(413, ServerErrorCode.PAYLOAD_TOO_LARGE, self._too_large, connection="close")
         return None
+
+    async def _read_body(self, receive: Receive) -> bytes | None:
+        """The whole body, or ``None`` as soon as it grows past ``max_body_bytes`` (a missing or false
+        Content-Length). :class:`_TooSlow` when it has not all arrived ``body_timeout`` seconds after the
+        read began: a total, so that trickling bytes does not extend it."""
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("the guardian app runs in an asyncio task")
+        loop = task.get_loop()
+        deadlines = self._deadlines.get(loop)
+        if deadlines is None:
+            deadlines = self._deadlines.setdefault(loop, Deadlines(loop, self.body_timeout))
+        deadlines.start(task)
+        try:
+            parts: list[bytes] = []
+            size = 0
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise _Disconnected
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    return None
+                parts.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(parts)
+        except asyncio.CancelledError:
+            if deadlines.expired(task):
+                raise _TooSlow from None
+            raise
+        finally:
+            deadlines.stop(task)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
