@@ -66,12 +66,18 @@ class Rule(enum.StrEnum):
     SCHEMA = "schema"
     RUN = "run"  # timeouts and retries of a call (OS Protocol runs)
 
+    # Hashed as the string it equals, in C: Enum's own __hash__ is a Python call, and the pipeline keys its
+    # per-call caches by rule and phase.
+    __hash__ = str.__hash__
+
 
 class Phase(enum.StrEnum):
     """When a rule runs: before a step (``input``) or after it, on its result (``output``)."""
 
     INPUT = "input"
     OUTPUT = "output"
+
+    __hash__ = str.__hash__  # as Rule's
 
 
 class AgentGuardError(Exception):

@@ -13,6 +13,10 @@ Prints a table and writes ``benchmarks/results/core.json``. Four measurements pe
 3. ``recent/user at 10k``: the same call with 10,000 earlier calls in the engagement, divided by the cost at
    10 earlier calls. Target: <= 1.5x.
 4. ``history._total at 10k``: as 3, with the input assertion on ``history._total``. Target: <= 3x.
+5. ``denied at 10k``: a call its input restriction denies (taken back out of ``recent``/``history``), with
+   10,000 earlier calls, divided by the same at 10. Target: O(1), i.e. about 1x.
+6. ``bytes/call``: memory the engagement holds per recorded call (tracemalloc, telemetry off), inputs and
+   outputs included. Target: <= 700 bytes.
 
 The earlier calls follow the Thue-Morse sequence over two tools, which never repeats a block three times in a
 row, so the short-circuit rule (k = 3) is active on every call without ever firing.
@@ -21,22 +25,24 @@ row, so the short-circuit rule (k = 3) is active on every call without ever firi
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
 from _common import RECENT, print_table, spec_text, thue_morse, tool_a, tool_b, write_results
 
-from agentguard import Guard, User
+from agentguard import Guard, RestrictionViolation, User
 from agentguard.cel import available_backends
 from agentguard.record import repeated_block
 
 HISTORY = "history._total < 1000000"
 
 
-def build(backend: str, assertion: str) -> tuple[Guard, dict[str, Callable[..., Any]]]:
-    guard = Guard.from_yaml(spec_text(assertion), cel_backend=backend, short_circuit_max_block=100)
+def build(backend: str, assertion: str, **options: Any) -> tuple[Guard, dict[str, Callable[..., Any]]]:
+    guard = Guard.from_yaml(spec_text(assertion), cel_backend=backend, short_circuit_max_block=100, **options)
     return guard, {"tool-a": guard.tool(tool_a), "tool-b": guard.tool(tool_b)}
 
 
@@ -85,6 +91,42 @@ class HandWritten:
             entry["outputs"] = None
             raise PermissionError("output restriction")
         return output
+
+
+def denied_us(guard: Guard, tools: dict[str, Callable[..., Any]], earlier: int, rounds: int) -> float:
+    """Median microseconds of a call the input restriction denies (``x`` too large), after ``earlier`` calls."""
+    samples: list[int] = []
+    sequence = thue_morse(earlier + 20)
+    for _ in range(rounds):
+        with guard.engagement(user=User(id="u1")) as eng:
+            state = eng.state
+            for name in sequence[:earlier]:
+                state.complete_call(state.begin_call(name, {"x": 1}), {"ok": True})
+            for name in sequence[earlier:]:
+                start = time.perf_counter_ns()
+                try:
+                    tools[name](x=10**6)
+                except RestrictionViolation:
+                    samples.append(time.perf_counter_ns() - start)
+    return statistics.median(samples) / 1000
+
+
+def bytes_per_call(guard: Guard, tools: dict[str, Callable[..., Any]], calls: int) -> float:
+    """Bytes the engagement holds per recorded call, measured with tracemalloc after ``calls`` calls."""
+    sequence = thue_morse(calls + 100)
+    with guard.engagement(user=User(id="u1")):
+        for name in sequence[:100]:
+            tools[name](x=1)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for name in sequence[100:]:
+                tools[name](x=1)
+            gc.collect()
+            return (tracemalloc.get_traced_memory()[0] - before) / calls
+        finally:
+            tracemalloc.stop()
 
 
 def hand_written_us(guard: Guard, earlier: int, calls: int, rounds: int) -> float:
@@ -148,6 +190,10 @@ def measure(backend: str, calls: int) -> dict[str, Any]:
     bare = bare_us(calls * 4)
     at10 = per_call_us(guard, tools, 10, 20, max(1, calls // 20))
     at10k = per_call_us(guard, tools, 10_000, 20, max(1, calls // 400))
+    denied10 = denied_us(guard, tools, 10, max(1, calls // 20))
+    denied10k = denied_us(guard, tools, 10_000, max(1, calls // 400))
+    quiet, quiet_tools = build(backend, RECENT, telemetry=False)
+    memory = bytes_per_call(quiet, quiet_tools, 10_000)
     hguard, htools = build(backend, HISTORY)
     per_call_us(hguard, htools, 10, 200, 2)
     h10 = per_call_us(hguard, htools, 10, 20, max(1, calls // 20))
@@ -166,6 +212,10 @@ def measure(backend: str, calls: int) -> dict[str, Any]:
         "history_total_10_us": round(h10, 3),
         "history_total_10k_us": round(h10k, 3),
         "history_total_ratio": round(h10k / h10, 3),
+        "denied_10_us": round(denied10, 3),
+        "denied_10k_us": round(denied10k, 3),
+        "denied_ratio": round(denied10k / denied10, 3),
+        "bytes_per_call": round(memory),
     }
 
 
@@ -182,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_vs_hand_written": 1.5,
         "recent_user_ratio": 1.5,
         "history_total_ratio": 3.0,
+        "denied_ratio": 1.5,
+        "bytes_per_call": 700,
     }
     print_table(
         [
@@ -193,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             ("vs hand", ">9"),
             ("recent 10k/10", ">15"),
             ("_total 10k/10", ">15"),
+            ("denied 10k/10", ">15"),
+            ("bytes/call", ">11"),
         ],
         (
             (
@@ -204,12 +258,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['ratio_vs_hand_written']:.2f}x",
                 f"{r['recent_user_ratio']:.2f}x",
                 f"{r['history_total_ratio']:.2f}x",
+                f"{r['denied_ratio']:.2f}x",
+                f"{r['bytes_per_call']}",
             )
             for r in rows
         ),
     )
     print(
-        f"targets: added <= {targets['added_us']} µs, <= 1.5x hand-written, recent <= 1.5x, history._total <= 3x"
+        f"targets: added <= {targets['added_us']} µs, <= 1.5x hand-written, recent <= 1.5x, "
+        "history._total <= 3x, denied <= 1.5x (O(1)), <= 700 bytes/call"
     )
     write_results("core", {"calls": args.calls, "targets": targets, "results": rows})
     return 0

@@ -64,7 +64,9 @@ class Runtime:
     _shared: dict[tuple[Rule, Phase, str, str, str | None], Decision] = field(
         default_factory=dict, repr=False
     )
-    _chains: dict[tuple[int, int], tuple[Decision, ...]] = field(default_factory=dict, repr=False)
+    _chains: dict[tuple[tuple[Decision, ...], Decision], tuple[Decision, ...]] = field(
+        default_factory=dict, repr=False
+    )
 
     def decide(self, state: EngagementState, step: StepRecord, decision: Decision) -> Decision:
         """Record ``decision`` on ``step`` and tell the observers watching the step."""

@@ -305,7 +305,8 @@ def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: Too
     step.call = record
     credentials: Credentials | None = None
     try:
-        problem = one_shot(call_inputs)
+        # A flat dict of primitives comes back from to_plain as itself and holds nothing consumable once.
+        problem = one_shot(call_inputs) if record.inputs is not call_inputs else None
         if problem is not None:
             error = RestrictionViolation(
                 f"an input {problem}: what the checks would see is not what the tool would get",
@@ -357,6 +358,8 @@ def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: Too
     except BaseException as exc:
         yield from _failed(ctx, state, step, record, rule, exc)
         raise
+    if ctx.guardian is None and (rule is None or not rule.output_review):
+        return _settle(ctx, state, step, record, rule, output)  # nothing to wait for: no generator frame
     return (yield from _after_invoke(ctx, state, step, record, rule, call, output, resumed=False))
 
 
@@ -412,6 +415,61 @@ def _invoke_once(
         raise ToolTimeout(call.name, timeout.ms, engagement_id=state.id) from None
 
 
+def _not_cancelled(ctx: Runtime, state: EngagementState, step: StepRecord, name: str) -> None:
+    if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
+        error = EngagementClosed(
+            f"engagement was cancelled while the call ran: {state.status_reason}", capability=name
+        )
+        raise deny(ctx, state, step, error)
+
+
+def _checked_output(
+    ctx: Runtime,
+    state: EngagementState,
+    step: StepRecord,
+    record: CallRecord,
+    rule: CapabilityRule | None,
+    output: Any,
+) -> Any:
+    """The local checks of a call's output (decision 3): recorded, then the output restriction. Returns the
+    output to deliver."""
+    name = record.name
+    _not_cancelled(ctx, state, step, name)
+    output = _deliverable(ctx, state, step, name, output)
+    state.complete_call(record, to_plain(output), collect=rule.collect_results if rule is not None else True)
+    if rule is not None and rule.output_assertion is not None:
+        check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
+    return output
+
+
+def _withhold(
+    state: EngagementState, record: CallRecord, rule: CapabilityRule | None, exc: BaseException
+) -> None:
+    """A check after the call failed: the call stays in ``history``, its outputs withheld (decision 3)."""
+    if isinstance(exc, PolicyViolation):
+        state.withhold_call(record, reason=exc.reason)
+    elif not (rule is not None and rule.output_review and record.call_id in state.awaiting_review):
+        state.withhold_call(record, reason=f"{type(exc).__name__}: {exc}", status="failed")
+
+
+def _settle(
+    ctx: Runtime,
+    state: EngagementState,
+    step: StepRecord,
+    record: CallRecord,
+    rule: CapabilityRule | None,
+    output: Any,
+) -> Any:
+    """:func:`_after_invoke` for a call with nothing to wait for after it ran (no guardian, no output review)."""
+    try:
+        output = _checked_output(ctx, state, step, record, rule, output)
+        run_rules(ctx, state, step, record.name, Phase.OUTPUT, record.inputs, output)
+    except BaseException as exc:
+        _withhold(state, record, rule, exc)
+        raise
+    return output
+
+
 def _after_invoke(
     ctx: Runtime,
     state: EngagementState,
@@ -424,18 +482,11 @@ def _after_invoke(
     resumed: bool,
 ) -> Flow[Any]:
     name = record.name
-    collect = rule.collect_results if rule is not None else True
     try:
-        if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
-            error = EngagementClosed(
-                f"engagement was cancelled while the call ran: {state.status_reason}", capability=name
-            )
-            raise deny(ctx, state, step, error)
-        if not resumed:
-            output = _deliverable(ctx, state, step, name, output)
-            state.complete_call(record, to_plain(output), collect=collect)
-            if rule is not None and rule.output_assertion is not None:
-                check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
+        if resumed:
+            _not_cancelled(ctx, state, step, name)
+        else:
+            output = _checked_output(ctx, state, step, record, rule, output)
             if ctx.guardian is not None:
                 request = ctx.steps.tool_call_result(state, step, output, is_error=False)
                 params = yield from ask_guardian(ctx, state, step, request, name, Phase.OUTPUT)
@@ -447,6 +498,7 @@ def _after_invoke(
                         )
                     else:
                         output = new_output
+                        collect = rule.collect_results if rule is not None else True
                         state.complete_call(record, to_plain(output), collect=collect)
                         if rule is not None and rule.output_assertion is not None:
                             check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
@@ -460,12 +512,8 @@ def _after_invoke(
                 if record.call_id:
                     state.awaiting_review[record.call_id] = (step, record, rule, output)
                 raise
-    except PolicyViolation as exc:
-        state.withhold_call(record, reason=exc.reason)
-        raise
     except BaseException as exc:
-        if not (rule is not None and rule.output_review and record.call_id in state.awaiting_review):
-            state.withhold_call(record, reason=f"{type(exc).__name__}: {exc}", status="failed")
+        _withhold(state, record, rule, exc)
         raise
     return output
 

@@ -50,12 +50,16 @@ class Outcome(enum.StrEnum):
     NO_DECISION = "no-decision"
     WARN = "warn"
 
+    __hash__ = str.__hash__  # as agentguard.errors.Rule's
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, eq=False)
 class Decision:
     """One recorded decision of one rule about one step. Treat as read-only.
 
-    (Not a frozen dataclass on purpose: a frozen one costs ~1.5 µs more to build, several times per call.)
+    (Not a frozen dataclass on purpose: a frozen one costs ~1.5 µs more to build, several times per call.
+    Compared and hashed by identity: each is one decision taken once, and a step's shared decisions are
+    looked up by identity in :meth:`StepRecord.add_shared`'s chains.)
     """
 
     rule: Rule
@@ -242,24 +246,27 @@ class StepRecord:
             self._untimed = True
 
     def add_shared(
-        self, decision: Decision, chains: dict[tuple[int, int], tuple[Decision, ...]], limit: int = 4096
+        self,
+        decision: Decision,
+        chains: dict[tuple[tuple[Decision, ...], Decision], tuple[Decision, ...]],
+        limit: int = 4096,
     ) -> None:
         """Record an untimed shared ``decision`` without allocating: the step's decisions so far and this
         one are a tuple from ``chains``, which every step that took the same decisions in the same order
         shares (an allowed call of one capability takes the same four every time).
 
-        ``chains`` maps (id of the tuple so far, id of the decision) to the longer tuple; it keeps every
-        tuple it hands out alive, so an id in a key never names another object. Past ``limit`` entries it
-        grows no more and the decision is appended to a list of the step's own.
+        ``chains`` maps (the tuple so far, the decision) to the longer tuple; decisions hash by identity, so
+        the lookup is a few pointer hashes. Past ``limit`` entries it grows no more and the decision is
+        appended to a list of the step's own.
         """
         decisions = self._decisions
         if type(decisions) is tuple:
-            longer = chains.get((id(decisions), id(decision)))
-            if longer is None or longer[-1] is not decision:
+            longer = chains.get((decisions, decision))
+            if longer is None:
                 if len(chains) >= limit:
                     self.add(decision)
                     return
-                longer = chains[id(decisions), id(decision)] = (*decisions, decision)
+                longer = chains[decisions, decision] = (*decisions, decision)
             self._decisions = longer
             self._untimed = True
             return

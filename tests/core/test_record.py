@@ -111,7 +111,7 @@ def test_observers_get_decisions_timed_when_taken() -> None:
 
 def test_a_step_mixes_shared_and_own_decisions_in_order() -> None:
     step = StepRecord("steps/toolCallRequest")
-    chains: dict[tuple[int, int], tuple[Decision, ...]] = {}
+    chains: dict[tuple[tuple[Decision, ...], Decision], tuple[Decision, ...]] = {}
     shared = Decision.untimed(Rule.CAPABILITY, Outcome.ALLOW, Phase.INPUT, "capability 'x'", "x")
     own = Decision(Rule.GUARDIAN, Outcome.DENY, Phase.INPUT, "no", "x")
     step.add_shared(shared, chains)
@@ -123,7 +123,7 @@ def test_a_step_mixes_shared_and_own_decisions_in_order() -> None:
 
 
 def test_the_shared_chains_stop_growing_at_their_limit() -> None:
-    chains: dict[tuple[int, int], tuple[Decision, ...]] = {}
+    chains: dict[tuple[tuple[Decision, ...], Decision], tuple[Decision, ...]] = {}
     for number in range(10):
         step = StepRecord("steps/toolCallRequest")
         shared = Decision.untimed(Rule.SHORT_CIRCUIT, Outcome.ALLOW, Phase.INPUT, "ok", f"tool-{number}")
