@@ -8,7 +8,9 @@ Three agents share the same scripted chat model and the same LangChain tools:
 ``bare``     no middleware;
 ``noop``     a middleware whose hooks only call the handler: what LangChain itself charges for *any*
              middleware with ``wrap_tool_call`` / ``wrap_model_call`` / ``before_agent`` / ``after_agent``
-             (it wraps each hook call in a LangSmith ``traceable``, and each agent hook is a graph node);
+             (it wraps each hook call in a LangSmith ``traceable``, and each agent hook is a graph node).
+             Its hooks are the guarded one's, handed to ``create_agent`` the same way (see
+             ``NoopMiddleware``), so that guarded minus noop is what agentguard itself does;
 ``guarded``  ``AgentGuardMiddleware`` under the support agent's spec (``examples/support-agent/agent.yaml``):
              every call goes through the capability, short-circuit and CEL restriction checks, and the input
              and output guardrails run once per run.
@@ -17,9 +19,9 @@ Each agent runs at each model latency of ``--latencies`` (milliseconds per model
 
 ``0``   the scripted model answers at once. This measures LangGraph's own loop, about 1 ms per model call and
         tool call, and is the worst case for any middleware: LangChain's no-op middleware alone costs more than
-        5 % of it (about 1.1x sync, 1.4x async), so the 1.05x target cannot be met here by anything that uses
-        LangChain's hooks. What agentguard itself adds is reported as CPU microseconds per tool call
-        (guarded minus noop).
+        5 % of it (about 1.1x), so the 1.05x target cannot be met here by anything that uses LangChain's
+        hooks. What agentguard itself adds is reported as CPU microseconds per tool call (guarded minus noop,
+        the run's own work such as opening the engagement and the guardrails included, spread over its calls).
 ``20``  each reply takes 20 ms, ten to fifty times faster than a hosted model's tool-calling turn: the
         fastest agent run the target is about. (A pause lets the CPU caches cool, so every step costs more
         after it than in the zero-latency loop; that is measured too.)
@@ -47,6 +49,7 @@ from agentguard_langchain.demo import lookup_order, send_email  # the demo's sup
 from agentguard_langchain.testing import ScriptedChatModel, answer, calls
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
+from langsmith.utils import tracing_is_enabled as langsmith_tracing
 
 from agentguard import Guard
 
@@ -59,7 +62,20 @@ PAYLOAD = {"messages": [{"role": "user", "content": "Check every open order and 
 
 
 class NoopMiddleware(AgentMiddleware):
-    """The same hooks as AgentGuardMiddleware, doing nothing: LangChain's own cost of a middleware."""
+    """The same hooks as AgentGuardMiddleware, doing nothing: LangChain's own cost of a middleware.
+
+    The same hooks, handed to ``create_agent`` the same way: AgentGuardMiddleware gives it its async wrap
+    hooks as plain functions that return their coroutine when LangSmith tracing is off (LangSmith's
+    ``traceable`` runs a coroutine function's setup and teardown in worker threads, about 180 us a hook
+    call), so this one does too. Otherwise the pair compares LangSmith's thread hops, not agentguard's work.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        if not langsmith_tracing():
+            tool_hook, model_hook = self.awrap_tool_call, self.awrap_model_call
+            self.awrap_tool_call = lambda request, handler: tool_hook(request, handler)
+            self.awrap_model_call = lambda request, handler: model_hook(request, handler)
 
     def before_agent(self, state: Any, runtime: Any) -> None:
         return None

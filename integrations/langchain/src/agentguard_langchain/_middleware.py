@@ -44,7 +44,7 @@ Limits worth knowing:
 from __future__ import annotations
 
 import logging
-import uuid
+import secrets
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Annotated, Any, NotRequired
@@ -100,6 +100,9 @@ def _hidden(state: Mapping[str, Any]) -> list[str]:
     value = state.get(HIDDEN_KEY)
     return value if isinstance(value, list) else []
 
+
+_NO_SPAN: AbstractContextManager[None] = nullcontext()
+"""What :meth:`AgentGuardMiddleware._chat_span` gives when no span is recorded (``nullcontext`` is reusable)."""
 
 ModelResult = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
 ToolResult = ToolMessage | Command[Any]
@@ -236,12 +239,14 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         return self._key(config)
 
     def _open(self, thread: str | None, context: object, previous: Session | None) -> Session:
+        # Random ids where the thread cannot name the engagement (``token_hex``: as random as a uuid4, without
+        # building one).
         if thread is None:
-            engagement_id = uuid.uuid4().hex
+            engagement_id = secrets.token_hex(16)
         elif self._retain and previous is None:
             engagement_id = thread
         else:
-            engagement_id = f"{thread}:{uuid.uuid4().hex[:12]}"
+            engagement_id = f"{thread}:{secrets.token_hex(6)}"
         user: User | None = self._user(context)
         engagement = self.guard.engagement(
             user=user, engagement_id=engagement_id, metadata={"thread_id": thread} if thread else None
@@ -321,7 +326,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         """The GenAI ``chat {model}`` span around the model call, when the guard's telemetry records spans."""
         telemetry = self.guard.telemetry
         if telemetry is None or not telemetry.tracing:
-            return nullcontext()
+            return _NO_SPAN
         model = request.model
         name = getattr(model, "model_name", None) or getattr(model, "model", None) or model._llm_type
         return telemetry.chat_span(eng.state, str(name), provider=getattr(model, "_llm_type", None))
@@ -337,11 +342,14 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         session = self._session(request.state, request.runtime.context)
         eng = session.engagement
         messages, pending = self._visible(request, session)
-        checked = [eng.check_input(text) for _, text in pending]
-        request = self._with_inputs(request, session, messages, pending, checked)
+        if pending or session.replaced or messages is not request.messages:
+            checked = [eng.check_input(text) for _, text in pending]
+            request = self._with_inputs(request, session, messages, pending, checked)
         with Scope(), self._chat_span(eng, request):
             result: ModelResult = handler(request)
         answers = _answers(result)
+        if not answers:  # only tool calls: nothing reaches the user
+            return result
         guarded: list[str | GuardianDenied] = []
         for _, text in answers:  # text beside tool calls reaches the user too: it is guarded alike
             try:
@@ -358,11 +366,14 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         session = self._session(request.state, request.runtime.context)
         eng = session.engagement
         messages, pending = self._visible(request, session)
-        checked = [await eng.acheck_input(text) for _, text in pending]
-        request = self._with_inputs(request, session, messages, pending, checked)
+        if pending or session.replaced or messages is not request.messages:
+            checked = [await eng.acheck_input(text) for _, text in pending]
+            request = self._with_inputs(request, session, messages, pending, checked)
         with Scope(), self._chat_span(eng, request):
             result: ModelResult = await handler(request)
         answers = _answers(result)
+        if not answers:
+            return result
         guarded: list[str | GuardianDenied] = []
         for _, text in answers:
             try:
@@ -393,10 +404,12 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         checked = session.checked
         pending: list[tuple[int, str]] = []
         for index, message in enumerate(messages):
-            if isinstance(message, HumanMessage) and (message.id is None or message.id not in checked):
-                pending.append((index, message_text(message)))
-                if message.id is not None:
-                    checked.add(message.id)
+            if isinstance(message, HumanMessage):
+                message_id = message.id
+                if message_id is None or message_id not in checked:
+                    pending.append((index, message_text(message)))
+                    if message_id is not None:
+                        checked.add(message_id)
         return messages, pending
 
     def _with_inputs(
@@ -407,7 +420,11 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         pending: Sequence[tuple[int, str]],
         guarded: Sequence[str],
     ) -> ModelRequest[Any]:
-        """The request with guarded user text in place of the original (now and at every later model call)."""
+        """The request with guarded user text in place of the original (now and at every later model call).
+
+        Needed only when there were new user messages, a guardrail replaced text before, or messages are
+        hidden: the model hooks skip it otherwise (most model calls of a run).
+        """
         replaced = session.replaced
         edits: dict[int, str] = {}
         for (index, text), new_text in zip(pending, guarded, strict=True):
@@ -439,12 +456,13 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         session = self._session(request.state, request.runtime.context)
         call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed)
         with session.engagement.activate(), Scope(call.lc_name, call.call_id) as scope:
-            replay_interrupts(call.interrupts_to_replay())
+            if replays := call.interrupts_to_replay():
+                replay_interrupts(replays)
             try:
                 output = self.guard.call(
                     call.name,
                     call.inputs,
-                    call.runner(handler, lambda: scope.interrupts),
+                    call.runner(handler, scope),
                     call_id=call.call_id,
                     reasoning=call.reasoning,
                 )
@@ -455,7 +473,8 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                 result = call.fail(exc, self.on_denied)
             else:
                 result = call.finish(output)
-        call.release()
+        if call.stored is not None:  # only a result kept in the graph's store has anything to release
+            call.release()
         return result
 
     async def awrap_tool_call(
@@ -466,12 +485,13 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         session = self._session(request.state, request.runtime.context)
         call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed)
         with session.engagement.activate(), Scope(call.lc_name, call.call_id) as scope:
-            replay_interrupts(call.interrupts_to_replay())
+            if replays := call.interrupts_to_replay():
+                replay_interrupts(replays)
             try:
                 output = await self.guard.acall(
                     call.name,
                     call.inputs,
-                    call.arunner(handler, lambda: scope.interrupts),
+                    call.arunner(handler, scope),
                     call_id=call.call_id,
                     reasoning=call.reasoning,
                 )
@@ -482,7 +502,8 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                 result = call.fail(exc, self.on_denied)
             else:
                 result = call.finish(output)
-        await call.arelease()
+        if call.stored is not None:
+            await call.arelease()
         return result
 
 

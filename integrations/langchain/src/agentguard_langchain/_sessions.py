@@ -49,7 +49,7 @@ class HeldResult:
     """Also kept in the graph's store, for a resume on another worker (see ``_toolcall``)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Session:
     """One engagement and what the adapter remembers about it between hooks."""
 

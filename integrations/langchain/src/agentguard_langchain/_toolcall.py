@@ -26,6 +26,7 @@ from agentguard_langchain._host import (
     ToolCallRequest,
     ToolMessage,
 )
+from agentguard_langchain._scope import Scope
 from agentguard_langchain._sessions import HeldResult, Session
 
 __all__ = ["OnDenied", "StoredResult", "ToolCallTranslation", "ToolFailed", "ToolResolver"]
@@ -50,25 +51,22 @@ class ToolResolver:
 
     A ``@guard.tool`` function wrapped by LangChain's ``@tool`` would be checked twice (once here, once by its
     own wrapper). The middleware runs a copy of the LangChain tool that calls the undecorated function, under
-    the spec name the decorator registered.
+    the spec name the decorator registered. Both answers are kept per tool name (and tool object, which the
+    same name may change to in another agent), since every call asks.
     """
 
     def __init__(self, tool_names: Mapping[str, str] | None) -> None:
         self._names = dict(tool_names or {})
-        self._unwrapped: dict[int, tuple[BaseTool, BaseTool | None, str | None]] = {}
+        self._resolved: dict[str, tuple[BaseTool | None, str, BaseTool | None]] = {}
 
     def resolve(self, lc_name: str, tool: BaseTool | None) -> tuple[str, BaseTool | None]:
         """(spec name, replacement tool or ``None`` to run the tool as is)."""
-        replacement: BaseTool | None = None
-        marked: str | None = None
-        if tool is not None:
-            cached = self._unwrapped.get(id(tool))
-            if cached is None or cached[0] is not tool:
-                cached = (tool, *_unwrap(tool))
-                self._unwrapped[id(tool)] = cached
-            replacement, marked = cached[1], cached[2]
-        name = self._names.get(lc_name) or marked or lc_name.replace("_", "-")
-        return name, replacement
+        cached = self._resolved.get(lc_name)
+        if cached is None or cached[0] is not tool:
+            replacement, marked = _unwrap(tool) if tool is not None else (None, None)
+            name = self._names.get(lc_name) or marked or lc_name.replace("_", "-")
+            cached = self._resolved[lc_name] = (tool, name, replacement)
+        return cached[1], cached[2]
 
 
 def _unwrap(tool: BaseTool) -> tuple[BaseTool | None, str | None]:
@@ -188,32 +186,32 @@ class ToolCallTranslation:
             return self.request.override(tool_call=tool_call, tool=self.tool)
         return self.request.override(tool_call=tool_call)
 
-    def runner(
-        self, handler: Callable[[ToolCallRequest], ToolResult], answered: Callable[[], int]
-    ) -> Callable[..., Any]:
+    def runner(self, handler: Callable[[ToolCallRequest], ToolResult], scope: Scope) -> Callable[..., Any]:
+        """The function ``guard.call`` runs: LangChain's handler; ``scope`` counts the interrupts answered."""
+
         def run(**inputs: Any) -> Any:
             result = self.stored.get() if self.stored is not None else None
             if result is not None:  # the tool ran on another worker before the run paused
-                return self.accept(result, answered(), stored=True)
-            return self.accept(handler(self._request(inputs)), answered())
+                return self.accept(result, scope.interrupts, stored=True)
+            return self.accept(handler(self._request(inputs)), scope.interrupts)
 
         return run
 
     def arunner(
-        self, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]], answered: Callable[[], int]
+        self, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]], scope: Scope
     ) -> Callable[..., Awaitable[Any]]:
         async def run(**inputs: Any) -> Any:
             result = await self.stored.aget() if self.stored is not None else None
             if result is not None:
-                return self.accept(result, answered(), stored=True)
-            return self.accept(await handler(self._request(inputs)), answered())
+                return self.accept(result, scope.interrupts, stored=True)
+            return self.accept(await handler(self._request(inputs)), scope.interrupts)
 
         return run
 
     def accept(self, result: ToolResult, interrupts_before: int, *, stored: bool = False) -> Any:
         """The tool's output for the pipeline; the LangChain result is held until the pipeline lets it out."""
-        message = _tool_message(result, self.call_id)
-        if isinstance(message, ToolMessage) and message.status == "error":
+        message = result if isinstance(result, ToolMessage) else _tool_message(result, self.call_id)
+        if message is not None and message.status == "error":
             raise ToolFailed(message)
         content = message.content if message is not None else None
         output = decode_output(content)
@@ -307,10 +305,9 @@ class ToolCallTranslation:
         return self._done
 
 
-def _tool_message(result: ToolResult, call_id: str | None) -> ToolMessage | None:
-    if isinstance(result, ToolMessage):
-        return result
-    update = result.update
+def _tool_message(command: Command[Any], call_id: str | None) -> ToolMessage | None:
+    """The call's own ``ToolMessage`` among those a tool's ``Command`` adds to the state, if any."""
+    update = command.update
     messages = update.get("messages") if isinstance(update, Mapping) else None
     for message in messages or ():
         if isinstance(message, ToolMessage) and (call_id is None or message.tool_call_id == call_id):
@@ -333,12 +330,19 @@ def _replace_in_command(command: Command[Any], call_id: str | None, content: obj
     )
 
 
-def _reasoning(state: Mapping[str, Any] | Any, call_id: str | None) -> str | None:
-    """The text of the model message that asked for this call: the AOS ``reasoning`` of the request."""
-    messages = state.get("messages") if isinstance(state, Mapping) else None
+def _reasoning(state: object, call_id: str | None) -> str | None:
+    """The text of the model message that asked for this call: the AOS ``reasoning`` of the request.
+
+    That is the last AI message of the state (the one the tool node is running), if it asked for the call.
+    """
+    messages = state.get("messages") if isinstance(state, dict) else None  # a dict, a list or a model
     for message in reversed(messages or ()):
         if isinstance(message, AIMessage):
-            if call_id is None or any(tc.get("id") == call_id for tc in message.tool_calls):
-                return message_text(message) or None
-            return None
+            if call_id is not None:
+                for tool_call in message.tool_calls:
+                    if tool_call.get("id") == call_id:
+                        break
+                else:
+                    return None
+            return message_text(message) or None
     return None
