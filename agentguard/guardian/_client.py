@@ -62,7 +62,7 @@ from agentguard.guardian._flow import (
     request_identity,
 )
 from agentguard.guardian._observe import Backlog, RateLimitedLog
-from agentguard.guardian._retry import Retry
+from agentguard.guardian._retry import GuardianRetry
 from agentguard.guardian._tracing import RequestTracing
 from agentguard.guardian._types import GuardianOutcome, GuardianStats, GuardianUnavailable, GuardianVerdict
 
@@ -369,7 +369,7 @@ class GuardianClient:
         *,
         mode: Literal["enforce", "observe"] = "enforce",
         timeout: float = 5.0,
-        retry: Retry | None = None,
+        retry: GuardianRetry | None = None,
         on_failure: Literal["deny", "allow"] = "deny",
         headers: Mapping[str, str] | None = None,
         token: str | None = None,

@@ -33,7 +33,7 @@ from typing import Literal, TypeVar
 import httpx
 
 from agentguard._deadline import TooLarge
-from agentguard.guardian._retry import Retry, backoff_delay_ms
+from agentguard.guardian._retry import GuardianRetry
 from agentguard.guardian._types import GuardianOutcome, GuardianUnavailable, GuardianVerdict
 
 __all__ = [
@@ -93,14 +93,14 @@ class Settings:
     url: str
     headers: httpx.Headers
     timeout: float
-    retry: Retry | None
+    retry: GuardianRetry | None
     on_failure: Literal["deny", "allow"]
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
 
 
 @dataclass(frozen=True, slots=True)
 class _Failure:
-    """Why an exchange produced no decision. ``kind`` is matched against ``Retry.retry_on``."""
+    """Why an exchange produced no decision. ``kind`` is matched against ``GuardianRetry.retry_on``."""
 
     kind: str
     cause: str
@@ -237,7 +237,7 @@ def _exchange(
             or outcome.kind not in retry.retry_on
         ):
             return outcome, attempt
-        yield Sleep(backoff_delay_ms(retry, attempt) / 1000)
+        yield Sleep(retry.delay(attempt) / 1000)
 
 
 def _classify(reply: Reply) -> httpx.Response | _Failure:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from agentguard import Guard, GuardianDenied, Outcome, Rule
-from agentguard.guardian import GuardianClient, GuardianOutcome, Retry
+from agentguard.guardian import GuardianClient, GuardianOutcome, GuardianRetry
 from tests.conftest import spec_text
 from tests.guardian_client.guardian_client_support import decide, step
 from tests.guardian_client.hostile_http import HostileServer, flood, http_response, trickle
@@ -43,7 +43,7 @@ def test_a_trickled_answer_ends_at_the_timeout_and_is_denied(flavour: str) -> No
 
 
 def test_a_trickled_answer_with_retries_is_bounded_by_attempts_times_timeout() -> None:
-    retry = Retry(attempts=1, delay_ms=0)
+    retry = GuardianRetry(attempts=1, delay_ms=0)
     with HostileServer(_trickling, pause=0.1) as server:
         started = time.monotonic()
         verdict = decide("sync", server.url, step(), timeout=0.5, retry=retry)

@@ -10,7 +10,13 @@ import gc
 
 import pytest
 
-from agentguard.guardian import GuardianClient, GuardianOutcome, GuardianUnavailable, GuardianVerdict, Retry
+from agentguard.guardian import (
+    GuardianClient,
+    GuardianOutcome,
+    GuardianRetry,
+    GuardianUnavailable,
+    GuardianVerdict,
+)
 from tests.guardian_client.guardian_client_support import FaultServer, decide, step
 
 WAIT = 30.0
@@ -43,7 +49,7 @@ def test_each_fault_ends_in_the_policy(fault: FaultServer, mode: str, on_failure
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 @pytest.mark.parametrize("on_failure", ["deny", "allow"])
 def test_guardian_down_ends_in_the_policy(dead_url: str, on_failure: str, flavour: str) -> None:
-    retry = Retry(attempts=2, delay_ms=1, backoff="linear")
+    retry = GuardianRetry(attempts=2, delay_ms=1, backoff="linear")
     verdict = decide(flavour, dead_url, step(), on_failure=on_failure, retry=retry)
     assert verdict.outcome is GuardianOutcome.NO_DECISION
     assert (verdict.failure or "").startswith("transport: ConnectError"), verdict.failure

@@ -17,10 +17,9 @@ from hypothesis import strategies as st
 from agentguard.guardian import (
     GuardianClient,
     GuardianOutcome,
+    GuardianRetry,
     GuardianUnavailable,
     GuardianVerdict,
-    Retry,
-    backoff_delay_ms,
 )
 from agentguard.guardian._flow import Send, Settings, Sleep, decision_flow, encode_step
 from tests.guardian_client.guardian_client_support import Recorder, answer, envelope, raw, status, step
@@ -145,7 +144,7 @@ def test_jsonrpc_error_is_a_failure_and_is_not_retried(ask: Callable[..., Guardi
             json={"jsonrpc": "2.0", "id": "step-1", "error": {"code": -32603, "message": "Internal error"}},
         )
     )
-    retry = Retry(
+    retry = GuardianRetry(
         attempts=3, delay_ms=0, retry_on=frozenset({"timeout", "transport", "http-5xx", "http-429"})
     )
     verdict = ask(recorder, step("step-1"), retry=retry)
@@ -237,7 +236,7 @@ MALFORMED: dict[str, tuple[Handler, str]] = {
 def test_malformed_reply_is_a_failure(
     ask: Callable[..., GuardianVerdict], handler: Handler, cause: str, on_failure: str
 ) -> None:
-    verdict = ask(handler, step("step-1"), on_failure=on_failure, retry=Retry(attempts=2, delay_ms=0))
+    verdict = ask(handler, step("step-1"), on_failure=on_failure, retry=GuardianRetry(attempts=2, delay_ms=0))
     assert verdict.outcome is GuardianOutcome.NO_DECISION
     assert (verdict.failure or "").startswith(cause), verdict.failure
     assert verdict.proceeded is (on_failure == "allow")
@@ -297,7 +296,7 @@ def test_transport_and_http_failures(
 
 def test_http_500_then_success_is_retried(ask: Callable[..., GuardianVerdict]) -> None:
     recorder = Recorder(status(500), answer({"decision": "allow"}))
-    verdict = ask(recorder, retry=Retry(attempts=2, delay_ms=0))
+    verdict = ask(recorder, retry=GuardianRetry(attempts=2, delay_ms=0))
     assert verdict.outcome is GuardianOutcome.ALLOW
     assert verdict.attempts == 2
     assert len(recorder.requests) == 2
@@ -306,7 +305,7 @@ def test_http_500_then_success_is_retried(ask: Callable[..., GuardianVerdict]) -
 
 def test_retries_are_bounded(ask: Callable[..., GuardianVerdict]) -> None:
     recorder = Recorder(status(503))
-    verdict = ask(recorder, retry=Retry(attempts=3, delay_ms=0))
+    verdict = ask(recorder, retry=GuardianRetry(attempts=3, delay_ms=0))
     assert (verdict.failure, verdict.attempts, len(recorder.requests)) == ("http 503", 4, 4)
 
 
@@ -334,12 +333,12 @@ def test_retry_on_filters_what_is_retried(
     ask: Callable[..., GuardianVerdict], reply: Handler | Exception, retry_on: set[str], requests: int
 ) -> None:
     recorder = Recorder(reply)
-    verdict = ask(recorder, retry=Retry(attempts=1, delay_ms=0, retry_on=frozenset(retry_on)))
+    verdict = ask(recorder, retry=GuardianRetry(attempts=1, delay_ms=0, retry_on=frozenset(retry_on)))
     assert verdict.outcome is GuardianOutcome.NO_DECISION
     assert len(recorder.requests) == requests == verdict.attempts
 
 
-def _sleeps_until_exhausted(retry: Retry) -> list[float]:
+def _sleeps_until_exhausted(retry: GuardianRetry) -> list[float]:
     """Drive the sans-I/O flow with a guardian that always answers 503; return the back-off sleeps."""
     settings = Settings(url=URL, headers=httpx.Headers(), timeout=1.0, retry=retry, on_failure="deny")
     flow = decision_flow(settings, encode_step(step()), ping_first=False)
@@ -369,24 +368,24 @@ def _sleeps_until_exhausted(retry: Retry) -> list[float]:
     ],
 )
 def test_backoff_schedule_is_exact(backoff: str, expected_ms: list[int]) -> None:
-    retry = Retry(attempts=5, delay_ms=100, backoff=backoff, max_delay_ms=450)  # type: ignore[arg-type]
-    assert [backoff_delay_ms(retry, n) for n in range(1, 6)] == expected_ms
+    retry = GuardianRetry(attempts=5, delay_ms=100, backoff=backoff, max_delay_ms=450)  # type: ignore[arg-type]
+    assert [retry.delay(n) for n in range(1, 6)] == expected_ms
     assert _sleeps_until_exhausted(retry) == [ms / 1000 for ms in expected_ms]
 
 
 def test_os_protocol_delay_table() -> None:
-    # The table in the OS Protocol's Retry page: attempts 1..4.
+    # The table in the OS Protocol's GuardianRetry page: attempts 1..4.
     for backoff, factors in {
         "none": [1, 1, 1, 1],
         "linear": [1, 2, 3, 4],
         "exponential": [1, 2, 4, 8],
     }.items():
-        retry = Retry(attempts=4, delay_ms=250, backoff=backoff, max_delay_ms=10_000)  # type: ignore[arg-type]
-        assert [backoff_delay_ms(retry, n) for n in range(1, 5)] == [250 * f for f in factors]
+        retry = GuardianRetry(attempts=4, delay_ms=250, backoff=backoff, max_delay_ms=10_000)  # type: ignore[arg-type]
+        assert [retry.delay(n) for n in range(1, 5)] == [250 * f for f in factors]
 
 
 def test_max_delay_caps_even_a_constant_delay() -> None:
-    assert backoff_delay_ms(Retry(delay_ms=3000, backoff="none", max_delay_ms=2000), 1) == 2000
+    assert GuardianRetry(delay_ms=3000, backoff="none", max_delay_ms=2000).delay(1) == 2000
 
 
 @given(
@@ -396,8 +395,8 @@ def test_max_delay_caps_even_a_constant_delay() -> None:
     n=st.integers(1, 200),
 )
 def test_delays_are_capped_and_never_shrink(delay: int, cap: int, backoff: str, n: int) -> None:
-    retry = Retry(attempts=n, delay_ms=delay, backoff=backoff, max_delay_ms=cap)  # type: ignore[arg-type]
-    current, following = backoff_delay_ms(retry, n), backoff_delay_ms(retry, n + 1)
+    retry = GuardianRetry(attempts=n, delay_ms=delay, backoff=backoff, max_delay_ms=cap)  # type: ignore[arg-type]
+    current, following = retry.delay(n), retry.delay(n + 1)
     assert 0 <= current <= following <= cap
 
 
@@ -414,15 +413,15 @@ def test_delays_are_capped_and_never_shrink(delay: int, cap: int, backoff: str, 
 )
 def test_retry_refuses_nonsense(options: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="Retry"):
-        Retry(**options)
+        GuardianRetry(**options)
 
 
 def test_retry_stores_retry_on_immutably() -> None:
-    retry = Retry(retry_on={"timeout"})  # type: ignore[arg-type]
+    retry = GuardianRetry(retry_on={"timeout"})  # type: ignore[arg-type]
     assert retry.retry_on == frozenset({"timeout"})
     assert isinstance(retry.retry_on, frozenset)
     with pytest.raises(ValueError, match="1-based"):
-        backoff_delay_ms(retry, 0)
+        retry.delay(0)
 
 
 # -- the request on the wire --------------------------------------------------------------------------------
@@ -656,3 +655,15 @@ def test_verdicts_are_frozen() -> None:
     verdict = GuardianVerdict(outcome=GuardianOutcome.ALLOW)
     with pytest.raises(AttributeError):
         verdict.outcome = GuardianOutcome.DENY  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("name", ["Retry", "backoff_delay_ms"])
+def test_the_old_retry_names_still_work_with_a_warning(name: str) -> None:
+    import agentguard.guardian
+
+    with pytest.warns(DeprecationWarning, match="GuardianRetry"):
+        old = getattr(agentguard.guardian, name)
+    if name == "Retry":
+        assert old is GuardianRetry
+    else:
+        assert old(GuardianRetry(delay_ms=100, backoff="linear"), 3) == 300
