@@ -281,11 +281,16 @@ def _add_demo(subparsers: _Subparsers) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    try:
-        from agentguard_langchain.demo import main as demo  # the integration, imported only for this command
+    """Deprecated: the demo is the LangChain adapter's own command, ``agentguard-langchain-demo``."""
+    print(
+        "agentguard demo is deprecated and goes in 0.2: run agentguard-langchain-demo (or scripts/demo)",
+        file=sys.stderr,
+    )
+    try:  # by name: the core knows no adapter
+        demo: Callable[[list[str]], int] = importlib.import_module("agentguard_langchain.demo").main
     except ImportError as error:
         print(
-            f"agentguard demo needs the LangChain integration ({error}): "
+            f"the demo needs the LangChain integration ({error}): "
             "pip install -e integrations/langchain (or run scripts/demo)",
             file=sys.stderr,
         )
@@ -297,8 +302,7 @@ def _demo(args: argparse.Namespace) -> int:
         *(["--no-files"] if args.no_files else []),
         *(["--no-content"] if args.no_content else []),
     ]
-    result: int = demo(argv)
-    return result
+    return demo(argv)
 
 
 def _add_mcp_proxy(subparsers: _Subparsers) -> None:
@@ -337,7 +341,7 @@ _COMMANDS = {
         "serve OpenAgentSpec agents over HTTP", "agentguard.server._cli:add_parser", extra="server"
     ),
     "demo": _Command(
-        "run the guarded LangChain support-agent demo (needs agentguard-langchain)",
+        "deprecated: run agentguard-langchain-demo (the LangChain adapter's demo)",
         "agentguard.cli:_add_demo",
     ),
     "mcp-proxy": _Command(

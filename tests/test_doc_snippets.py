@@ -39,7 +39,7 @@ FRAGMENT_MARK = "<!-- fragment"
 FRAGMENTS = [
     (
         "README.md",
-        "scripts/demo     # set up .venv, then run the guarded LangChain support agent (agentguard demo)",
+        "scripts/demo     # set up .venv, then run the guarded LangChain support agent (agentguard-langchain-demo)",
     ),
     (
         "README.md",

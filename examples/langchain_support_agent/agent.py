@@ -1,8 +1,9 @@
-"""The LangChain support-agent demo: ``python examples/langchain_support_agent/agent.py`` (= ``agentguard demo``).
+"""The LangChain support-agent demo: ``python examples/langchain_support_agent/agent.py``
+(= ``agentguard-langchain-demo``).
 
 The agent, its tools, the scripted conversation, the spec and the guardian's rules live in
 ``agentguard_langchain.demo`` (integrations/langchain/src/agentguard_langchain/demo/), so that the
-``agentguard demo`` command works from an installed package too. Read that module: it is the example.
+``agentguard-langchain-demo`` command works from an installed package too. Read that module: it is the example.
 """
 
 from __future__ import annotations

@@ -51,11 +51,11 @@ def test_without_content_capture_the_demo_names_the_changed_arguments_only() -> 
     assert "[card number redacted]" not in text
 
 
-def test_agentguard_demo_command_writes_audit_reports_and_a_trace(tmp_path: Path) -> None:
+def test_the_demo_command_writes_audit_reports_and_a_trace(tmp_path: Path) -> None:
     # A subprocess: the demo configures the global OpenTelemetry SDK, which a test process must not keep.
-    agentguard = Path(sys.executable).with_name("agentguard")
+    command = Path(sys.executable).with_name("agentguard-langchain-demo")
     result = subprocess.run(
-        [str(agentguard), "demo", "--out", str(tmp_path)], capture_output=True, text=True, timeout=300
+        [str(command), "--out", str(tmp_path)], capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr
     assert f"audit reports of this run: 4 in {tmp_path / 'audit'}/" in result.stdout
@@ -67,13 +67,15 @@ def test_agentguard_demo_command_writes_audit_reports_and_a_trace(tmp_path: Path
     assert '"name": "invoke_agent support-agent"' in trace
     assert "Traceback" not in result.stderr
 
+    # the core's deprecated `agentguard demo` forwards to the same command
     again = subprocess.run(
-        [str(agentguard), "demo", "--out", str(tmp_path), "--no-guardian"],
+        [str(Path(sys.executable).with_name("agentguard")), "demo", "--out", str(tmp_path), "--no-guardian"],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert again.returncode == 0, again.stderr
+    assert "deprecated" in again.stderr
     assert "audit reports of this run: 4 in" in again.stdout  # the second run's own, not 8
     assert not any(report.name in again.stdout for report in first)
 

@@ -1,6 +1,6 @@
 """The agentguard demo: a LangChain support agent, guarded, with every step on a timeline.
 
-Run it with ``agentguard demo`` (or ``python examples/langchain_support_agent/agent.py``). No API key, no
+Run it with ``agentguard-langchain-demo`` (or ``python examples/langchain_support_agent/agent.py``). No API key, no
 network: the chat model replies from a script, so each rule of the spec (``support-agent.yaml`` beside this
 file) can be seen firing in a real ``create_agent`` graph, and a reference AOS guardian
 (``guardian-rules.yaml``) runs in-process on 127.0.0.1:
@@ -215,7 +215,9 @@ def _configure_tracing(stack: ExitStack, file: TextIO) -> None:
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
     import sys
 
-    parser = argparse.ArgumentParser(prog="agentguard demo", description=__doc__.split("\n\n", 1)[0])
+    parser = argparse.ArgumentParser(
+        prog="agentguard-langchain-demo", description=__doc__.split("\n\n", 1)[0]
+    )
     parser.add_argument("--out", default="agentguard-demo", help="where audit reports and the trace go")
     parser.add_argument("--no-guardian", action="store_true", help="run without the in-process guardian")
     parser.add_argument("--no-files", action="store_true", help="write no audit reports and no trace")
