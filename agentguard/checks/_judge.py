@@ -42,8 +42,8 @@ from agentguard.aos import utc_timestamp
 from agentguard.checks._rules import CheckModel, RuleResult, json_safe
 from agentguard.errors import Phase
 from agentguard.guardian import GuardianClient, GuardianOutcome, GuardianVerdict
-from agentguard.pipeline import AskReviewer, Flow, run_sync
-from agentguard.policy._review import Approval, Reviewer, ReviewRequest, coerce_approval
+from agentguard.pipeline import AskReviewer, Flow
+from agentguard.policy._review import Approval, ReviewRequest, coerce_approval
 from agentguard.policy._rules import CheckResult, RuleContext
 from agentguard.record import new_id
 
@@ -230,17 +230,16 @@ def add_judge(
 
     ``route_to_review``: a failed judgment asks the reviewer registered under that id (its
     :class:`~agentguard.ApprovalConfig` ``timeout_ms`` and ``auto_approve_on_timeout`` apply) and passes if
-    it approves; the approval is kept in the data under ``review``. Limits: the rule runs synchronously
-    inside the pipeline, so the review blocks the calling thread (in an async agent, its event loop), an
-    async reviewer can only be used from synchronous calls, one reviewer answers (``approvers`` and
-    ``required_approvals`` are for ``require_review`` gates), and a reviewer that pauses the host (a LangGraph
-    interrupt) counts as a rejection.
+    it approves; the approval is kept in the data under ``review``. The question goes through the pipeline's
+    reviewer effect, so the driver asks it as it asks a review gate (sync or async, within the timeout).
+    Limits: one reviewer answers (``approvers`` and ``required_approvals`` are for ``require_review`` gates),
+    and a reviewer that pauses the host (a LangGraph interrupt) counts as a rejection.
 
     Returns the rule's name (``judge:<name>``), which is also its severity key (``rule:judge:<name>``).
     """
     rule = f"judge:{name}"
 
-    def check(context: RuleContext) -> CheckResult:
+    def check(context: RuleContext) -> Flow[CheckResult]:
         extra = {"executionId": context.engagement_id, "capability": context.capability}
         run_config = config.model_copy(update={"metadata": {**(config.metadata or {}), **extra}})
         result = judge.evaluate(context.outputs, run_config)
@@ -251,7 +250,9 @@ def add_judge(
         metadata: dict[str, Any] = {"rule": rule, "judge": result.wire()}
         if result.passed or route_to_review is None:
             return CheckResult(result.passed, verdict, metadata)
-        approval = _ask_reviewer(guard, route_to_review, context, f"{verdict}. Accept the result anyway?")
+        approval = yield from _ask_reviewer(
+            guard, route_to_review, context, f"{verdict}. Accept the result anyway?"
+        )
         metadata["review"] = {"reviewer": route_to_review, "approvals": [approval.as_dict()]}
         answer = approval.reason or ("approved" if approval.approved else "rejected")
         return CheckResult(
@@ -262,12 +263,7 @@ def add_judge(
     return rule
 
 
-def _one_answer(reviewer: Reviewer, request: ReviewRequest, timeout_ms: int | None) -> Flow[object]:
-    """A flow with one effect, so that the core's driver enforces the timeout and runs an async reviewer."""
-    return (yield AskReviewer(reviewer, request, timeout_ms))
-
-
-def _ask_reviewer(guard: Guard, reviewer_id: str, context: RuleContext, message: str) -> Approval:
+def _ask_reviewer(guard: Guard, reviewer_id: str, context: RuleContext, message: str) -> Flow[Approval]:
     """Ask the guard's reviewer ``reviewer_id`` about the result in ``context``; any failure is a rejection."""
     reviewer, config = guard.reviewer_for(reviewer_id)  # as the guard's own review gates ask it
     if reviewer is None:
@@ -284,7 +280,7 @@ def _ask_reviewer(guard: Guard, reviewer_id: str, context: RuleContext, message:
         timeout_ms=config.timeout_ms,
     )
     try:
-        return coerce_approval(run_sync(_one_answer(reviewer, request, config.timeout_ms)), reviewer_id)
+        return coerce_approval((yield AskReviewer(reviewer, request, config.timeout_ms)), reviewer_id)
     except TimeoutError:
         auto = config.auto_approve_on_timeout
         reason = f"no answer within {config.timeout_ms} ms" + (" (auto-approved)" if auto else "")

@@ -4,6 +4,7 @@ the guardian, reviews; and how a failed check becomes a recorded denial (or, in 
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ from agentguard.errors import (
     ShortCircuitViolation,
 )
 from agentguard.observers import Observer, Observers
-from agentguard.pipeline._effects import AskGuardian, AskReviewer, Effect, Flow, T
+from agentguard.pipeline._effects import AskGuardian, AskReviewer, CallUser, Effect, Flow, T
 from agentguard.pipeline._runtime import Runtime
 from agentguard.policy._policy import Assertion
 from agentguard.policy._review import (
@@ -145,16 +146,22 @@ def run_rules(
     phase: Phase,
     inputs: Mapping[str, Any],
     outputs: Any = None,
-) -> None:
-    """The Python rules registered for this capability and phase (see ``guard.rules``)."""
-    if not ctx.rules:  # no Python rules registered: the common case, without a lookup
-        return
+) -> Flow[None]:
+    """The Python rules registered for this capability and phase (see ``guard.rules``), each called by the
+    driver (an async rule is awaited); one that raises has failed."""
     rules = ctx.rules.for_call(capability, phase)
     if not rules:
         return
     context = RuleContext(capability, phase, inputs, to_plain(outputs), state)
     for rule in rules:
-        result = rule.run(context)
+        try:
+            answer = yield CallUser(rule.fn, (context,), f"rule {rule.name!r}")
+            if inspect.isgenerator(answer):
+                answer = yield from _rule_flow(rule.name, answer)
+        except Exception as exc:
+            result = rule.raised(exc)
+        else:
+            result = rule.verdict(answer)
         if result.passed:
             decision = Decision(
                 rule.kind, Outcome.ALLOW, phase, result.message, capability, data=result.metadata
@@ -166,6 +173,27 @@ def run_rules(
         )
         if blocks(ctx, state, step, error, name=rule.name):
             raise error
+
+
+def _rule_flow(name: str, flow: Generator[Any, Any, Any]) -> Flow[Any]:
+    """A rule that is a flow: its ``AskReviewer`` effects are performed by the driver like the pipeline's own
+    (timeout, async reviewers); any other effect is refused, and the rule has failed."""
+    try:
+        effect = next(flow)
+        while True:
+            if not isinstance(effect, AskReviewer):
+                flow.close()
+                raise TypeError(
+                    f"rule {name!r} yielded {type(effect).__name__}: a rule may only ask reviewers"
+                )
+            try:
+                value = yield effect
+            except Exception as exc:
+                effect = flow.throw(exc)
+            else:
+                effect = flow.send(value)
+    except StopIteration as stop:
+        return stop.value
 
 
 def ask_guardian(

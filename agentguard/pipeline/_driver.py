@@ -22,6 +22,7 @@ from agentguard.pipeline._effects import (
     AskGuardian,
     AskReviewer,
     AwaitLate,
+    CallUser,
     Effect,
     Flow,
     Invoke,
@@ -134,6 +135,8 @@ def _perform_sync(effect: Effect) -> Any:
             effect.timeout_ms,
             lambda late, _: _overran(effect, late),
         )
+    if isinstance(effect, CallUser):
+        return _resolve_sync(effect.fn(*effect.args), effect.what)
     if isinstance(effect, AskReviewer):
         # A reviewer that overruns keeps its thread until it returns; its late answer is ignored and the
         # timeout decision stands.
@@ -157,6 +160,9 @@ async def _perform_async(effect: Effect) -> Any:
         if effect.timeout_ms is None:
             return await _acall(effect)
         return await _invoke_with_timeout(effect, effect.timeout_ms)
+    if isinstance(effect, CallUser):
+        value = effect.fn(*effect.args)
+        return await value if inspect.isawaitable(value) else value
     if isinstance(effect, AskReviewer):
         reviewer, request, timeout_ms = effect.reviewer, effect.request, effect.timeout_ms
         if timeout_ms is None:

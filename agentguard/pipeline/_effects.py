@@ -47,6 +47,20 @@ class InvokeTimedOut(Exception):
 
 
 @dataclass(slots=True)
+class CallUser:
+    """Effect: call user code that is not the tool -- a credential resolver, a Python rule, a run hook.
+
+    The driver calls ``fn(*args)`` and, like a tool's, awaits what an async callable returns (the sync
+    driver runs it when no event loop runs in the thread). What it raises is thrown back into the flow,
+    which decides what a failure means; ``what`` names the callable in errors.
+    """
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    what: str
+
+
+@dataclass(slots=True)
 class AwaitLate:
     """Effect: keep waiting for a call that overran its timeout (``on_timeout: continue``)."""
 
@@ -77,7 +91,7 @@ class AskGuardian:
     request: dict[str, Any]
 
 
-Effect = Invoke | AskReviewer | AskGuardian | AwaitLate | Sleep
+Effect = Invoke | CallUser | AskReviewer | AskGuardian | AwaitLate | Sleep
 T = TypeVar("T")
 Flow = Generator[Effect, Any, T]
 """A policy flow that yields effects and returns a ``T``."""

@@ -28,7 +28,7 @@ import inspect
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from agentguard.errors import (
     CapabilityDenied,
@@ -51,7 +51,7 @@ from agentguard.pipeline._checks import (
     run_rules,
     undecided,
 )
-from agentguard.pipeline._effects import AwaitLate, Flow, Invoke, InvokeTimedOut, Sleep
+from agentguard.pipeline._effects import AwaitLate, CallUser, Flow, Invoke, InvokeTimedOut, Sleep
 from agentguard.pipeline._runtime import Runtime
 from agentguard.pipeline._steps import new_step
 from agentguard.policy._identity import CredentialRequest, Credentials, identity_for
@@ -204,27 +204,45 @@ def _capability(
     return None
 
 
-def _credentials(
-    ctx: Runtime, state: EngagementState, step: StepRecord, rule: CapabilityRule | None, call: ToolCall
-) -> Credentials | None:
-    ident = identity_for(
+def _identity(
+    state: EngagementState, rule: CapabilityRule | None
+) -> tuple[Literal["user", "static"], str] | None:
+    """Decision 10: the identity a call runs under (the user's, else the static credential set), if any."""
+    return identity_for(
         user_identity=rule.user_identity if rule else True,
         static_identity=rule.static_identity if rule else None,
         user=state.user,
     )
+
+
+def _identity_credentials(state: EngagementState, rule: CapabilityRule | None) -> Credentials | None:
+    """Without a resolver the credentials are the identity itself: one object per engagement and identity."""
+    ident = _identity(state, rule)
     if ident is None:
         return None
+    cached: Credentials | None = state.credentials.get(ident)
+    if cached is None:
+        kind, subject = ident
+        cached = state.credentials[ident] = Credentials(
+            kind, subject, user=state.user if kind == "user" else None
+        )
+    return cached
+
+
+def _resolved_credentials(
+    ctx: Runtime, state: EngagementState, step: StepRecord, rule: CapabilityRule | None, call: ToolCall
+) -> Flow[Credentials | None]:
+    """The credentials the resolver (called by the driver, awaited when async) turns the identity into; a
+    resolver that fails or answers nonsense denies the call."""
+    ident = _identity(state, rule)
+    if ident is None or ctx.credential_resolver is None:
+        return None
     kind, subject = ident
-    if ctx.credential_resolver is None:  # the identity itself: the same object for every call
-        cached: Credentials | None = state.credentials.get(ident)
-        if cached is None:
-            cached = state.credentials[ident] = Credentials(
-                kind, subject, user=state.user if kind == "user" else None
-            )
-        return cached
     request = CredentialRequest(call.name, kind, subject, state.user, state.id)
     try:
-        resolved = ctx.credential_resolver(request)
+        resolved = yield CallUser(ctx.credential_resolver, (request,), "the credential resolver")
+    except ctx.passthrough:
+        raise
     except Exception as exc:  # a resolver that fails must not let the call run, nor go unrecorded
         error = IdentityError(
             f"the credential resolver failed ({type(exc).__name__}) for {kind} {subject!r}",
@@ -328,11 +346,16 @@ def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: Too
                     record.entry["inputs"] = call_inputs = new_inputs
                     if rule is not None and rule.input_assertion is not None:
                         check(ctx, state, step, rule.input_assertion, name, Phase.INPUT)
-        run_rules(ctx, state, step, name, Phase.INPUT, record.inputs)
+        if ctx.rules:  # no Python rules registered: the common case, without a lookup
+            yield from run_rules(ctx, state, step, name, Phase.INPUT, record.inputs)
         reviewer = (rule.input_review if rule is not None else None) or ctx.review_gates.get(name)
         if reviewer:
             yield from review(ctx, state, step, reviewer, name, Phase.INPUT, record, None)
-        credentials = _credentials(ctx, state, step, rule, call)
+        credentials = (
+            _identity_credentials(state, rule)
+            if ctx.credential_resolver is None
+            else (yield from _resolved_credentials(ctx, state, step, rule, call))
+        )
         if call.needs_credentials and credentials is None:
             raise deny(
                 ctx,
@@ -358,7 +381,7 @@ def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: Too
     except BaseException as exc:
         yield from _failed(ctx, state, step, record, rule, exc)
         raise
-    if ctx.guardian is None and (rule is None or not rule.output_review):
+    if ctx.guardian is None and not ctx.rules and (rule is None or not rule.output_review):
         return _settle(ctx, state, step, record, rule, output)  # nothing to wait for: no generator frame
     return (yield from _after_invoke(ctx, state, step, record, rule, call, output, resumed=False))
 
@@ -377,7 +400,7 @@ def _invoke(
                 raise
             attempt += 1
             if retry.on_retry is not None:
-                retry.on_retry(exc, attempt)
+                yield CallUser(retry.on_retry, (exc, attempt), "Retry.on_retry")
             delay = retry.delay(attempt)
             reason = f"retry {attempt} of {retry.attempts} in {delay} ms after {type(exc).__name__}: {exc}"
             ctx.decide(state, step, Decision(Rule.RUN, Outcome.ALLOW, Phase.INPUT, reason, call.name))
@@ -403,7 +426,7 @@ def _invoke_once(
         return (yield invoke)
     except InvokeTimedOut as overran:
         if timeout.on_timeout_callback is not None:
-            timeout.on_timeout_callback()
+            yield CallUser(timeout.on_timeout_callback, (), "Timeout.on_timeout_callback")
         if timeout.on_timeout == "continue":
             reason = f"exceeded its {timeout.ms} ms timeout; still waiting (on_timeout: continue)"
             ctx.decide(state, step, Decision(Rule.RUN, Outcome.WARN, Phase.INPUT, reason, call.name))
@@ -460,10 +483,10 @@ def _settle(
     rule: CapabilityRule | None,
     output: Any,
 ) -> Any:
-    """:func:`_after_invoke` for a call with nothing to wait for after it ran (no guardian, no output review)."""
+    """:func:`_after_invoke` for a call with nothing to wait for after it ran (no guardian, no Python rules,
+    no output review)."""
     try:
         output = _checked_output(ctx, state, step, record, rule, output)
-        run_rules(ctx, state, step, record.name, Phase.OUTPUT, record.inputs, output)
     except BaseException as exc:
         _withhold(state, record, rule, exc)
         raise
@@ -502,7 +525,8 @@ def _after_invoke(
                         state.complete_call(record, to_plain(output), collect=collect)
                         if rule is not None and rule.output_assertion is not None:
                             check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
-            run_rules(ctx, state, step, name, Phase.OUTPUT, record.inputs, output)
+            if ctx.rules:
+                yield from run_rules(ctx, state, step, name, Phase.OUTPUT, record.inputs, output)
         if rule is not None and rule.output_review:
             try:
                 yield from review(

@@ -75,7 +75,10 @@ class CheckResult:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
-RuleFunction = Callable[[RuleContext], "bool | CheckResult"]
+RuleFunction = Callable[[RuleContext], Any]
+"""``rule(context)`` answers ``True`` / ``False`` / a :class:`CheckResult`, or an awaitable of one (an async
+rule), or a generator that yields the pipeline's ``AskReviewer`` effects and returns one (a rule that asks a
+reviewer, as :func:`agentguard.checks.add_judge` does with ``route_to_review``)."""
 
 
 @dataclass(frozen=True)
@@ -86,13 +89,9 @@ class RegisteredRule:
     capabilities: frozenset[str] | None
     kind: Rule = Rule.RULE
 
-    def run(self, context: RuleContext) -> CheckResult:
-        """Run the rule; an exception or a non-boolean answer is a failure, never a pass."""
-        try:
-            answer = self.fn(context)
-        except Exception as exc:
-            # The type only: the message may quote the very output the failure now withholds.
-            return CheckResult(False, f"rule {self.name!r} raised {type(exc).__name__}")
+    def verdict(self, answer: object) -> CheckResult:
+        """What the rule's answer means: a :class:`CheckResult` as it is, ``True`` passes, ``False`` fails,
+        anything else is a failure, never a pass. (The pipeline calls the rule; this decides.)"""
         if isinstance(answer, CheckResult):
             return answer
         if answer is True:
@@ -100,6 +99,11 @@ class RegisteredRule:
         if answer is False:
             return CheckResult(False, f"rule {self.name!r} failed")
         return CheckResult(False, f"rule {self.name!r} returned {type(answer).__name__}, not a bool")
+
+    def raised(self, error: Exception) -> CheckResult:
+        """A rule that raised failed. Only the type is told: the message may quote the very output the
+        failure now withholds."""
+        return CheckResult(False, f"rule {self.name!r} raised {type(error).__name__}")
 
 
 class Rules:

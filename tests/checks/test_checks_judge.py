@@ -265,8 +265,13 @@ def test_review_timeout_follows_the_reviewers_approval_config() -> None:
         release.set()
 
 
-async def test_an_async_reviewer_cannot_answer_inside_an_async_engagement() -> None:
+async def test_an_async_reviewer_answers_inside_an_async_engagement() -> None:
+    # The judge asks through the pipeline's reviewer effect, so the async driver awaits the reviewer
+    # (until issue 15 the rule ran a nested sync driver and this was refused with a ConfigurationError).
+    asked: list[ReviewRequest] = []
+
     async def supervisor(request: ReviewRequest) -> bool:
+        asked.append(request)
         return True
 
     guard = _guard(reviewers={"supervisor": supervisor})
@@ -274,7 +279,20 @@ async def test_an_async_reviewer_cannot_answer_inside_an_async_engagement() -> N
         guard, ScriptedJudge({}, 0.2), JudgeConfig(criteria="c"), name="t", route_to_review="supervisor"
     )
     async with guard.engagement():
-        with pytest.raises(RuleViolation, match="reviewer failed: ConfigurationError"):
+        assert await guard.acall("search", {"q": "x"}) == "results for x"
+    assert [r.reviewer for r in asked] == ["supervisor"]
+
+
+async def test_an_async_reviewer_that_rejects_inside_an_async_engagement_denies() -> None:
+    async def supervisor(request: ReviewRequest) -> bool:
+        return False
+
+    guard = _guard(reviewers={"supervisor": supervisor})
+    add_judge(
+        guard, ScriptedJudge({}, 0.2), JudgeConfig(criteria="c"), name="t", route_to_review="supervisor"
+    )
+    async with guard.engagement():
+        with pytest.raises(RuleViolation, match="review by supervisor: rejected"):
             await guard.acall("search", {"q": "x"})
 
 
