@@ -42,7 +42,7 @@ from agentguard.aos import utc_timestamp
 from agentguard.checks._rules import CheckModel, RuleResult, json_safe
 from agentguard.errors import Phase
 from agentguard.guardian import GuardianClient, GuardianOutcome, GuardianVerdict
-from agentguard.pipeline import AskReviewer, Flow
+from agentguard.pipeline import AskReviewer, CallUser, Flow
 from agentguard.policy._review import Approval, ReviewRequest, coerce_approval
 from agentguard.policy._rules import CheckResult, RuleContext
 from agentguard.record import new_id
@@ -242,7 +242,7 @@ def add_judge(
     def check(context: RuleContext) -> Flow[CheckResult]:
         extra = {"executionId": context.engagement_id, "capability": context.capability}
         run_config = config.model_copy(update={"metadata": {**(config.metadata or {}), **extra}})
-        result = judge.evaluate(context.outputs, run_config)
+        result = yield CallUser(judge.evaluate, (context.outputs, run_config), f"the judge of {rule}")
         verdict = (
             f"{rule} {'passed' if result.passed else 'failed'} with score {result.score:.2f} "
             f"(threshold {config.effective_threshold:.2f}): {result.reasoning}"

@@ -176,15 +176,16 @@ def run_rules(
 
 
 def _rule_flow(name: str, flow: Generator[Any, Any, Any]) -> Flow[Any]:
-    """A rule that is a flow: its ``AskReviewer`` effects are performed by the driver like the pipeline's own
-    (timeout, async reviewers); any other effect is refused, and the rule has failed."""
+    """A rule that is a flow: its ``AskReviewer`` and ``CallUser`` effects are performed by the driver like the
+    pipeline's own (timeouts, async reviewers and callables); any other effect is refused, and the rule has
+    failed."""
     try:
         effect = next(flow)
         while True:
-            if not isinstance(effect, AskReviewer):
+            if not isinstance(effect, AskReviewer | CallUser):
                 flow.close()
                 raise TypeError(
-                    f"rule {name!r} yielded {type(effect).__name__}: a rule may only ask reviewers"
+                    f"rule {name!r} yielded {type(effect).__name__}: a rule may only ask reviewers and call"
                 )
             try:
                 value = yield effect

@@ -77,8 +77,8 @@ class CheckResult:
 
 RuleFunction = Callable[[RuleContext], Any]
 """``rule(context)`` answers ``True`` / ``False`` / a :class:`CheckResult`, or an awaitable of one (an async
-rule), or a generator that yields the pipeline's ``AskReviewer`` effects and returns one (a rule that asks a
-reviewer, as :func:`agentguard.checks.add_judge` does with ``route_to_review``)."""
+rule), or a generator that yields the pipeline's ``AskReviewer`` and ``CallUser`` effects and returns one (a
+rule that asks a reviewer, as :func:`agentguard.checks.add_judge` does with ``route_to_review``)."""
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ async def test_an_async_rule_is_awaited_and_only_true_passes(answer: object) -> 
     assert len(ran) == (1 if answer is True else 0)
 
 
-def test_a_rule_flow_may_only_ask_reviewers() -> None:
+def test_a_rule_flow_may_only_ask_reviewers_and_call() -> None:
     guard, ran = _guard()
 
     def sneaky(context: RuleContext) -> Any:
