@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from agentguard import Guard, RestrictionViolation
-from agentguard.record import Decision, EngagementState, StepRecord
 from agentguard.observers import Observer
+from agentguard.record import Decision, EngagementState, StepRecord
 from tests.conftest import spec_text
 
 SPEC = spec_text(
