@@ -25,7 +25,6 @@ from agentguard import (
     ShortCircuitViolation,
     User,
 )
-from agentguard.pipeline import new_step
 from agentguard.checks import (
     Audit,
     AuditEntry,
@@ -38,8 +37,9 @@ from agentguard.checks import (
     build_report,
     write_report,
 )
-from agentguard.record import EngagementState
 from agentguard.guardian import GuardianClient
+from agentguard.pipeline import new_step
+from agentguard.record import EngagementState
 from tests.conftest import spec_text
 
 SPEC = spec_text(

@@ -27,8 +27,8 @@ from agentguard import (
     User,
     steps,
 )
-from agentguard.pipeline import new_step
 from agentguard.checks import RuleResult, rule_result, rule_results
+from agentguard.pipeline import new_step
 from agentguard.record import EngagementState
 from agentguard.runs import Timeout, ToolTimeout
 from tests.conftest import spec_text

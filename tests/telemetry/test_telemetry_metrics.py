@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from agentguard import Approval, GuardianDenied, Outcome, Phase, ReviewRequest, Rule
-from agentguard.record import Decision
 from agentguard.guardian import GuardianClient
 from agentguard.guardian.server import RunningServer, create_app, parse_rules, serve_in_thread
+from agentguard.record import Decision
 from agentguard.telemetry._metrics import cause_kind, split_step_time
 from tests.conftest import spec_text
 from tests.telemetry.conftest import Otel, wait_until
