@@ -10,7 +10,8 @@ The two engines are bounded differently, because they can be:
 
 * ``cel-python`` is pure Python: a :class:`Meter` counts every comprehension iteration and every byte made
   by ``+``, and checks a deadline at each, while the evaluation runs (other threads keep the GIL turns they
-  always get).
+  always get). The fast path in front of the C++ engine (:mod:`agentguard.cel._fast`) runs its
+  comprehensions under a :class:`Meter` too, granted in batches (:meth:`Meter.grant`).
 * ``cel-expr-python`` (cel-cpp) offers no iteration budget, deadline or memory limit through its Python
   binding, and cannot be interrupted. So the work is bounded before it starts: :class:`CostProfile` reads,
   from the checked syntax tree, how comprehensions nest and where strings are concatenated, and
@@ -38,11 +39,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentguard.cel._base import CelEvaluationError
-from agentguard.cel._checked import Message, children, message, text
+from agentguard.cel._checked import CheckedExpr, Message, children, message, text
 
 __all__ = [
     "CostProfile",
     "EvalBudget",
+    "Exceeded",
     "Meter",
     "eval_budget",
     "measure",
@@ -100,30 +102,71 @@ def set_eval_budget(budget: EvalBudget) -> EvalBudget:
 class Meter:
     """The work one evaluation has done so far. Once over budget, it stays over: every later tick raises."""
 
-    __slots__ = ("_budget", "_deadline", "bytes", "exceeded", "iterations")
+    __slots__ = ("_batch", "_budget", "_deadline", "_granted_at", "bytes", "exceeded", "iterations")
 
     def __init__(self, budget: EvalBudget) -> None:
         self._budget = budget
-        self._deadline = time.monotonic() + budget.max_seconds
+        now = time.monotonic()
+        self._deadline = now + budget.max_seconds
         self.iterations = 0
         self.bytes = 0
         self.exceeded: str | None = None
+        self._batch = _FIRST_BATCH
+        self._granted_at = now
 
     def check(self) -> None:
         budget = self._budget
         if self.exceeded is None:
             if self.iterations > budget.max_iterations:
-                self.exceeded = f"more than {budget.max_iterations} comprehension iterations"
+                self.exceeded = (
+                    f"more than {budget.max_iterations} comprehension iterations (EvalBudget.max_iterations)"
+                )
             elif self.bytes > budget.max_bytes:
-                self.exceeded = f"more than {budget.max_bytes} bytes made by concatenation"
+                self.exceeded = (
+                    f"more than {budget.max_bytes} bytes made by concatenation (EvalBudget.max_bytes)"
+                )
             elif time.monotonic() > self._deadline:
-                self.exceeded = f"more than {budget.max_seconds:g} s"
+                self.exceeded = f"more than {budget.max_seconds:g} s (EvalBudget.max_seconds)"
         if self.exceeded is not None:
-            raise _Exceeded(self.exceeded)
+            raise Exceeded(self.exceeded)
+
+    def grant(self, wanted: int) -> int:
+        """Charge the next iterations of a loop that wants ``wanted`` more, a batch of them and no more than
+        the budget has left, check the deadline, and return how many were charged. Raises :class:`Exceeded`
+        when the budget has none left: the loop needed one more than ``max_iterations``.
+
+        Why batches: a loop that asks once per batch is counted exactly (with :meth:`refund` for the ones it
+        did not run) at a fraction of the cost of a call per iteration, and still stops at the limit. The
+        batch grows while the grants come quickly and shrinks when they do not (an iteration may scan a long
+        list or string), so that the deadline is checked about every :data:`_PACE` seconds."""
+        granted = max(1, min(wanted, self._batch, self._budget.max_iterations - self.iterations))
+        self.iterations += granted
+        self.check()
+        now = time.monotonic()  # the next batch, paced by the time since the last grant
+        if now - self._granted_at > _PACE:
+            self._batch = max(1, self._batch // 4)
+        elif self._batch < _LAST_BATCH:
+            self._batch *= 2
+        self._granted_at = now
+        return granted
+
+    def refund(self, count: int) -> None:
+        """Give back ``count`` granted iterations the loop did not run (it stopped early)."""
+        self.iterations -= count
+
+    def failure(self, source: str) -> CelEvaluationError:
+        """The failed evaluation of ``source`` once this meter is over budget (:attr:`exceeded`)."""
+        return CelEvaluationError(source, f"evaluation budget exceeded: {self.exceeded}")
 
 
-class _Exceeded(Exception):
-    """Raised inside the engine to stop it; the evaluation then fails with the meter's reason."""
+_FIRST_BATCH, _LAST_BATCH = 8, 1024
+_PACE = 0.005
+"""Seconds between the deadline checks of :meth:`Meter.grant`, about (one iteration may take longer)."""
+
+
+class Exceeded(Exception):
+    """Raised inside the evaluation to stop it; the evaluation then fails with the meter's reason
+    (:meth:`Meter.failure`)."""
 
 
 _METER: ContextVar[Meter | None] = ContextVar("agentguard_cel_meter", default=None)
@@ -157,12 +200,12 @@ def metered(source: str) -> Iterator[Meter]:
     token = _METER.set(meter)
     try:
         yield meter
-    except _Exceeded:
+    except Exceeded:
         pass
     finally:
         _METER.reset(token)
     if meter.exceeded is not None:
-        raise CelEvaluationError(source, f"evaluation budget exceeded: {meter.exceeded} (EvalBudget)")
+        raise meter.failure(source)
 
 
 # -- cel-expr-python: estimated before it runs --------------------------------------------------------------
@@ -190,18 +233,9 @@ class CostProfile:
     __slots__ = ("_cost", "_growth", "_last", "trivial")
 
     def __init__(self, serialized: bytes) -> None:
-        wrapper = message(serialized)
-        decoded = message(wrapper[2][0])
-        checked = not text(wrapper, 1).endswith(".ParsedExpr")
-        overloads: dict[int, frozenset[str]] = {}
-        for entry in decoded.get(2, []) if checked else []:
-            fields = message(entry)
-            reference = message(fields[2][0]) if 2 in fields else {}
-            if 3 in reference:
-                overloads[fields.get(1, [0])[0]] = frozenset(item.decode() for item in reference[3])
-        root = decoded.get(4 if checked else 2, [None])[0]
-        walk = _Walk(overloads)
-        self._cost = walk.cost(root) if root is not None else _Cost()
+        tree = CheckedExpr(serialized)
+        walk = _Walk(tree.overloads)
+        self._cost = walk.cost(tree.expr) if tree.expr is not None else _Cost()
         # Each concatenation that is not a comprehension's own append can at most double a value a later
         # step reuses (through cel.bind or an accumulator), so the longest value, and a computed range, may
         # grow by 2 ** adds: pessimistic, and 1 for the many expressions without one.

@@ -39,6 +39,7 @@ import operator
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from types import SimpleNamespace
 from typing import Any, cast
 
 import celpy
@@ -48,7 +49,6 @@ import lark
 import re2
 from celpy.celparser import CELParseError
 
-import agentguard
 from agentguard.cel._base import CelCompileError, CelEvaluationError, Reads, VarType, redacted
 from agentguard.cel._budget import metered, spent, tick
 from agentguard.cel._checked import add_read
@@ -561,6 +561,21 @@ class CelpyProgram:
         return f"CelpyProgram({self._source!r})"
 
 
+def _path_to_this_module() -> dict[str, Any]:
+    """The transpiled code calls the operators registered here by their qualified name
+    (``agentguard.cel._celpy.cel_eq``): its namespace binds the name's first part to a chain of namespaces
+    ending at this module, rather than to the package itself (the CEL layer imports nothing of agentguard
+    outside ``agentguard.cel``)."""
+    first, *rest = __name__.split(".")
+    node: Any = sys.modules[__name__]
+    for part in reversed(rest):
+        node = SimpleNamespace(**{part: node})
+    return {first: node}
+
+
+_OPERATOR_PATH = _path_to_this_module()
+
+
 def _function(source_text: str) -> Callable[[_Activation], Any]:
     """Turn the transpiler's statements into a function of the activation.
 
@@ -577,7 +592,7 @@ def _function(source_text: str) -> Callable[[_Activation], Any]:
         posonlyargs=[], args=[ast.arg(arg="base_activation")], kwonlyargs=[], kw_defaults=[], defaults=[]
     )
     function = ast.Expression(body=ast.Lambda(args=parameters, body=last.value))
-    namespace: dict[str, Any] = {**vars(ev), "agentguard": agentguard}
+    namespace: dict[str, Any] = {**vars(ev), **_OPERATOR_PATH}
     exec(compile(ast.Module(body=helpers, type_ignores=[]), "<cel>", "exec"), namespace)
     run: Callable[[_Activation], Any] = eval(
         compile(ast.fix_missing_locations(function), "<cel>", "eval"), namespace

@@ -101,7 +101,7 @@ class CheckedExpr:
     comprehension variables in scope, and the reference map is consulted only for names not bound there.
     """
 
-    __slots__ = ("checked", "expr", "functions", "positions", "references", "variables")
+    __slots__ = ("checked", "expr", "functions", "overloads", "positions", "references", "variables")
 
     def __init__(self, serialized: bytes) -> None:
         wrapper = message(serialized)
@@ -110,6 +110,8 @@ class CheckedExpr:
         """Whether the type checker passed the expression (else it was parsed only)."""
         self.references: dict[int, str] = {}
         """Node id -> the variable name the checker resolved it to."""
+        self.overloads: dict[int, frozenset[str]] = {}
+        """Call node id -> the overloads the checker found it may call (``add_int64``, ``add_string``, ...)."""
         # SourceInfo (CheckedExpr field 5, ParsedExpr field 3): positions = 4 (map<int64, int32>).
         source_info = decoded.get(3 if not self.checked else 5, [])
         self.positions: dict[int, int] = {}
@@ -123,9 +125,12 @@ class CheckedExpr:
             for entry in decoded.get(2, []):
                 fields = message(entry)
                 reference = message(fields[2][0]) if 2 in fields else {}
+                node_id = fields.get(1, [0])[0]
                 # A reference with overload ids is a function, one with a value is an enum constant.
-                if 1 in reference and 3 not in reference and 4 not in reference:
-                    self.references[fields.get(1, [0])[0]] = text(reference, 1)
+                if 3 in reference:
+                    self.overloads[node_id] = frozenset(bytes(item).decode() for item in reference[3])
+                elif 1 in reference and 4 not in reference:
+                    self.references[node_id] = text(reference, 1)
             self.expr = decoded[4][0] if 4 in decoded else None
         self.variables: set[str] = set()
         self.functions: set[str] = set()

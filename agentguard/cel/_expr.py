@@ -101,8 +101,8 @@ class ExprBackend:
     A checker environment costs ~40 µs to build and a spec compiles many expressions against the same
     declarations, so environments are cached per distinct set of declarations.
 
-    ``fast_path`` (default on): each expression is also compiled, where it can be, into a Python closure
-    that answers the common cases without the engine and hands it everything else
+    ``fast_path`` (default on): each expression is also compiled, where it can be, into Python functions
+    that answer the common cases without the engine and hands it everything else
     (:mod:`agentguard.cel._fast`). Turned off only to compare the two.
     """
 
@@ -134,7 +134,7 @@ class ExprBackend:
             expression,
             checked,
             names,
-            compile_fast(tree) if self._fast_path else None,
+            compile_fast(tree, expression) if self._fast_path else None,
             reads=reads_of(tree, names),
             declarations=dict(declarations),
             quiet="a regular expression is taken from the data" if dynamic_patterns(tree) else None,
