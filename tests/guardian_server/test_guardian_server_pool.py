@@ -59,3 +59,26 @@ async def test_a_cancelled_request_does_not_break_the_others() -> None:
 def test_threads_must_be_positive() -> None:
     with pytest.raises(ValueError, match="threads"):
         DecisionPool(_work, 0)
+
+
+async def test_one_worker_decides_while_it_keeps_up_and_another_wakes_when_it_is_held_up() -> None:
+    release = threading.Event()
+
+    def work(value: int) -> str:
+        if value < 0:
+            release.wait(5)
+        return threading.current_thread().name
+
+    pool = DecisionPool(work, 3)
+    try:
+        assert len({await pool.run(n) for n in range(50)}) == 1  # one thread keeps up with these
+        held = asyncio.ensure_future(pool.run(-1))
+        await asyncio.sleep(0.01)
+        # Queued behind the held-up worker, taken by another within the pool's patience (some ms).
+        other = await asyncio.wait_for(pool.run(1), 2.0)
+        assert not held.done()
+        release.set()
+        assert await held != other
+    finally:
+        release.set()
+        pool.shutdown()
