@@ -423,7 +423,8 @@ _LOGIC = frozenset({"_&&_", "_||_"})
 
 # Comparisons: (Python operator, helper checking the operand types). Against a literal of a type in _GUARDS,
 # the operand's type check is inline (``{0}`` the operand's name, ``{1}`` the code computing it, see
-# _Generator._held); else the helper.
+# _Generator._held); else the helper. An int is also checked to be within int64: inline for == and !=, and
+# for an ordering by one bound only, the one its outcome leaves open (see _Generator._ordered).
 _COMPARISONS = {
     "_==_": ("==", "_equal"),
     "_!=_": ("!=", "_not_equal"),
@@ -437,6 +438,10 @@ _GUARDS = {
     str: "type({1}) is str and {0}.isascii()",
     bool: "type({1}) is bool",
 }
+_MIRRORED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+# The builtins the generated code tests types with, made parameters of each function it defines (defaulting to
+# themselves): a local is read faster than a builtin, in checks made once per element.
+_FAST_NAMES = "type=type, dict=dict, int=int, str=str, bool=bool"
 _BINARY = {"_[_]": "_index", "@in": "_in", "_-_": "_subtract"}
 _METHODS = {"startsWith": "_starts_with", "endsWith": "_ends_with", "contains": "_contains"}
 
@@ -460,7 +465,7 @@ class _Generator:
     def function(self, root: bytes) -> Callable[[Mapping[str, Any], Meter | None], Any]:
         """The compiled expression, a function of the variables and the meter."""
         code = self.expression(root, {}, loop=False)
-        self._functions.append(f"def run(V, M):\n    return {code}\n")
+        self._functions.append(f"def run(V, M, {_FAST_NAMES}):\n    return {code}\n")
         exec(compile("\n".join(self._functions), "<cel fast path>", "exec"), self._namespace)
         run: Callable[[Mapping[str, Any], Meter | None], Any] = self._namespace["run"]
         return run
@@ -568,15 +573,31 @@ class _Generator:
         """A comparison, with the operand's type checked inline when the other is a literal (the usual
         ``e.inputs.amount > 500``): no helper is called where the answer is plain."""
         symbol, helper = _COMPARISONS[function]
-        guard = _GUARDS.get(type(self._literals.get(right)))
-        if guard is not None:
-            temp, value = self._held(left)
-            return f"({temp} {symbol} {right} if {guard.format(temp, value)} else {helper}({temp}, {right}))"
-        guard = _GUARDS.get(type(self._literals.get(left)))
-        if guard is not None:
-            temp, value = self._held(right)
-            return f"({left} {symbol} {temp} if {guard.format(temp, value)} else {helper}({left}, {temp}))"
-        return f"{helper}({left}, {right})"
+        if type(self._literals.get(right)) in _GUARDS:
+            literal, (temp, value) = right, self._held(left)
+            compared, fallback, facing = f"{temp} {symbol} {right}", f"{helper}({temp}, {right})", symbol
+        elif type(self._literals.get(left)) in _GUARDS:
+            literal, (temp, value) = left, self._held(right)
+            compared, fallback = f"{left} {symbol} {temp}", f"{helper}({left}, {temp})"
+            facing = _MIRRORED.get(symbol, symbol)  # as if written ``temp facing literal``
+        else:
+            return f"{helper}({left}, {right})"
+        kind = type(self._literals[literal])
+        if kind is int and facing in _MIRRORED:
+            return f"({self._ordered(temp, facing, literal)} if type({value}) is int else {fallback})"
+        return f"({compared} if {_GUARDS[kind].format(temp, value)} else {fallback})"
+
+    @staticmethod
+    def _ordered(temp: str, symbol: str, literal: str) -> str:
+        """``temp symbol literal`` for an int ``temp``, unsure beyond int64. The outcome tells on which side of
+        the literal (itself within int64) ``temp`` lies, so only that side's bound is compared: a third
+        fewer comparisons in the hottest check of a comprehension over numbers."""
+        above, below = f"{temp} <= {_INT64_MAX}", f"{temp} >= {_INT64_MIN}"
+        holds, fails = (above, below) if symbol in (">", ">=") else (below, above)
+        return (
+            f"((True if {holds} else _unsure()) if {temp} {symbol} {literal} "
+            f"else (False if {fails} else _unsure()))"
+        )
 
     def _logic(self, decisive: bool, args: list[bytes], scope: Mapping[str, str | None], loop: bool) -> str:
         """CEL's ``&&`` (``decisive`` false) and ``||`` (true): an operand with the decisive value decides,
@@ -638,7 +659,7 @@ class _Generator:
         """Add a function with ``body``; return the code that calls it from where ``scope`` holds."""
         name = self._name(prefix)
         parameters = ", ".join(["V", "M", *(local for local in scope.values() if local is not None)])
-        self._functions.append(f"def {name}({parameters}):\n{body}")
+        self._functions.append(f"def {name}({parameters}, {_FAST_NAMES}):\n{body}")
         return f"{name}({parameters})"
 
 

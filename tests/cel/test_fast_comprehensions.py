@@ -229,6 +229,24 @@ def test_comprehensions_follow_cels_error_rules(source: str, xs: Any, answer: An
         assert same(engine_answer(slow, {"xs": xs}), answer)
 
 
+INT64 = range(-(2**63), 2**63)
+
+
+@pytest.mark.parametrize("symbol", ["==", "!=", "<", "<=", ">", ">="])
+@pytest.mark.parametrize("literal", [-(2**63) + 1, -1, 0, 5, 2**63 - 1])
+def test_an_int_against_a_literal_answers_within_int64_only(symbol: str, literal: int) -> None:
+    """The inline check of the hottest comparison (one bound, picked by the outcome, for an ordering)."""
+    for written in (f"x {symbol} {literal}", f"{literal} {symbol} x"):
+        source = f"xs.all(x, {written})"
+        fast, engine = FAST.compile(source, DECLARED), ENGINE.compile(source, DECLARED)
+        for value in (-(2**63) - 1, -(2**63), -(2**63) + 1, -1, 0, 5, 6, 2**63 - 1, 2**63, 2**64):
+            got = fast_answer(fast, {"xs": [value]})
+            if value in INT64:
+                assert same(got, engine_answer(engine, {"xs": [value]})), (written, value)
+            else:
+                assert got is MISSING, (written, value)
+
+
 def test_over_a_map_only_order_free_macros_answer() -> None:
     variables = {"m": {"b": 1, "a": 2}}
     assert (
