@@ -63,12 +63,14 @@ class EvalBudget:
         comprehension iterations (``exists``, ``all``, ``map``, ``filter``, ... each element once), all
         nesting levels together. Default 5,000,000. (cel-expr-python 0.1.3 also stops any evaluation by
         itself after 10,000 iterations, a limit its binding fixes: an estimate over this budget is refused
-        before it runs, one under it may still meet the engine's own limit, with the same failed assertion.)
+        before it runs, one under it may still meet the engine's own limit, with the same failed assertion.
+        The comprehensions its fast path answers are not the engine's, and only this budget bounds them.)
     ``max_bytes``
         bytes made by concatenation (``+`` on strings, bytes and lists). Default 256 MiB.
     ``max_seconds``
-        wall-clock time of one evaluation, checked at each iteration and concatenation; ``cel-python``
-        only (the C++ engine cannot be stopped once started: it is bounded by the two estimates). Default 5.
+        wall-clock time of one evaluation, checked at each iteration and concatenation on ``cel-python``,
+        every few milliseconds in the comprehensions of the fast path; not by the C++ engine, which cannot
+        be stopped once started (it is bounded by the two estimates). Default 5.
     """
 
     max_iterations: int = 5_000_000

@@ -677,13 +677,13 @@ def _macro(loop: Message) -> tuple[str, bytes | None, bytes | None]:
     if _is(result, accumulator) and _literal(init) == true:
         (guard,) = _args(condition, "@not_strictly_false", 1)
         accumulated, predicate = _args(step, "_&&_", 2)
-        if _is(guard, accumulator) and _is(accumulated, accumulator):
+        if _is(message(guard), accumulator) and _is(message(accumulated), accumulator):
             return "all", predicate, None
     if _is(result, accumulator) and _literal(init) == false:
         (guard,) = _args(condition, "@not_strictly_false", 1)
         (negated,) = _args(message(guard), "!_", 1)
         accumulated, predicate = _args(step, "_||_", 2)
-        if _is(negated, accumulator) and _is(accumulated, accumulator):
+        if _is(message(negated), accumulator) and _is(message(accumulated), accumulator):
             return "exists", predicate, None
     if _literal(condition) != true:
         raise _Unsupported
@@ -692,11 +692,11 @@ def _macro(loop: Message) -> tuple[str, bytes | None, bytes | None]:
         predicate, counted, unchanged = _args(step, "_?_:_", 3)
         accumulated_too, increment = _args(message(counted), "_+_", 2)
         if (
-            _is(accumulated, accumulator)
+            _is(message(accumulated), accumulator)
             and _literal(message(compared)) == one
-            and _is(accumulated_too, accumulator)
+            and _is(message(accumulated_too), accumulator)
             and _literal(message(increment)) == one
-            and _is(unchanged, accumulator)
+            and _is(message(unchanged), accumulator)
         ):
             return "exists_one", predicate, None
         raise _Unsupported
@@ -705,7 +705,7 @@ def _macro(loop: Message) -> tuple[str, bytes | None, bytes | None]:
     if text(message(step[6][0]) if 6 in step else {}, 2) == "_+_":
         return "map", None, _appended(step, accumulator)
     predicate, appended, unchanged = _args(step, "_?_:_", 3)
-    if not _is(unchanged, accumulator):
+    if not _is(message(unchanged), accumulator):
         raise _Unsupported
     return "filtered map", predicate, _appended(message(appended), accumulator)
 
@@ -719,9 +719,8 @@ def _args(expr: Message, function: str, count: int) -> list[bytes]:
     return operands
 
 
-def _is(buf: bytes | Message, name: str) -> bool:
+def _is(expr: Message, name: str) -> bool:
     """Whether the node is the identifier ``name``."""
-    expr = message(buf) if isinstance(buf, bytes) else buf
     return 4 in expr and text(message(expr[4][0]), 1) == name
 
 
@@ -734,6 +733,6 @@ def _appended(step: Message, accumulator: str) -> bytes:
     accumulated, appended = _args(step, "_+_", 2)
     listed = message(appended)
     elements: list[bytes] = message(listed[7][0]).get(1, []) if 7 in listed else []
-    if not _is(accumulated, accumulator) or len(elements) != 1 or 2 in message(listed[7][0]):
+    if not _is(message(accumulated), accumulator) or len(elements) != 1 or 2 in message(listed[7][0]):
         raise _Unsupported  # (field 2 of a list literal: optional elements)
     return elements[0]
