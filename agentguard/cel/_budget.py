@@ -141,11 +141,13 @@ class Meter:
         did not run) at a fraction of the cost of a call per iteration, and still stops at the limit. The
         batch grows while the grants come quickly and shrinks when they do not (an iteration may scan a long
         list or string), so that the deadline is checked about every :data:`_PACE` seconds."""
-        granted = max(1, min(wanted, self._batch, self._budget.max_iterations - self.iterations))
+        budget = self._budget
+        granted = max(1, min(wanted, self._batch, budget.max_iterations - self.iterations))
         self.iterations += granted
-        self.check()
-        now = time.monotonic()  # the next batch, paced by the time since the last grant
-        if now - self._granted_at > _PACE:
+        now = time.monotonic()
+        if self.iterations > budget.max_iterations or now > self._deadline or self.exceeded is not None:
+            self.check()  # says which bound, and raises
+        if now - self._granted_at > _PACE:  # the next batch, paced by the time since the last grant
             self._batch = max(1, self._batch // 4)
         elif self._batch < _LAST_BATCH:
             self._batch *= 2
