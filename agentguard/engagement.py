@@ -12,11 +12,10 @@ lived here before the record became :mod:`agentguard.record`; importing them fro
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import threading
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentguard import record
@@ -321,19 +320,14 @@ class Engagement:
         self._end_cancel(cancel, drained)
         return True
 
-    @contextlib.contextmanager
-    def activate(self) -> Iterator[Engagement]:
+    def activate(self) -> _Active:
         """Make this the current engagement for a block, without starting or ending it.
 
         For hosts that run one engagement's tool calls in worker threads or across several invocations:
         ``with eng.activate(): guard.call(...)``. (``with eng:`` is the engagement's whole life: it starts the
         first turn and closes the engagement when the outermost ``with`` ends.)
         """
-        token = self.runtime.current.set(self)
-        try:
-            yield self
-        finally:
-            self.runtime.current.reset(token)
+        return _Active(self)
 
     def _enter(self) -> None:
         runtime = self.runtime
@@ -372,6 +366,23 @@ class Engagement:
 
     def __repr__(self) -> str:
         return f"<Engagement {self.id} {self.status.value} calls={self.state.total}>"
+
+
+class _Active:
+    """The context manager of :meth:`Engagement.activate`: a class, not ``contextlib``'s generator, because
+    adapters enter one around every tool call."""
+
+    __slots__ = ("_engagement", "_token")
+
+    def __init__(self, engagement: Engagement) -> None:
+        self._engagement = engagement
+
+    def __enter__(self) -> Engagement:
+        self._token = self._engagement.runtime.current.set(self._engagement)
+        return self._engagement
+
+    def __exit__(self, *exc: object) -> None:
+        self._engagement.runtime.current.reset(self._token)
 
 
 _MOVED = frozenset(

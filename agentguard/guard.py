@@ -562,7 +562,10 @@ class Guard:
         elif isinstance(marked, Registered):  # a @guard.tool function: use the undecorated function
             reg = marked
         elif reg is not None:  # a host's runner for a registered tool: its settings stay, the host runs it
-            reg = dataclasses.replace(reg, fn=fn, binder=Binder.of(fn))
+            # (built directly: dataclasses.replace costs several times more, on every call of an adapter)
+            reg = Registered(
+                reg.name, reg.kind, fn, Binder.of(fn), reg.needs_credentials, reg.timeout, reg.retry
+            )
         else:
             reg = Registered(name, kind, fn, Binder.of(fn), False)
         if timeout is not None or retry is not None:
