@@ -9,9 +9,7 @@ bounded by a uvicorn HTTP protocol that adds what uvicorn lacks (as of 0.5x):
   after a response, and any byte (one every few seconds) restarts it;
 - a **connection cap**: past ``max_connections`` open connections, a new one is answered ``503`` and
   closed before anything of it is read (uvicorn's ``limit_concurrency`` only counts once a request head has
-  arrived, so slow heads could still take every file descriptor);
-- **one send an answer**: what uvicorn writes to a connection in one turn of the event loop (a response's
-  head, then its body) goes out with one ``send``, in one TCP segment when it fits, instead of one each.
+  arrived, so slow heads could still take every file descriptor).
 
 uvicorn's own settings carry the rest: ``timeout_keep_alive``, ``h11_max_incomplete_event_size`` (the head's
 size), ``timeout_graceful_shutdown``, and the access log (off unless asked).
@@ -37,7 +35,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from agentguard._httputil import is_loopback
 from agentguard._servecli import ServerLimits
 
-__all__ = ["BoundedConfig", "Coalescing", "RunningServer", "serve", "serve_in_thread"]
+__all__ = ["BoundedConfig", "RunningServer", "serve", "serve_in_thread"]
 
 _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
@@ -80,7 +78,7 @@ class _BoundedProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]  # h1
             transport.write(_BUSY)  # type: ignore[attr-defined]
             transport.close()
             return
-        super().connection_made(Coalescing(transport, self.loop))
+        super().connection_made(transport)
         self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -107,48 +105,6 @@ class _BoundedProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]  # h1
             self._head_timer = self.loop.call_at(self._head_due, self._head_overdue, self._head_due)
         elif self.cycle is self._head_cycle and not self.transport.is_closing():  # no head arrived since
             self.transport.close()
-
-
-class Coalescing:
-    """A transport that sends what is written to it in one turn of the event loop with one ``send``.
-
-    uvicorn writes a response's head and its body separately, and each write to an idle connection is a
-    ``send`` of its own: two system calls and two TCP segments an answer, and a client woken twice to read
-    it (some 7 µs of its CPU an answer, measured with the benchmark's client). Held until the turn ends, they
-    go out together. Closing sends what is held first; everything but writing and closing is the wrapped
-    transport's (uvicorn's HTTP protocols only write and close).
-    """
-
-    __slots__ = ("_held", "_loop", "_transport")
-
-    def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._held: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        if not data:
-            return
-        if not self._held:
-            self._loop.call_soon(self._flush)
-        self._held.append(data)
-
-    def _flush(self) -> None:
-        if self._held:
-            data = b"".join(self._held)
-            self._held.clear()
-            self._transport.write(data)
-
-    def close(self) -> None:
-        self._flush()
-        self._transport.close()
-
-    def abort(self) -> None:
-        self._held.clear()
-        self._transport.abort()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
 
 
 def bounded_config(
