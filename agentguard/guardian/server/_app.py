@@ -249,10 +249,11 @@ def create_app(
 
     ``token``, when given, is the bearer token every request must carry (compared in constant time).
     ``max_body_bytes`` and ``body_timeout`` bound one request's body (size; seconds for all of it to
-    arrive). ``rule_threads`` is the size of the thread pool that decides requests. ``version`` is what
-    ``ping`` reports (default: agentguard's version). ``tracer_provider`` makes the SERVER spans (default:
-    the global tracer provider). The connection limits (head deadline, connection cap, keep-alive) are the
-    server's: :func:`serve_in_thread` / the command line, with :class:`~agentguard._servecli.ServerLimits`.
+    arrive). ``rule_threads`` is the size of the thread pool that decides requests (one of them decides
+    while it keeps up). ``version`` is what ``ping`` reports (default: agentguard's version).
+    ``tracer_provider`` makes the SERVER spans (default: the global tracer provider). The connection limits
+    (head deadline, connection cap, keep-alive) are the server's: :func:`serve_in_thread` / the command line,
+    with :class:`~agentguard._servecli.ServerLimits`.
     """
     if max_body_bytes < 1 or body_timeout <= 0 or rule_threads < 1:
         raise ValueError("max_body_bytes, body_timeout and rule_threads must be positive")

@@ -52,7 +52,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--rules", required=True, metavar="FILE", help="rules YAML file")
     add_listen_options(parser, port=8700)
     parser.add_argument(
-        "--rule-threads", type=int, default=2, help="threads deciding requests, per worker (default: 2)"
+        "--rule-threads",
+        type=int,
+        default=2,
+        help="threads that may decide requests at once, per worker; one does while it keeps up (default: 2)",
     )
     parser.set_defaults(run=run)
 

@@ -8,7 +8,7 @@ wake-up, and the caller's ``contextvars`` go with each call.
 
 Only one worker is awake as long as it keeps up: it takes the queued requests one after the other until none
 is left, then sleeps, and a request wakes a worker only when none is awake. Every awake thread contends for
-the one GIL, and two workers deciding cheap requests side by side cost a busy guardian some 10 µs a request
+the one GIL, and two workers deciding cheap requests side by side cost a busy guardian 10 to 20 µs a request
 in handovers, more than they gain. A worker held up by a costly request is noticed by the event loop: when
 requests are queued and none has been taken for ``patience`` seconds, another worker is woken, up to
 ``threads`` of them.
