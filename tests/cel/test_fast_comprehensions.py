@@ -33,7 +33,16 @@ from agentguard.cel import (
     get_backend,
     set_eval_budget,
 )
-from tests.cel.test_fast_path import ENGINE, FAST, MISSING, convertible, engine_answer, fast_answer, same
+from tests.cel.test_fast_path import (
+    ENGINE,
+    FAST,
+    MISSING,
+    convertible,
+    engine_answer,
+    fast_and_engine,
+    fast_answer,
+    same,
+)
 from tests.cel.walks import counted_walks
 
 DECLARED = {"xs": VarType.DYN, "m": VarType.DYN, "n": VarType.INT, "history": VarType.DYN}
@@ -171,16 +180,10 @@ def test_generated_comprehensions_agree_with_both_engines(source: str, variables
     and cel-python has defects of its own (its has() is a Python bool, which its && refuses; a method on a
     value of the wrong type is an error that escapes || ): the C++ engine answers on values it can represent
     (:func:`representable`, :func:`convertible`). cel-python, where it answers, must agree too."""
-    try:
-        fast = FAST.compile(source, DECLARED)
-        slow = ENGINE.compile(source, DECLARED)
-    except CelCompileError:
-        return  # the checker refused it: nothing to evaluate
-    if fast._fast is None:
+    compared = fast_and_engine(source, DECLARED, variables)
+    if compared is None:
         return
-    got = fast_answer(fast, variables)
-    if got is MISSING:
-        return
+    got, slow = compared
     want = answer(slow, variables)
     if want is MISSING:
         want = answer(slow, convertible(representable(variables)))

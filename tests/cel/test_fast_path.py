@@ -49,6 +49,22 @@ def fast_answer(program: ExprProgram, variables: Mapping[str, Any]) -> Any:
         return MISSING
 
 
+def fast_and_engine(
+    source: str, declared: Mapping[str, Any], variables: Mapping[str, Any]
+) -> tuple[Any, ExprProgram] | None:
+    """The fast path's answer and the engine's program, or ``None`` when there is nothing to compare: the
+    checker refuses the expression, the fast path does not compile it, or it is unsure on ``variables``."""
+    try:
+        fast = FAST.compile(source, declared)
+        slow = ENGINE.compile(source, declared)
+    except CelCompileError:
+        return None  # the checker refused it: nothing to evaluate
+    if fast._fast is None:
+        return None
+    got = fast_answer(fast, variables)
+    return None if got is MISSING else (got, slow)
+
+
 def test_every_conformance_case_the_fast_path_answers_agrees_with_the_engine() -> None:
     compiled = answered = 0
     disagreements: list[str] = []
@@ -147,16 +163,10 @@ def expression(depth: int = 3) -> st.SearchStrategy[str]:
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(source=expression(), variables=data)
 def test_generated_expressions_agree_with_the_engine(source: str, variables: dict[str, Any]) -> None:
-    try:
-        fast = FAST.compile(source, VARIABLES)
-        slow = ENGINE.compile(source, VARIABLES)
-    except CelCompileError:
-        return  # the checker refused it: nothing to evaluate
-    if fast._fast is None:
+    compared = fast_and_engine(source, VARIABLES, variables)
+    if compared is None:
         return
-    got = fast_answer(fast, variables)
-    if got is MISSING:
-        return
+    got, slow = compared
     want = engine_answer(slow, variables)
     if want is MISSING:
         # The engine converts each bound variable whole and refuses one holding an integer beyond 64 bits,
