@@ -385,24 +385,8 @@ class _Active:
         self._engagement.runtime.current.reset(self._token)
 
 
-_MOVED = frozenset(
-    {
-        "CallRecord",
-        "Decision",
-        "EngagementState",
-        "EngagementStatus",
-        "Outcome",
-        "StepRecord",
-        "User",
-        "ViewPlan",
-        "find_short_circuit",
-        "is_plain",
-        "new_id",
-        "one_shot",
-        "repeated_block",
-        "to_plain",
-    }
-)
+# What this module exported when it held the record (the record has added LoopDetector since).
+_MOVED = frozenset(record.__all__) - {"LoopDetector"}
 
 
 def __getattr__(name: str) -> Any:

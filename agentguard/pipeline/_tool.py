@@ -456,13 +456,24 @@ def _checked_output(
 ) -> Any:
     """The local checks of a call's output (decision 3): recorded, then the output restriction. Returns the
     output to deliver."""
-    name = record.name
-    _not_cancelled(ctx, state, step, name)
-    output = _deliverable(ctx, state, step, name, output)
+    _not_cancelled(ctx, state, step, record.name)
+    output = _deliverable(ctx, state, step, record.name, output)
+    _record_output(ctx, state, step, record, rule, output)
+    return output
+
+
+def _record_output(
+    ctx: Runtime,
+    state: EngagementState,
+    step: StepRecord,
+    record: CallRecord,
+    rule: CapabilityRule | None,
+    output: Any,
+) -> None:
+    """Keep the output in the record (``null`` unless ``collect_results``) and check the output restriction."""
     state.complete_call(record, to_plain(output), collect=rule.collect_results if rule is not None else True)
     if rule is not None and rule.output_assertion is not None:
-        check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
-    return output
+        check(ctx, state, step, rule.output_assertion, record.name, Phase.OUTPUT)
 
 
 def _withhold(
@@ -521,10 +532,7 @@ def _after_invoke(
                         )
                     else:
                         output = new_output
-                        collect = rule.collect_results if rule is not None else True
-                        state.complete_call(record, to_plain(output), collect=collect)
-                        if rule is not None and rule.output_assertion is not None:
-                            check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
+                        _record_output(ctx, state, step, record, rule, output)
             if ctx.rules:
                 yield from run_rules(ctx, state, step, name, Phase.OUTPUT, record.inputs, output)
         if rule is not None and rule.output_review:

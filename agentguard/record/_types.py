@@ -169,7 +169,6 @@ class StepRecord:
         "_decisions",
         "_payload",
         "_step_id",
-        "_untimed",
         "at",
         "call",
         "kind",
@@ -198,8 +197,9 @@ class StepRecord:
         self.name = name
         self._call_id = call_id
         self.call: CallRecord | None = None
+        # A tuple of shared untimed decisions (see add_shared) until the step takes one of its own; then a
+        # list of its own, every decision in it timed.
         self._decisions: list[Decision] | tuple[Decision, ...] = decisions if decisions is not None else ()
-        self._untimed = False
         self._aos = aos
         self._payload = payload
         # The observers watching this step (chosen when it started); decisions are dispatched to them only.
@@ -225,25 +225,17 @@ class StepRecord:
     def decisions(self) -> list[Decision]:
         """Every decision taken on this step, in order (shared allow decisions stamped with the step's time)."""
         decisions = self._decisions
-        if self._untimed:
-            at = self.at
-            listed = [replace(d, at=at) if d.at == _UNTIMED else d for d in decisions]
-            self._untimed = False
-        elif isinstance(decisions, list):
+        if isinstance(decisions, list):
             return decisions
-        else:
-            listed = list(decisions)
-        self._decisions = listed
+        listed = self._decisions = [self._stamped(d) for d in decisions]
         return listed
 
+    def _stamped(self, decision: Decision) -> Decision:
+        return replace(decision, at=self.at) if decision.at == _UNTIMED else decision
+
     def add(self, decision: Decision) -> None:
-        """Record ``decision`` (an :meth:`~Decision.untimed` one is stamped when read)."""
-        decisions = self._decisions
-        if not isinstance(decisions, list):
-            decisions = self._decisions = list(decisions)
-        decisions.append(decision)
-        if decision.at == _UNTIMED:
-            self._untimed = True
+        """Record ``decision`` (an :meth:`~Decision.untimed` one takes the step's time)."""
+        self.decisions.append(self._stamped(decision))
 
     def add_shared(
         self,
@@ -268,7 +260,6 @@ class StepRecord:
                     return
                 longer = chains[decisions, decision] = (*decisions, decision)
             self._decisions = longer
-            self._untimed = True
             return
         self.add(decision)
 

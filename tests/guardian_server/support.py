@@ -37,16 +37,8 @@ rules:
       cel: '{"x-verdict": "modified"}'
 """
 
-# The rules the Guard's and the client's tests against a live reference guardian share: no ``shell`` tool,
-# and ``send-email``'s body redacted. The ``rules`` list comes last, so a test may append rules of its own.
-SHELL_AND_EMAIL_RULES = """
-rules:
-  - name: no-shell
-    methods: [steps/toolCallRequest]
-    when: params.toolCallRequest.toolId == "shell"
-    decision: deny
-    message: No shell access
-    reason_codes: [shell]
+# Both rule sets below redact every e-mail body.
+_REDACT_BODY = """\
   - name: redact-body
     methods: [steps/toolCallRequest]
     when: params.toolCallRequest.toolId == "send-email"
@@ -57,9 +49,25 @@ rules:
         params.toolCallRequest.inputs.map(i, i.name == "body" ? {"name": "body", "value": "[redacted]"} : i)
 """
 
+# The rules the Guard's and the client's tests against a live reference guardian share: no ``shell`` tool,
+# and ``send-email``'s body redacted. The ``rules`` list comes last, so a test may append rules of its own.
+SHELL_AND_EMAIL_RULES = (
+    """
+rules:
+  - name: no-shell
+    methods: [steps/toolCallRequest]
+    when: params.toolCallRequest.toolId == "shell"
+    decision: deny
+    message: No shell access
+    reason_codes: [shell]
+"""
+    + _REDACT_BODY
+)
+
 # The shop agent's guardian in the adapters' tests (MCP, OpenAI Agents): it denies another tenant's orders and
 # redacts every e-mail body.
-SHOP_GUARDIAN_RULES = """
+SHOP_GUARDIAN_RULES = (
+    """
 default_decision: allow
 rules:
   - name: no-foreign-orders
@@ -69,15 +77,9 @@ rules:
       params.toolCallRequest.inputs.exists(i, i.name == "order_id" && i.value.startsWith("X-"))
     decision: deny
     message: Orders of another tenant
-  - name: redact-body
-    methods: [steps/toolCallRequest]
-    when: params.toolCallRequest.toolId == "send-email"
-    decision: modify
-    message: Body redacted
-    set:
-      params.toolCallRequest.inputs: >-
-        params.toolCallRequest.inputs.map(i, i.name == "body" ? {"name": "body", "value": "[redacted]"} : i)
 """
+    + _REDACT_BODY
+)
 
 _SCHEMA_A2A_SPELLINGS = {
     "tasks/get": "task/get",

@@ -456,8 +456,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         session = self._session(request.state, request.runtime.context)
         call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed)
         with session.engagement.activate(), Scope(call.lc_name, call.call_id) as scope:
-            if replays := call.interrupts_to_replay():
-                replay_interrupts(replays)
+            replay_interrupts(call.interrupts_to_replay())
             try:
                 output = self.guard.call(
                     call.name,
@@ -473,8 +472,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                 result = call.fail(exc, self.on_denied)
             else:
                 result = call.finish(output)
-        if call.stored is not None:  # only a result kept in the graph's store has anything to release
-            call.release()
+        call.release()
         return result
 
     async def awrap_tool_call(
@@ -485,8 +483,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         session = self._session(request.state, request.runtime.context)
         call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed)
         with session.engagement.activate(), Scope(call.lc_name, call.call_id) as scope:
-            if replays := call.interrupts_to_replay():
-                replay_interrupts(replays)
+            replay_interrupts(call.interrupts_to_replay())
             try:
                 output = await self.guard.acall(
                     call.name,
@@ -502,8 +499,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                 result = call.fail(exc, self.on_denied)
             else:
                 result = call.finish(output)
-        if call.stored is not None:
-            await call.arelease()
+        await call.arelease()
         return result
 
 

@@ -44,6 +44,8 @@ ALLOWED_DECISIONS = ("approve", "reject")
 
 def replay_interrupts(count: int) -> None:
     """Consume the answers of ``count`` interrupts already answered in an earlier run of this tool node."""
+    if not count:  # the common case: a call that was never paused
+        return
     scope = current_scope()
     for _ in range(count):
         interrupt({"agentguard": {"replay": True}})  # returns the stored answer; never pauses

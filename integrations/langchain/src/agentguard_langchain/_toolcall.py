@@ -243,12 +243,13 @@ class ToolCallTranslation:
             held.stored = True
 
     def release(self) -> None:
-        """The call is over: its stored result, if any, is deleted."""
-        if self._done is not None and self._done.stored and self.stored is not None:
+        """The call is over: its stored result, if any, is deleted (only a result kept in the graph's store
+        has anything to release: the common case is one attribute test)."""
+        if self.stored is not None and self._done is not None and self._done.stored:
             self.stored.delete()
 
     async def arelease(self) -> None:
-        if self._done is not None and self._done.stored and self.stored is not None:
+        if self.stored is not None and self._done is not None and self._done.stored:
             await self.stored.adelete()
 
     # -- after the pipeline ----------------------------------------------------------------------------
