@@ -385,8 +385,15 @@ class _Active:
         self._engagement.runtime.current.reset(self._token)
 
 
-# What this module exported when it held the record (the record has added LoopDetector since).
-_MOVED = frozenset(record.__all__) - {"LoopDetector"}
+# What this module exported when it held the record (the record has added the rest since).
+_MOVED = frozenset(record.__all__) - {
+    "Appended",
+    "Journal",
+    "LoopDetector",
+    "Snapshot",
+    "decode_event",
+    "encode_event",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -48,6 +48,8 @@ __all__ = [
     "ShortCircuitViolation",
     "SpecError",
     "SpecProblem",
+    "StoreDenied",
+    "StoreUnavailable",
 ]
 
 
@@ -65,6 +67,7 @@ class Rule(enum.StrEnum):
     RULE = "rule"
     SCHEMA = "schema"
     RUN = "run"  # timeouts and retries of a call (OS Protocol runs)
+    STORE = "store"  # the engagement store (agentguard.stores) could not record a step
 
     # Hashed as the string it equals, in C: Enum's own __hash__ is a Python call, and the pipeline keys its
     # per-call caches by rule and phase.
@@ -223,6 +226,22 @@ class IdentityError(PolicyViolation):
 
 class EngagementClosed(PolicyViolation):
     rule = Rule.ENGAGEMENT
+
+
+class StoreUnavailable(AgentGuardError):
+    """The engagement store (:mod:`agentguard.stores`) could not be reached, or did not answer in time.
+
+    Stores raise it; the pipeline never lets it through: the store's ``on_failure`` turns it into a
+    :class:`StoreDenied` (``deny``, the default) or a recorded warning (``allow``).
+    """
+
+
+class StoreDenied(PolicyViolation):
+    """The engagement store could not record a step, and its failure policy is ``deny``: the step was not
+    carried out, or its output was withheld. Not recoverable: what the other workers know of the engagement
+    is no longer what this one does."""
+
+    rule = Rule.STORE
 
 
 class RuleViolation(PolicyViolation):

@@ -16,6 +16,8 @@ from agentguard.pipeline._effects import (
     AskReviewer,
     AwaitLate,
     CallUser,
+    Claim,
+    Commit,
     Effect,
     Flow,
     Invoke,
@@ -24,6 +26,7 @@ from agentguard.pipeline._effects import (
 )
 from agentguard.pipeline._messages import guardrail_flow, message_text, record_flow, report_flow
 from agentguard.pipeline._runtime import Runtime
+from agentguard.pipeline._shared import flush_flow
 from agentguard.pipeline._steps import AgentInfo, StepBuilder, new_step, tool_definition
 from agentguard.pipeline._tool import ToolCall, tool_call_flow
 
@@ -33,6 +36,8 @@ __all__ = [
     "AskReviewer",
     "AwaitLate",
     "CallUser",
+    "Claim",
+    "Commit",
     "Effect",
     "Flow",
     "Invoke",
@@ -41,6 +46,7 @@ __all__ = [
     "Sleep",
     "StepBuilder",
     "ToolCall",
+    "flush_flow",
     "guardrail_flow",
     "message_text",
     "new_step",

@@ -17,12 +17,14 @@ from collections.abc import Callable
 from typing import Any
 
 from agentguard._trampoline import adrive, drive
-from agentguard.errors import ConfigurationError
+from agentguard.errors import ConfigurationError, StoreUnavailable
 from agentguard.pipeline._effects import (
     AskGuardian,
     AskReviewer,
     AwaitLate,
     CallUser,
+    Claim,
+    Commit,
     Effect,
     Flow,
     Invoke,
@@ -31,6 +33,7 @@ from agentguard.pipeline._effects import (
     T,
 )
 from agentguard.policy._identity import reset_credentials, set_credentials
+from agentguard.record import Appended, EngagementState, Journal, Snapshot
 
 __all__ = ["run_async", "run_in_daemon_thread", "run_sync"]
 
@@ -152,6 +155,11 @@ def _perform_sync(effect: Effect) -> Any:
     if isinstance(effect, Sleep):
         time.sleep(effect.ms / 1000)
         return None
+    if isinstance(effect, Commit):
+        return _commit(effect)
+    if isinstance(effect, Claim):
+        journal = _journal(effect.state)
+        return journal.claim(effect.state.id, effect.key, effect.owner)
     raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover - exhaustive over Effect
 
 
@@ -192,7 +200,71 @@ async def _perform_async(effect: Effect) -> Any:
     if isinstance(effect, Sleep):
         await asyncio.sleep(effect.ms / 1000)
         return None
+    if isinstance(effect, Commit):
+        return await _acommit(effect)
+    if isinstance(effect, Claim):
+        journal = _journal(effect.state)
+        return await journal.aclaim(effect.state.id, effect.key, effect.owner)
     raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover - exhaustive over Effect
+
+
+def _journal(state: EngagementState) -> Journal:
+    journal = state.journal
+    if journal is None:  # pragma: no cover - flows yield store effects only for shared records
+        raise ConfigurationError("the engagement is not kept in a store")
+    return journal
+
+
+def _expired(state: EngagementState) -> StoreUnavailable:
+    return StoreUnavailable(f"engagement {state.id!r} is no longer in its store (expired, or deleted)")
+
+
+def _settled(state: EngagementState, sent: int, appended: Appended, snapshot: Snapshot | None) -> bool:
+    ok = state.settle(sent, appended)
+    if snapshot is not None:  # it missed more than the store keeps
+        state.reload(snapshot)
+    return ok
+
+
+def _commit(effect: Commit) -> bool:
+    """One append at a time per record (the lock), so that each is made against the version it saw."""
+    state = effect.state
+    journal = _journal(state)
+    with state.commit_lock:
+        batch = state.batch()
+        if batch is None:
+            return True
+        events, total = batch
+        try:
+            appended = journal.append(state.id, state.version, events, total, exclusive=effect.exclusive)
+            snapshot = journal.load(state.id) if appended.gap else None
+        except KeyError:
+            raise _expired(state) from None
+        if appended.gap and snapshot is None:
+            raise _expired(state)
+        return _settled(state, len(events), appended, snapshot)
+
+
+async def _acommit(effect: Commit) -> bool:
+    state = effect.state
+    journal = _journal(state)
+    if state.acommit_lock is None:
+        state.acommit_lock = asyncio.Lock()
+    async with state.acommit_lock:
+        batch = state.batch()
+        if batch is None:
+            return True
+        events, total = batch
+        try:
+            appended = await journal.aappend(
+                state.id, state.version, events, total, exclusive=effect.exclusive
+            )
+            snapshot = await journal.aload(state.id) if appended.gap else None
+        except KeyError:
+            raise _expired(state) from None
+        if appended.gap and snapshot is None:
+            raise _expired(state)
+        return _settled(state, len(events), appended, snapshot)
 
 
 async def _invoke_with_timeout(effect: Invoke, timeout_ms: int) -> Any:

@@ -18,6 +18,7 @@ from agentguard.policy._review import (
 
 if TYPE_CHECKING:
     from agentguard.guardian import GuardianClient
+    from agentguard.record import EngagementState
 
 
 @dataclass(slots=True)
@@ -91,7 +92,30 @@ class AskGuardian:
     request: dict[str, Any]
 
 
-Effect = Invoke | CallUser | AskReviewer | AskGuardian | AwaitLate | Sleep
+@dataclass(slots=True)
+class Commit:
+    """Effect: append the record's unsent events to its store, one round trip, and apply the answer.
+
+    Sends back whether they were appended: ``False`` only when ``exclusive`` and another process changed
+    the engagement first (the record has applied what it missed; the calls begun in it are to be checked
+    again). Raises :class:`~agentguard.errors.StoreUnavailable` when the store cannot answer.
+    """
+
+    state: EngagementState
+    exclusive: bool
+
+
+@dataclass(slots=True)
+class Claim:
+    """Effect: claim ``key`` of the record's engagement in its store for ``owner``; sends back the owner
+    that holds it."""
+
+    state: EngagementState
+    key: str
+    owner: str
+
+
+Effect = Invoke | CallUser | AskReviewer | AskGuardian | AwaitLate | Sleep | Commit | Claim
 T = TypeVar("T")
 Flow = Generator[Effect, Any, T]
 """A policy flow that yields effects and returns a ``T``."""

@@ -16,6 +16,7 @@ from agentguard.observers import Observers
 from agentguard.pipeline._checks import ask_guardian, blocks, closed_error, deny, observed, undecided
 from agentguard.pipeline._effects import Flow, Invoke
 from agentguard.pipeline._runtime import Runtime
+from agentguard.pipeline._shared import shared
 from agentguard.pipeline._steps import new_step
 from agentguard.record import (
     Decision,
@@ -50,7 +51,9 @@ def guardrail_flow(ctx: Runtime, state: EngagementState, phase: Phase, text: str
     role = "user" if phase is Phase.INPUT else "agent"
     step = new_step(state, "steps/message", name=role)
     step.payload["role"] = role
-    return observed(ctx, state, step, _guardrail(ctx, state, step, phase, role, text))
+    return observed(
+        ctx, state, step, shared(ctx, state, step, _guardrail(ctx, state, step, phase, role, text))
+    )
 
 
 def _guardrail(
@@ -118,7 +121,7 @@ def report_flow(
     Returns the params of the guardian's replacement request on ``modify``, else ``None``.
     """
     step = new_step(state, method, name=name)
-    return observed(ctx, state, step, _report(ctx, state, step, build, name, phase))
+    return observed(ctx, state, step, shared(ctx, state, step, _report(ctx, state, step, build, name, phase)))
 
 
 def _report(

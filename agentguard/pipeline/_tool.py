@@ -37,6 +37,7 @@ from agentguard.errors import (
     Phase,
     PolicyViolation,
     RestrictionViolation,
+    ReviewDenied,
     Rule,
     ShortCircuitViolation,
 )
@@ -53,6 +54,7 @@ from agentguard.pipeline._checks import (
 )
 from agentguard.pipeline._effects import AwaitLate, CallUser, Flow, Invoke, InvokeTimedOut, Sleep
 from agentguard.pipeline._runtime import Runtime
+from agentguard.pipeline._shared import begin_shared, claim_resume, flushed, shared
 from agentguard.pipeline._steps import new_step
 from agentguard.policy._identity import CredentialRequest, Credentials, identity_for
 from agentguard.policy._policy import CapabilityRule
@@ -262,14 +264,38 @@ def _resolved_credentials(
 
 def tool_call_flow(ctx: Runtime, state: EngagementState, call: ToolCall) -> Flow[Any]:
     """The whole life of one guarded tool or sub-agent call. Returns the output the caller may use."""
-    resumed = state.awaiting_review.pop(call.call_id, None) if call.call_id else None
-    if resumed is not None:  # the host re-ran a call paused in output review: do not run the tool again
-        step, record, rule, output = resumed
-        flow = _after_invoke(ctx, state, step, record, rule, call, output, resumed=True)
-    else:
-        step = new_step(state, "steps/toolCallRequest", name=call.name, call_id=call.call_id)
-        flow = _tool_call(ctx, state, step, call)
-    return observed(ctx, state, step, flow)
+    call_id = call.call_id
+    if call_id is not None and call_id in state.awaiting_review:
+        # The host re-ran a call paused in output review: do not run the tool again.
+        if state.journal is not None:
+            step = new_step(state, "steps/toolCallRequest", name=call.name, call_id=call_id)
+            return observed(
+                ctx, state, step, flushed(ctx, state, step, _resume_shared(ctx, state, step, call))
+            )
+        resumed = state.resume_review(call_id)
+        if resumed is not None:
+            step, record, rule, output = resumed
+            return observed(
+                ctx, state, step, _after_invoke(ctx, state, step, record, rule, call, output, resumed=True)
+            )
+    step = new_step(state, "steps/toolCallRequest", name=call.name, call_id=call_id)
+    return observed(ctx, state, step, shared(ctx, state, step, _tool_call(ctx, state, step, call)))
+
+
+def _resume_shared(ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall) -> Flow[Any]:
+    """A paused call resumed in a record kept in a store: claimed once across processes; paused in another
+    process, it is finished here (the step and the rule are this process's)."""
+    call_id = call.call_id or ""  # tool_call_flow came here only with one
+    yield from claim_resume(ctx, state, step, call.name, call_id)
+    resumed = state.resume_review(call_id)
+    if resumed is None:  # another thread of this process resumed it meanwhile
+        reason = f"call {call_id!r} paused in output review was already resumed"
+        raise deny(ctx, state, step, ReviewDenied(reason, capability=call.name, phase=Phase.OUTPUT))
+    _, record, rule, output = resumed
+    step.call = record
+    if rule is None:
+        rule = ctx.policy.capability_for(record.name, record.kind, ctx.tools)
+    return (yield from _after_invoke(ctx, state, step, record, rule, call, output, resumed=True))
 
 
 _NO_LOOP = "no block of calls repeated short_circuit times"
@@ -301,7 +327,10 @@ def _short_circuit(
         raise error
 
 
-def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall) -> Flow[Any]:
+def _begin(
+    ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall
+) -> tuple[CapabilityRule | None, CallRecord]:
+    """The checks before a call becomes the pending most-recent one (steps 1-3), then step 4's beginning."""
     name = call.name
     if not state.active:
         raise deny(ctx, state, step, closed_error(state, name, Phase.INPUT))
@@ -312,15 +341,27 @@ def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: Too
         state.attempted(name)
         raise
     _short_circuit(ctx, state, step, name, refused=False)
-
     # The record holds JSON-like inputs for CEL and AOS; the tool gets the caller's own objects unless a
     # guardian rewrote them.
-    # ``call.inputs`` was built for this call (by the binder, or copied by Guard.call): nobody else holds it.
-    record = state.begin_call(
-        name, to_plain(call.inputs, owned=True), kind=call.kind, call_id=call.call_id, started_at=step.at
+    # ``call.inputs`` was built for this call (by the binder, or copied by Guard.call): nobody else holds it;
+    # checked again after a conflict, it is copied instead.
+    record = step.call = state.begin_call(
+        name,
+        to_plain(call.inputs, owned=step.call is None),
+        kind=call.kind,
+        call_id=call.call_id,
+        started_at=step.at,
     )
+    return rule, record
+
+
+def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall) -> Flow[Any]:
+    name = call.name
+    if state.journal is None:
+        rule, record = _begin(ctx, state, step, call)
+    else:
+        rule, record = yield from begin_shared(ctx, state, step, name, lambda: _begin(ctx, state, step, call))
     call_inputs: Mapping[str, Any] = call.inputs
-    step.call = record
     credentials: Credentials | None = None
     try:
         # A flat dict of primitives comes back from to_plain as itself and holds nothing consumable once.
@@ -542,7 +583,7 @@ def _after_invoke(
                 )
             except ctx.passthrough:
                 if record.call_id:
-                    state.awaiting_review[record.call_id] = (step, record, rule, output)
+                    state.await_review(record.call_id, (step, record, rule, output))
                 raise
     except BaseException as exc:
         _withhold(state, record, rule, exc)

@@ -14,6 +14,7 @@ Example::
     state.view()["recent"]["send-email"]["outputs"]     # {'status': 'sent'}
 """
 
+from agentguard.record._journal import Appended, Journal, Snapshot, decode_event, encode_event
 from agentguard.record._loop import LoopDetector, find_short_circuit, repeated_block
 from agentguard.record._state import EngagementState
 from agentguard.record._types import CallRecord, Decision, EngagementStatus, Outcome, StepRecord, User
@@ -21,15 +22,20 @@ from agentguard.record._values import is_plain, new_id, one_shot, to_plain
 from agentguard.record._view import ViewPlan
 
 __all__ = [
+    "Appended",
     "CallRecord",
     "Decision",
     "EngagementState",
     "EngagementStatus",
+    "Journal",
     "LoopDetector",
     "Outcome",
+    "Snapshot",
     "StepRecord",
     "User",
     "ViewPlan",
+    "decode_event",
+    "encode_event",
     "find_short_circuit",
     "is_plain",
     "new_id",

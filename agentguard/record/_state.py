@@ -16,10 +16,20 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from agentguard.record._journal import (
+    Appended,
+    Event,
+    Journal,
+    Snapshot,
+    decode_event,
+    encode_event,
+    tag,
+    untag,
+)
 from agentguard.record._loop import LoopDetector
 from agentguard.record._types import CallRecord, EngagementStatus, StepRecord, User
 from agentguard.record._values import new_id
@@ -55,7 +65,7 @@ class EngagementState:
         self.steps: list[StepRecord] = []
         # Calls paused in output review by a host that re-runs the step on resume (LangGraph interrupt):
         # call id -> what the pipeline needs to finish the review without running the tool again.
-        self.awaiting_review: dict[str, Any] = {}
+        self.awaiting_review: dict[str, tuple[Any, CallRecord, Any, Any]] = {}
         # Identity-only credentials by (kind, subject), built once per engagement (see agentguard.policy).
         self.credentials: dict[tuple[str, str], Any] = {}
         self._lock = threading.RLock()
@@ -70,6 +80,19 @@ class EngagementState:
         self._idle = threading.Condition(self._lock)
         self._idle_waiters = 0
         self.cancel_graceful = True
+        # Shared through a store (see agentguard.record._journal): None keeps the record in this process only.
+        self.journal: Journal | None = None
+        self.version = 0  # the journal's version this copy has applied
+        self._offset = 0  # calls invoked before the oldest event the store still keeps (history._total)
+        self._outbox: list[str] = []  # encoded events not yet appended to the journal
+        self._deltas: list[int] = []  # how much each changes history._total by
+        self._unsent: list[
+            tuple[int, CallRecord]
+        ] = []  # (position in the outbox, call) of unsent ``b`` events
+        self._forced: set[int] = set()  # ids of unsent calls that ran anyway (the store's on_failure: allow)
+        self._by_seq: dict[int, CallRecord] = {}
+        self.commit_lock = threading.Lock()  # one append in flight per record (taken by the sync driver)
+        self.acommit_lock: Any = None  # the async driver's asyncio.Lock, made on first use
 
     # -- the view -------------------------------------------------------------------------------------
 
@@ -80,14 +103,15 @@ class EngagementState:
 
     @property
     def total(self) -> int:
-        return len(self._names)
+        """``history._total``: every call invoked, also those older than what a store keeps."""
+        return self._offset + len(self._names)
 
     def view(self) -> dict[str, Any]:
         """The Engagement exactly as CEL sees it (a snapshot: later calls do not change it)."""
         with self._lock:
             history: dict[str, Any] = {
                 "_list": list(self._names),
-                "_total": len(self._names),
+                "_total": self.total,
             }
             for name, entries in self._history.items():
                 if not name.startswith("_"):
@@ -129,13 +153,13 @@ class EngagementState:
             elif var == "history":
                 keys = plan.history_keys
                 if keys is None:
-                    self._history["_total"] = len(self._names)
+                    self._history["_total"] = self._offset + len(self._names)
                     out["history"] = self._history
                 else:
                     part: dict[str, Any] = {}
                     for key in keys:
                         if key == "_total":
-                            part["_total"] = len(self._names)
+                            part["_total"] = self._offset + len(self._names)
                         elif key in self._history:
                             part[key] = self._history[key]
                     out["history"] = part
@@ -159,17 +183,24 @@ class EngagementState:
         entry: dict[str, Any] = {"inputs": inputs, "outputs": None}
         record = CallRecord(name, kind, call_id, entry, time.time() if started_at is None else started_at)
         with self._lock:
-            self._names.append(name)
-            self._loop.attempt(name)
-            entries = self._history.get(name)
-            if entries is None:
-                entries = self._history[name] = []
-            entries.append(entry)
-            self._recent[name] = entry
-            self._recent["_name"] = name
-            self.calls.append(record)
+            self._add_call(record)
             self._in_flight.add(id(record))
+            if self.journal is not None:
+                self._unsent.append((len(self._outbox), record))
+                self._emit(["b", name, kind, call_id, inputs, record.started_at], 1)
         return record
+
+    def _add_call(self, record: CallRecord) -> None:
+        name, entry = record.name, record.entry
+        self._names.append(name)
+        self._loop.attempt(name)
+        entries = self._history.get(name)
+        if entries is None:
+            entries = self._history[name] = []
+        entries.append(entry)
+        self._recent[name] = entry
+        self._recent["_name"] = name
+        self.calls.append(record)
 
     def _settled(self, record: CallRecord) -> None:
         self._in_flight.discard(id(record))
@@ -200,50 +231,57 @@ class EngagementState:
         of calls begun after it (calls running in parallel), never the whole history.
         """
         with self._lock:
-            if not attempted:
-                self._loop.take_back(record.name)
-            record.status = "denied"
-            record.error = reason
-            record.ended_at = time.time()
+            if self.journal is not None:
+                self._journal_rollback(record, reason, attempted)
+            self._take_back(record, reason, attempted)
             self._settled(record)
-            name, entry = record.name, record.entry
-            entries = self._history.get(name)
-            if not entries:
-                return
-            # ``later``: calls of the same name begun after this one; skip that many occurrences of the name,
-            # walking both lists from their ends.
-            later = 0
-            for index in range(len(entries) - 1, -1, -1):
-                if entries[index] is entry:
+
+    def _take_back(self, record: CallRecord, reason: str, attempted: bool) -> None:
+        if not attempted:
+            self._loop.take_back(record.name)
+        record.status = "denied"
+        record.error = reason
+        record.ended_at = time.time()
+        name, entry = record.name, record.entry
+        entries = self._history.get(name)
+        if not entries:
+            return
+        # ``later``: calls of the same name begun after this one; skip that many occurrences of the name,
+        # walking both lists from their ends.
+        later = 0
+        for index in range(len(entries) - 1, -1, -1):
+            if entries[index] is entry:
+                break
+            later += 1
+        else:
+            return  # already taken back
+        del entries[index]
+        names = self._names
+        for position in range(len(names) - 1, -1, -1):
+            if names[position] == name:
+                if later == 0:
+                    del names[position]
                     break
-                later += 1
-            else:
-                return  # already taken back
-            del entries[index]
-            names = self._names
-            for position in range(len(names) - 1, -1, -1):
-                if names[position] == name:
-                    if later == 0:
-                        del names[position]
-                        break
-                    later -= 1
-            if entries:
-                self._recent[name] = entries[-1]
-            else:
-                del self._history[name]
-                self._recent.pop(name, None)
-            if names:
-                self._recent["_name"] = names[-1]
-            else:
-                self._recent.pop("_name", None)
+                later -= 1
+        if entries:
+            self._recent[name] = entries[-1]
+        else:
+            del self._history[name]
+            self._recent.pop(name, None)
+        if names:
+            self._recent["_name"] = names[-1]
+        else:
+            self._recent.pop("_name", None)
 
     def complete_call(self, record: CallRecord, outputs: Any, *, collect: bool = True) -> None:
         """Store a call's outputs (``null`` when ``collect_results`` is false)."""
         with self._lock:
-            record.entry["outputs"] = outputs if collect else None
+            record.entry["outputs"] = kept = outputs if collect else None
             record.status = "completed"
             record.ended_at = time.time()
             self._settled(record)
+            if self.journal is not None:
+                self._emit(["c", self._ref(record), kept, "completed", None])
 
     def withhold_call(self, record: CallRecord, *, reason: str, status: str = "withheld") -> None:
         """The call happened but its outputs may not be used: keep it in history with ``outputs: null``."""
@@ -253,11 +291,15 @@ class EngagementState:
             record.error = reason
             record.ended_at = time.time()
             self._settled(record)
+            if self.journal is not None:
+                self._emit(["c", self._ref(record), None, status, reason])
 
     def attempted(self, name: str) -> None:
         """Count an attempt that was refused before it became a call (decision 5: refused attempts count)."""
         with self._lock:
             self._loop.attempt(name)
+            if self.journal is not None:
+                self._emit(["a", name])
 
     def would_short_circuit(self, name: str, k: int, max_block: int) -> int | None:
         """Block length at which attempting ``name`` now would repeat a block ``k`` times, else ``None``.
@@ -281,6 +323,8 @@ class EngagementState:
             if self.status is EngagementStatus.ACTIVE:
                 self.status = status
                 self.status_reason = reason
+                if self.journal is not None:
+                    self._emit(["s", status.value, reason])
 
     @property
     def active(self) -> bool:
@@ -289,3 +333,232 @@ class EngagementState:
     def new_turn(self) -> str:
         self.turn_id = new_id()
         return self.turn_id
+
+    # -- sharing through a store (agentguard.record._journal) ---------------------------------------
+    # Every change made here is also an event in the outbox; the pipeline appends the outbox to the store
+    # (one round trip) and applies what other processes appended meanwhile. Events from elsewhere go through
+    # the same private helpers as local changes, so a replayed record is the record.
+
+    def meta(self) -> dict[str, Any]:
+        """What a store keeps of the engagement besides its events (JSON, see :func:`tag`)."""
+        user = self.user
+        return {
+            "user": None
+            if user is None
+            else tag(
+                {
+                    "id": user.id,
+                    "email": user.email,
+                    "name": user.name,
+                    "organization": user.organization,
+                    "metadata": dict(user.metadata),
+                }
+            ),
+            "started_at": self.started_at.isoformat(),
+            "metadata": tag(self.metadata),
+        }
+
+    @classmethod
+    def shared(
+        cls, engagement_id: str, snapshot: Snapshot, journal: Journal, *, loop_window: int = 300
+    ) -> EngagementState:
+        """The record of a store's engagement, rebuilt from its ``snapshot``, and kept in ``journal``."""
+        meta = snapshot.meta
+        user_meta = untag(meta.get("user"))
+        user = (
+            User(
+                str(user_meta["id"]),
+                user_meta.get("email"),
+                user_meta.get("name"),
+                user_meta.get("organization"),
+                dict(user_meta.get("metadata") or {}),
+            )
+            if isinstance(user_meta, dict) and "id" in user_meta
+            else None
+        )
+        started = meta.get("started_at")
+        state = cls(
+            user=user,
+            engagement_id=engagement_id,
+            started_at=datetime.fromisoformat(started) if isinstance(started, str) else None,
+            metadata=untag(meta.get("metadata")) or {},
+            loop_window=loop_window,
+        )
+        state.journal = journal
+        state.reload(snapshot)
+        return state
+
+    def reload(self, snapshot: Snapshot) -> None:
+        """Rebuild the view from ``snapshot`` (this process missed more events than the store keeps).
+
+        Calls this process has in flight keep their objects (matched by ``seq``), so that finishing them
+        updates the rebuilt view; steps, turns and credentials are this process's own and stay.
+        """
+        with self._lock:
+            keep = {seq: record for seq, record in self._by_seq.items() if id(record) in self._in_flight}
+            self._recent.clear()
+            self._names.clear()
+            self._history.clear()
+            self._history.update({"_list": self._names, "_total": 0})
+            self._loop = LoopDetector(self._loop.window)
+            self.calls = [record for record in self.calls if id(record) in self._in_flight]
+            self.awaiting_review = {}
+            self.status, self.status_reason = EngagementStatus.ACTIVE, None
+            self._by_seq = keep
+            self._apply_all(snapshot.events, snapshot.version - len(snapshot.events))
+            self.version = snapshot.version
+            self._offset = snapshot.total - len(self._names)
+
+    def _emit(self, event: Event, total: int = 0) -> None:
+        self._outbox.append(encode_event(event))
+        self._deltas.append(total)
+
+    def _void(self, position: int, replacement: Event) -> None:
+        """Replace an unsent event in place (later events point at earlier ones by distance)."""
+        self._outbox[position] = encode_event(replacement)
+        self._deltas[position] = 0
+
+    def _ref(self, record: CallRecord) -> int:
+        """How an event points at ``record``'s ``b`` event: its version, or, while that is still in the
+        outbox, minus the distance to it (events are appended in outbox order)."""
+        if record.seq is not None:
+            return record.seq
+        for position, unsent in self._unsent:
+            if unsent is record:
+                return position - len(self._outbox)
+        raise ValueError(f"{record!r} was never sent to the engagement's store")
+
+    def _journal_rollback(self, record: CallRecord, reason: str, attempted: bool) -> None:
+        if record.seq is not None:
+            self._emit(["r", record.seq, reason, attempted], -1)
+            return
+        # Its ``b`` was never sent: it becomes a plain attempt (or nothing), and nobody else ever saw it.
+        for index, (position, unsent) in enumerate(self._unsent):
+            if unsent is record:
+                del self._unsent[index]
+                self._void(position, ["a", record.name] if attempted else ["x"])
+                return
+
+    def ran_unsent(self, record: CallRecord) -> None:
+        """``record`` runs although its ``b`` event could not be appended (the store's ``on_failure`` is
+        ``allow``): it goes with the next append as it is, and is never checked again."""
+        with self._lock:
+            self._forced.add(id(record))
+
+    def await_review(self, call_id: str, held: tuple[Any, CallRecord, Any, Any]) -> None:
+        """A call paused in output review: its output is kept so that the resumed call does not run again,
+        here or, through the store, in any other process."""
+        with self._lock:
+            self.awaiting_review[call_id] = held
+            if self.journal is not None:
+                self._emit(["p", self._ref(held[1]), call_id, held[3]])
+
+    def resume_review(self, call_id: str) -> tuple[Any, CallRecord, Any, Any] | None:
+        """The call paused under ``call_id``, taken out (``None`` if there is none): it is being resumed."""
+        with self._lock:
+            held = self.awaiting_review.pop(call_id, None)
+            if held is not None and self.journal is not None:
+                self._emit(["u", call_id])
+            return held
+
+    def batch(self) -> tuple[list[str], int] | None:
+        """The events to append next and how they change ``history._total``; ``None`` when there are none.
+        Call with :attr:`commit_lock` (or :attr:`acommit_lock`) held, then :meth:`settle`."""
+        with self._lock:
+            return (list(self._outbox), sum(self._deltas)) if self._outbox else None
+
+    def settle(self, sent: int, appended: Appended) -> bool:
+        """Apply the store's answer to an append of the outbox's first ``sent`` events.
+
+        Returns ``False`` when it refused an exclusive append: then every call whose ``b`` event was in it is
+        taken back out (status ``recheck``: its flow checks it again) and the missed events are applied. A
+        ``gap`` is left to the caller, who reloads.
+        """
+        with self._lock:
+            first_missed = self.version + 1
+            if appended.ok:
+                first_ours = appended.version - sent + 1
+                for position, record in self._unsent:
+                    if position < sent:
+                        record.seq = first_ours + position
+                        self._by_seq[record.seq] = record
+                        self._forced.discard(id(record))
+                self._unsent = [(p - sent, r) for p, r in self._unsent if p >= sent]
+                del self._outbox[:sent]
+                del self._deltas[:sent]
+            else:
+                kept: list[tuple[int, CallRecord]] = []
+                for position, record in self._unsent:
+                    if id(record) in self._forced:
+                        kept.append((position, record))
+                        continue
+                    self._void(position, ["x"])
+                    self._take_back(record, "checked again: the engagement changed in another process", False)
+                    record.status = "recheck"
+                    self._settled(record)
+                self._unsent = kept
+            if not appended.gap:
+                self._apply_missed(appended.missed, first_missed)
+            self.version = appended.version
+            self._offset = appended.total + sum(self._deltas) - len(self._names)
+            return appended.ok
+
+    def _apply_missed(self, texts: Sequence[str], first: int) -> None:
+        """Events other processes appended before ours, between versions ``first`` and on."""
+        self._apply_all(texts, first - 1)
+
+    def _apply_all(self, texts: Sequence[str], before: int) -> None:
+        for index, text in enumerate(texts):
+            self._apply(decode_event(text), before + index + 1)
+
+    def _call(self, ref: Any, version: int | None) -> CallRecord | None:
+        if type(ref) is not int:
+            return None
+        if ref < 0:
+            if version is None:
+                return None
+            ref = version + ref
+        return self._by_seq.get(ref)
+
+    def _apply(self, event: Event, version: int | None) -> None:
+        """One event of the journal (another process's change, or a replayed one). Unknown or malformed
+        events are skipped: an event names a call by version, and a call older than the store keeps is gone."""
+        kind = event[0]
+        if kind == "b" and len(event) == 6 and version is not None:
+            existing = self._by_seq.get(version)
+            if existing is not None and id(existing) in self._in_flight:
+                self._add_call(existing)  # ours, being reloaded
+                return
+            _, name, call_kind, call_id, inputs, started = event
+            record = CallRecord(
+                str(name), str(call_kind), call_id, {"inputs": inputs, "outputs": None}, started
+            )
+            record.seq = version
+            self._by_seq[version] = record
+            self._add_call(record)
+        elif kind == "a" and len(event) == 2:
+            self._loop.attempt(str(event[1]))
+        elif kind == "r" and len(event) == 4:
+            target = self._call(event[1], version)
+            if target is not None:
+                self._take_back(target, str(event[2]), bool(event[3]))
+        elif kind == "c" and len(event) == 5:
+            target = self._call(event[1], version)
+            if target is not None:
+                target.entry["outputs"] = event[2]
+                target.status = str(event[3])
+                target.error = event[4]
+                target.ended_at = time.time()
+        elif kind == "s" and len(event) == 3:
+            if self.status is EngagementStatus.ACTIVE:
+                try:
+                    self.status = EngagementStatus(event[1])
+                except ValueError:
+                    self.status = EngagementStatus.STOPPED
+                self.status_reason = str(event[2])
+        elif kind == "p" and len(event) == 4:
+            target = self._call(event[1], version)
+            if target is not None and isinstance(event[2], str):
+                self.awaiting_review[event[2]] = (None, target, None, event[3])
+        elif kind == "u" and len(event) == 2 and isinstance(event[1], str):
+            self.awaiting_review.pop(event[1], None)

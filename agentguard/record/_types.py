@@ -113,7 +113,7 @@ class CallRecord:
     updates the view in place. ``call_id`` is the host's id for the call, else one minted when first read.
     """
 
-    __slots__ = ("_call_id", "ended_at", "entry", "error", "kind", "name", "started_at", "status")
+    __slots__ = ("_call_id", "ended_at", "entry", "error", "kind", "name", "seq", "started_at", "status")
 
     def __init__(
         self,
@@ -134,6 +134,8 @@ class CallRecord:
         self.ended_at = ended_at
         self.status = status
         self.error = error
+        self.seq: int | None = None
+        """The version of the call's ``b`` event in a shared store's journal, once appended there."""
 
     @property
     def call_id(self) -> str:

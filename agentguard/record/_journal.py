@@ -1,0 +1,188 @@
+"""The journal: how an Engagement record is shared by several processes through a store (Redis, a LangGraph
+store), and survives a restart.
+
+Every change to a shared record is an *event*, appended to the engagement's log in the store; a process
+rebuilds the record by replaying the log, and keeps its copy current by applying the events other processes
+appended since it last looked. Events are small JSON arrays, their first item the kind::
+
+    ["b", name, kind, call_id, inputs, at]     a call began (recent / history / the loop detector)
+    ["a", name]                                an attempt refused before it became a call (loop detector)
+    ["r", seq, reason, attempted]              the call begun by event ``seq`` was denied: take it back out
+    ["c", seq, outputs, status, error]         the call ended: completed, withheld or failed
+    ["s", status, reason]                      the engagement stopped (short-circuit, guardrail, cancel, close)
+    ["p", seq, call_id, output]                the call paused in output review (its output kept for the resume)
+    ["u", call_id]                             the paused call was resumed: it must not be resumed again
+
+``seq`` is an event's version: the log's length just after it was appended (1 for the first event). A store
+counts versions exactly however many old events it trims, so ``seq`` stays valid for ever.
+
+**Check and record at once.** A call's ``b`` event is appended *exclusively*: only if the log is still at the
+version the checks saw. When another process got there first, nothing is appended, the events it missed come
+back, and the pipeline applies them and checks the call again -- so two workers racing on one engagement can
+never both pass a short-circuit or a count assertion. Every other event is appended at the end whatever came
+before (it records what happened; there is nothing left to check), in the same round trip as the events it
+missed.
+
+A store implements :class:`Journal`: four methods, each with an ``a``-prefixed async twin, each one round
+trip. Values are encoded by :func:`encode_event` (JSON, with datetimes and bytes kept exactly); a store keeps
+the strings as they are.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "Appended",
+    "Event",
+    "Journal",
+    "Snapshot",
+    "decode_event",
+    "encode_event",
+    "tag",
+    "untag",
+]
+
+Event = list[Any]
+"""One change to a shared record (see the module's table)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a store holds of one engagement.
+
+    ``events`` are the newest events it keeps, oldest first: versions ``version - len(events) + 1`` to
+    ``version``. ``total`` is the number of calls ever invoked (``history._total``), exact however many
+    events were trimmed.
+    """
+
+    meta: Mapping[str, Any]
+    version: int
+    total: int
+    events: Sequence[str] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """The answer to :meth:`Journal.append`.
+
+    ``ok`` is false only for an exclusive append that found the log moved on: then nothing was appended.
+    ``missed`` are the events others appended after ``since`` and before ours (all of them when not ``ok``),
+    oldest first; ``gap`` says some of them were already trimmed, so the caller must reload the record.
+    ``version`` and ``total`` are the log's after the append (or now, when not ``ok``).
+    """
+
+    ok: bool
+    version: int
+    total: int
+    missed: Sequence[str] = field(default_factory=tuple)
+    gap: bool = False
+
+
+@runtime_checkable
+class Journal(Protocol):
+    """Where shared Engagement records live. Every method is one round trip; each raises
+    :class:`~agentguard.errors.StoreUnavailable` when the store cannot be reached or answer in time.
+
+    ``on_failure`` is what the pipeline does then: ``"deny"`` (the default) refuses the step (a recorded
+    denial); ``"allow"`` carries on with the process's own copy, records a warning, and sends what the
+    store missed with the next append that gets through.
+    """
+
+    on_failure: Literal["deny", "allow"]
+
+    def open(self, engagement_id: str, meta: Mapping[str, Any]) -> Snapshot:
+        """The engagement's record, created with ``meta`` if it does not exist yet (``meta`` is kept only
+        then). Refreshes the engagement's time to live."""
+        ...
+
+    def load(self, engagement_id: str) -> Snapshot | None:
+        """The engagement's record, ``None`` if there is none (never created, or expired)."""
+        ...
+
+    def append(
+        self, engagement_id: str, since: int, events: Sequence[str], total: int, *, exclusive: bool
+    ) -> Appended:
+        """Append ``events`` (encoded) atomically: all or none. ``since`` is the version the caller has seen;
+        ``total`` how much the events change ``history._total`` by. With ``exclusive``, append only if the
+        log is still at ``since``. Raises :class:`KeyError` when the engagement does not exist (expired)."""
+        ...
+
+    def claim(self, engagement_id: str, key: str, owner: str) -> str:
+        """Claim ``key`` for ``owner`` once and for all; returns the owner that holds it (``owner`` when this
+        call won). For what must happen exactly once across processes: resuming a paused review."""
+        ...
+
+    async def aopen(self, engagement_id: str, meta: Mapping[str, Any]) -> Snapshot: ...
+
+    async def aload(self, engagement_id: str) -> Snapshot | None: ...
+
+    async def aappend(
+        self, engagement_id: str, since: int, events: Sequence[str], total: int, *, exclusive: bool
+    ) -> Appended: ...
+
+    async def aclaim(self, engagement_id: str, key: str, owner: str) -> str: ...
+
+
+# -- encoding -----------------------------------------------------------------------------------------
+# JSON, except that the record's values may hold datetimes and bytes (agentguard.record.to_plain keeps
+# them): those become one-key objects whose key starts with NUL, and a value's own object with such a key is
+# wrapped, so that no tool input or output can pass itself off as a datetime on another worker.
+
+_DATETIME = "\x00t"
+_BYTES = "\x00b"
+_ESCAPED = "\x00o"
+
+
+def tag(value: Any) -> Any:
+    """``value`` as plain JSON (datetimes and bytes tagged; see above); :func:`untag` undoes it."""
+    kind = type(value)
+    if kind is dict:
+        out = {key: tag(item) for key, item in value.items()}
+        if any(type(key) is str and key[:1] == "\x00" for key in value):
+            return {_ESCAPED: out}
+        return out
+    if kind is list or kind is tuple:
+        return [tag(item) for item in value]
+    if isinstance(value, datetime):
+        return {_DATETIME: value.isoformat()}
+    if isinstance(value, bytes):
+        return {_BYTES: base64.b64encode(value).decode("ascii")}
+    return value
+
+
+def untag(value: Any) -> Any:
+    """The value :func:`tag` was given."""
+    kind = type(value)
+    if kind is list:
+        return [untag(item) for item in value]
+    if kind is not dict:
+        return value
+    if len(value) == 1:
+        ((key, item),) = value.items()
+        if key == _DATETIME and type(item) is str:
+            return datetime.fromisoformat(item)
+        if key == _BYTES and type(item) is str:
+            return base64.b64decode(item)
+        if key == _ESCAPED and type(item) is dict:
+            return {k: untag(v) for k, v in item.items()}
+    return {k: untag(v) for k, v in value.items()}
+
+
+def encode_event(event: Event) -> str:
+    """The event as the store keeps it: compact JSON, ASCII only (a lone surrogate in a tool's output is kept
+    as its escape, not refused by the store's UTF-8); ``NaN`` and infinities are refused, as AOS does."""
+    return json.dumps(tag(event), separators=(",", ":"), allow_nan=False)
+
+
+def decode_event(text: str | bytes) -> Event:
+    """An event as :func:`encode_event` wrote it. Raises :class:`ValueError` on anything else."""
+    event = untag(json.loads(text))
+    if type(event) is not list or not event or type(event[0]) is not str:
+        raise ValueError(f"not a journal event: {str(text)[:80]!r}")
+    return event
