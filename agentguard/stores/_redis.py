@@ -1,0 +1,619 @@
+"""RedisStore: the journal of shared engagements in Redis (or Valkey, which speaks the same protocol).
+
+::
+
+    from agentguard.stores import RedisStore
+
+    store = RedisStore("redis://redis.internal:6379/0", ttl_seconds=24 * 3600)
+
+The ``redis`` package (``pip install agentguard[redis]``, redis-py 5 or later) is imported when a store is
+made, never by ``import agentguard``.
+
+**Keys.** One engagement is three keys, all with the same hash tag so that Redis Cluster keeps them in one
+slot (a script may only touch keys of one slot)::
+
+    {prefix}:{<id>}:meta      hash: meta (the first open's, as the event ["meta", meta]), version, total
+    {prefix}:{<id>}:log       list: the newest ``max_events`` encoded events, oldest first (newest right)
+    {prefix}:{<id>}:claims    hash: claimed key -> owner (see claim)
+
+``<id>`` is the engagement id percent-encoded (UTF-8, lone surrogates kept, every byte but ``A-Z a-z 0-9
+_ . - ~`` written ``%XX``), and ``%`` alone for the empty id (which would otherwise make the empty hash tag
+``{}``, which Cluster ignores). The encoding is injective and never contains ``{``, ``}`` or ``:``, so no id
+-- ``}``, ``:log``, ``*``, NUL, 10 KB of anything -- can name another engagement's keys or shift the hash
+tag; the prefix may not contain braces either. ``redis-cli --scan --pattern 'agentguard:{*'`` lists them.
+
+The version is counted in the meta hash and not read off the list's length, so it stays exact however many
+old events ``LTRIM`` dropped; ``total`` is ``history._total``, likewise exact. The meta is encoded by
+the record's :func:`~agentguard.record.encode_event` (as ``["meta", meta]``), so datetimes and bytes in it come
+back as they went in.
+
+**One round trip, atomically.** Each method is one Lua script (``EVALSHA``; redis-py's ``Script`` loads it
+again by itself when the server answers ``NOSCRIPT``, after a restart or a failover): Redis runs a script
+alone, so reading the version, comparing it with the caller's, appending, trimming, counting and refreshing
+the time to live happen with nothing in between, which is what makes the exclusive append a compare-and-set.
+
+* ``open`` creates the meta hash (version 0, total 0) when it is absent -- and then deletes whatever log or
+  claims an earlier engagement of the same id left (its meta expired first, by a millisecond) -- and returns
+  meta, version, total and the kept events; it refreshes the time to live of all three keys.
+* ``load`` is the same without creating anything and without refreshing the time to live (it only reads).
+* ``append`` raises :class:`KeyError` when the meta hash is missing (never opened, or expired). It returns
+  the events appended after ``since`` and before its own (``missed``). When some of those are no longer
+  kept -- ``since`` older than the oldest kept event, or newer than the log (the engagement expired and was
+  opened again since the caller last looked) -- it reports ``gap=True`` and returns *no* missed events: the
+  caller must reload, and a partial list is of no use to it. An exclusive append whose ``since`` is not the
+  version appends nothing and returns ``ok=False`` with the missed events (or the gap). Any other append
+  pushes the events, adds their count to the version and ``total`` to the total, trims the list to the
+  newest ``max_events`` and refreshes the time to live of all three keys.
+* ``claim`` is ``HSETNX`` then ``HGET`` on the claims hash, and refreshes the time to live. Claims are fields
+  of one hash rather than a key each so that every refresh (open, append, claim) keeps them alive as long as
+  the engagement: a claim key with its own time to live could expire under a long-lived engagement and let
+  a paused review be resumed twice. Claiming does not need the engagement to exist; when an engagement is
+  opened anew, the old claims go with its old log.
+
+**Failures.** Every fault of the store becomes :class:`~agentguard.errors.StoreUnavailable`, naming the store
+(``host:port``, never a password) and the operation; no redis-py exception escapes:
+
+* connection refused or reset, a timeout, ``LOADING``, ``BUSY``, authentication, TLS: redis-py's
+  ``RedisError`` and ``OSError``;
+* any other error reply -- ``WRONGTYPE`` because something else wrote our keys, a script error -- since a
+  store that answers with an error cannot record the step either (failing closed under
+  ``on_failure="deny"``);
+* a reply that is not the script's (another program's data in our keys, a list where a hash should be, a
+  version that is not a number, more events than versions): the store does not guess.
+
+The pipeline turns ``StoreUnavailable`` into a denial or a warning by ``on_failure``. :class:`KeyError` (no
+such engagement) is the only other exception, and only from ``append``.
+
+Reconnecting is redis-py's job: the pool notices a connection the server closed before it sends on it, so
+the first call after the server comes back works (for the async client, once its event loop has run since
+the server closed the connection: only the running loop reads the close; a loop that was blocked all along
+gets one ``StoreUnavailable``). The clients this store builds never retry a command
+(redis-py 6 and later retry three times by default): a script that ran but whose reply was lost would run
+twice -- a non-exclusive append recorded twice, an exclusive one finding its own events as "missed" -- and
+three retries with backoff would also break the time bound. They speak RESP2 (``protocol=2``): in redis-py 8
+a RESP3 connection turns on "maintenance notifications" (``"auto"``), and with them on the async pool no
+longer checks a pooled connection before using it, so the first call after a server restart failed. Clients
+given to the constructor keep their own settings; give them ``retry=Retry(NoBackoff(), 0)`` and
+``protocol=2`` for the same guarantees.
+
+**Settings.** ``url``: ``redis://``, ``rediss://`` or ``unix://`` (redis-py's forms, credentials and ``?db``
+included); both clients are built from it on first use, with ``socket_timeout`` and
+``socket_connect_timeout`` at ``timeout_seconds`` (a call fails within about that, even against a stopped
+server). Or ``client`` (a ``redis.Redis``) and ``async_client`` (a ``redis.asyncio.Redis``), each used as
+given and closed by their owner; ``url`` then builds only the one not given. A store without an async client
+raises :class:`~agentguard.errors.ConfigurationError` from the ``a``-methods, and likewise without a sync one.
+Both clients must be made with ``decode_responses=False`` (the default): the store encodes and decodes
+itself, so that any string round-trips. ``max_events``: how many events the log keeps (a process further
+behind reloads the record). ``ttl_seconds``: how long an engagement lives after its last open, append or
+claim. ``on_failure``: ``"deny"`` or ``"allow"``, read by the pipeline (:class:`~agentguard.record.Journal`).
+
+The async client built from ``url`` belongs to the event loop that first used it; called from another loop
+(a second ``asyncio.run``), the store builds a fresh one for that loop. ``close()`` closes the sync client it
+built, ``aclose()`` both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from urllib.parse import quote, urlsplit
+
+from agentguard.errors import ConfigurationError, StoreUnavailable
+from agentguard.record import Appended, Snapshot, decode_event, encode_event
+
+if TYPE_CHECKING:
+    import redis
+    import redis.asyncio
+    from redis.commands.core import AsyncScript, Script
+
+__all__ = ["RedisStore"]
+
+# -- the scripts ---------------------------------------------------------------------------------------
+# KEYS are always meta, log, claims (one hash tag). ARGV values arrive as strings.
+
+_TOUCH = """
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
+"""
+
+# ARGV: max_events, ttl_ms, meta
+_OPEN = (
+    """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[2], KEYS[3])
+  redis.call('HSET', KEYS[1], 'meta', ARGV[3], 'version', 0, 'total', 0)
+end
+local m = redis.call('HMGET', KEYS[1], 'meta', 'version', 'total')
+local events = redis.call('LRANGE', KEYS[2], -tonumber(ARGV[1]), -1)
+"""
+    + _TOUCH
+    + """
+return {m[1], m[2], m[3], events}
+"""
+)
+
+# ARGV: max_events
+_LOAD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local m = redis.call('HMGET', KEYS[1], 'meta', 'version', 'total')
+local events = redis.call('LRANGE', KEYS[2], -tonumber(ARGV[1]), -1)
+return {m[1], m[2], m[3], events}
+"""
+
+# ARGV: max_events, ttl_ms, since, total, exclusive ('1' or '0'), events...
+# Reply: {0} no such engagement; {1, version, total, gap, missed} appended; {2, ...} exclusive conflict.
+_APPEND = (
+    """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
+local version = tonumber(redis.call('HGET', KEYS[1], 'version'))
+local length = redis.call('LLEN', KEYS[2])
+if not version or version < length then
+  return redis.error_reply('agentguard: not a journal: ' .. KEYS[1])
+end
+local since = tonumber(ARGV[3])
+local gap = 0
+local missed = {}
+if since > version or since < version - length then
+  gap = 1
+elseif since < version then
+  missed = redis.call('LRANGE', KEYS[2], since - version + length, -1)
+end
+if ARGV[5] == '1' and since ~= version then
+  return {2, version, redis.call('HGET', KEYS[1], 'total'), gap, missed}
+end
+if #ARGV > 5 then
+  for i = 6, #ARGV, 1000 do
+    redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  end
+  version = redis.call('HINCRBY', KEYS[1], 'version', #ARGV - 5)
+  redis.call('LTRIM', KEYS[2], -tonumber(ARGV[1]), -1)
+end
+local total = redis.call('HINCRBY', KEYS[1], 'total', ARGV[4])
+"""
+    + _TOUCH
+    + """
+return {1, version, total, gap, missed}
+"""
+)
+
+# ARGV: (unused), ttl_ms, key, owner
+_CLAIM = (
+    """
+redis.call('HSETNX', KEYS[3], ARGV[3], ARGV[4])
+local holder = redis.call('HGET', KEYS[3], ARGV[3])
+"""
+    + _TOUCH
+    + """
+return holder
+"""
+)
+
+_Arg = bytes | str | int
+"""A script's argument, as redis-py sends it."""
+
+_NO_ENGAGEMENT = 0
+_APPENDED = 1
+_CONFLICT = 2
+
+
+# -- keys ----------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=4096)
+def _tag(engagement_id: str) -> str:
+    """The engagement id as it appears between the braces of its keys (see the module's docstring)."""
+    return quote(engagement_id, safe="", errors="surrogatepass") or "%"
+
+
+# -- replies -------------------------------------------------------------------------------------------
+
+
+class _NotOurs(Exception):
+    """A reply that is not what the script returns."""
+
+
+def _int(value: object) -> int:
+    if type(value) is int:
+        return value
+    if type(value) is bytes and value.lstrip(b"-").isdigit():
+        return int(value)
+    raise _NotOurs(f"not an integer: {value!r:.80}")
+
+
+def _text(value: object) -> str:
+    if type(value) is not bytes:
+        raise _NotOurs(f"not a string: {value!r:.80}")
+    return value.decode("utf-8", "surrogatepass")
+
+
+def _texts(value: object) -> list[str]:
+    if type(value) is not list:
+        raise _NotOurs(f"not a list: {value!r:.80}")
+    return [_text(item) for item in value]
+
+
+def _snapshot(reply: object) -> Snapshot:
+    if type(reply) is not list or len(reply) != 4:
+        raise _NotOurs(f"not a snapshot: {reply!r:.80}")
+    meta, version, total, events = reply
+    body = decode_event(_text(meta))
+    if len(body) != 2 or body[0] != "meta" or type(body[1]) is not dict:
+        raise _NotOurs(f"not an engagement's meta: {meta!r:.80}")
+    snapshot = Snapshot(meta=body[1], version=_int(version), total=_int(total), events=_texts(events))
+    if len(snapshot.events) > snapshot.version:
+        raise _NotOurs(f"{len(snapshot.events)} events at version {snapshot.version}")
+    return snapshot
+
+
+def _appended(reply: object) -> Appended | None:
+    """The append's answer, ``None`` when the engagement does not exist."""
+    if type(reply) is not list or not reply:
+        raise _NotOurs(f"not an append's answer: {reply!r:.80}")
+    code = reply[0]
+    if code == _NO_ENGAGEMENT and len(reply) == 1:
+        return None
+    if code not in (_APPENDED, _CONFLICT) or len(reply) != 5:
+        raise _NotOurs(f"not an append's answer: {reply!r:.80}")
+    _, version, total, gap, missed = reply
+    if gap not in (0, 1):
+        raise _NotOurs(f"not an append's answer: {reply!r:.80}")
+    return Appended(
+        ok=code == _APPENDED, version=_int(version), total=_int(total), missed=_texts(missed), gap=gap == 1
+    )
+
+
+def _holder(reply: object) -> str:
+    return _text(reply)
+
+
+# -- the store -----------------------------------------------------------------------------------------
+
+
+class RedisStore:
+    """The engagement journal in Redis or Valkey (see the module's docstring for the keys, the scripts and
+    the failure modes)."""
+
+    on_failure: Literal["deny", "allow"]
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        client: redis.Redis | None = None,
+        async_client: redis.asyncio.Redis | None = None,
+        prefix: str = "agentguard",
+        max_events: int = 10_000,
+        ttl_seconds: float = 7 * 24 * 3600,
+        timeout_seconds: float = 2.0,
+        on_failure: Literal["deny", "allow"] = "deny",
+    ) -> None:
+        try:
+            import redis.exceptions
+        except ImportError as exc:  # pragma: no cover - the test extra installs redis
+            raise ImportError("RedisStore needs the redis package: pip install 'agentguard[redis]'") from exc
+
+        if url is None and client is None and async_client is None:
+            raise ValueError("RedisStore needs a url, a client or an async_client")
+        if on_failure not in ("deny", "allow"):
+            raise ValueError(f"on_failure must be 'deny' or 'allow', not {on_failure!r}")
+        if type(max_events) is not int or max_events < 1:
+            raise ValueError(f"max_events must be an integer of at least 1, not {max_events!r}")
+        if not ttl_seconds > 0 or int(ttl_seconds * 1000) < 1:
+            raise ValueError(f"ttl_seconds must be positive (1 ms or more), not {ttl_seconds!r}")
+        if not timeout_seconds > 0:
+            raise ValueError(f"timeout_seconds must be positive, not {timeout_seconds!r}")
+        if "{" in prefix or "}" in prefix:
+            raise ValueError(f"prefix may not contain braces (they would move the hash tag): {prefix!r}")
+        where = "redis"
+        if url is not None:
+            from redis.connection import parse_url
+
+            # A malformed url fails here (ValueError), not at the first call.
+            parse_url(url)  # type: ignore[no-untyped-call]  # untyped in redis-py 8
+            where = _describe_url(url)
+        elif client is not None:
+            where = _describe_client(client)
+        elif async_client is not None:
+            where = _describe_client(async_client)
+
+        self.on_failure = on_failure
+        self.prefix = prefix
+        self.max_events = max_events
+        self.ttl_seconds = ttl_seconds
+        self.timeout_seconds = timeout_seconds
+        self._url = url
+        self._where = where
+        self._faults: tuple[type[BaseException], ...] = (redis.exceptions.RedisError, OSError)
+        self._max = str(max_events)
+        self._ttl = str(int(ttl_seconds * 1000))
+        self._lock = threading.Lock()
+        self._client = client
+        self._own_client = False
+        self._scripts: tuple[Script, Script, Script, Script] | None = None
+        if client is not None:
+            self._scripts = _register(client)
+        self._aclient = async_client
+        self._own_aclient = False
+        self._aloop: asyncio.AbstractEventLoop | None = None
+        self._ascripts: tuple[AsyncScript, AsyncScript, AsyncScript, AsyncScript] | None = None
+        if async_client is not None:
+            self._ascripts = _aregister(async_client)
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self._where!r}, prefix={self.prefix!r}, on_failure={self.on_failure!r})"
+
+    # -- keys and clients ------------------------------------------------------------------------------
+
+    def _keys(self, engagement_id: str) -> list[str]:
+        base = f"{self.prefix}:{{{_tag(engagement_id)}}}:"
+        return [base + "meta", base + "log", base + "claims"]
+
+    def _sync(self) -> tuple[Script, Script, Script, Script]:
+        scripts = self._scripts
+        if scripts is not None:
+            return scripts
+        if self._url is None:
+            raise ConfigurationError(f"{self!r} has no sync client: give it client= or a url")
+        with self._lock:
+            if self._scripts is None:
+                import redis
+                from redis.backoff import NoBackoff
+                from redis.retry import Retry
+
+                self._client = redis.Redis.from_url(
+                    self._url,
+                    socket_timeout=self.timeout_seconds,
+                    socket_connect_timeout=self.timeout_seconds,
+                    decode_responses=False,
+                    retry=Retry(NoBackoff(), 0),
+                    protocol=2,
+                )
+                self._own_client = True
+                self._scripts = _register(self._client)
+            return self._scripts
+
+    def _async(self) -> tuple[AsyncScript, AsyncScript, AsyncScript, AsyncScript]:
+        scripts = self._ascripts
+        if scripts is not None and (not self._own_aclient or self._aloop is asyncio.get_running_loop()):
+            return scripts
+        if self._url is None:
+            raise ConfigurationError(f"{self!r} has no async client: give it async_client= or a url")
+        import redis.asyncio
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        # Built for this loop; one built for another loop is dropped (its connections belong to that loop).
+        self._aclient = redis.asyncio.Redis.from_url(
+            self._url,
+            socket_timeout=self.timeout_seconds,
+            socket_connect_timeout=self.timeout_seconds,
+            decode_responses=False,
+            retry=Retry(NoBackoff(), 0),
+            protocol=2,
+        )
+        self._own_aclient = True
+        self._aloop = asyncio.get_running_loop()
+        self._ascripts = scripts = _aregister(self._aclient)
+        return scripts
+
+    def close(self) -> None:
+        """Close the sync client this store built (one given to it is its owner's to close)."""
+        client = self._client
+        if client is not None and self._own_client:
+            self._client = None
+            self._scripts = None
+            self._own_client = False
+            client.close()
+
+    async def aclose(self) -> None:
+        """Close the clients this store built, async and sync."""
+        self.close()
+        aclient = self._aclient
+        if aclient is not None and self._own_aclient:
+            self._aclient = None
+            self._ascripts = None
+            self._own_aclient = False
+            self._aloop = None
+            await aclient.aclose()
+
+    # -- faults ----------------------------------------------------------------------------------------
+
+    def _unavailable(self, operation: str, engagement_id: str, exc: BaseException) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"Redis store {self._where}: {operation} of engagement {engagement_id!r:.80} failed: "
+            f"{type(exc).__name__}: {exc}"
+        )
+
+    def _not_ours(self, operation: str, engagement_id: str, exc: BaseException) -> NoReturn:
+        raise StoreUnavailable(
+            f"Redis store {self._where}: {operation} of engagement {engagement_id!r:.80}: the store's answer "
+            f"is not a journal's (something else wrote its keys?): {exc}"
+        ) from exc
+
+    def _append_args(self, since: int, events: Sequence[str], total: int, exclusive: bool) -> list[_Arg]:
+        if type(since) is not int or since < 0:
+            raise ValueError(f"since must be a version (an integer >= 0), not {since!r}")
+        args: list[_Arg] = [self._max, self._ttl, since, int(total), b"1" if exclusive else b"0"]
+        args += [event.encode("utf-8", "surrogatepass") for event in events]
+        return args
+
+    def _meta_arg(self, meta: Mapping[str, Any]) -> bytes:
+        return encode_event(["meta", dict(meta)]).encode("ascii")
+
+    # -- the journal, sync -----------------------------------------------------------------------------
+
+    def open(self, engagement_id: str, meta: Mapping[str, Any]) -> Snapshot:
+        """The engagement's record, created with ``meta`` if absent; refreshes its time to live."""
+        args: list[_Arg] = [self._max, self._ttl, self._meta_arg(meta)]
+        script = self._sync()[0]
+        try:
+            reply = script(self._keys(engagement_id), args)
+        except self._faults as exc:
+            raise self._unavailable("open", engagement_id, exc) from exc
+        try:
+            return _snapshot(reply)
+        except Exception as exc:
+            self._not_ours("open", engagement_id, exc)
+
+    def load(self, engagement_id: str) -> Snapshot | None:
+        """The engagement's record, ``None`` if there is none (never opened, or expired)."""
+        script = self._sync()[1]
+        try:
+            reply = script(self._keys(engagement_id), [self._max])
+        except self._faults as exc:
+            raise self._unavailable("load", engagement_id, exc) from exc
+        if reply is None or reply is False:  # false: RESP3's answer to the script's false
+            return None
+        try:
+            return _snapshot(reply)
+        except Exception as exc:
+            self._not_ours("load", engagement_id, exc)
+
+    def append(
+        self, engagement_id: str, since: int, events: Sequence[str], total: int, *, exclusive: bool
+    ) -> Appended:
+        """Append ``events`` atomically (see :meth:`Journal.append` and the module's docstring: with
+        ``gap``, ``missed`` is empty). Raises :class:`KeyError` when the engagement does not exist."""
+        args = self._append_args(since, events, total, exclusive)
+        script = self._sync()[2]
+        try:
+            reply = script(self._keys(engagement_id), args)
+        except self._faults as exc:
+            raise self._unavailable("append", engagement_id, exc) from exc
+        try:
+            appended = _appended(reply)
+        except Exception as exc:
+            self._not_ours("append", engagement_id, exc)
+        if appended is None:
+            raise KeyError(engagement_id)
+        return appended
+
+    def claim(self, engagement_id: str, key: str, owner: str) -> str:
+        """Claim ``key`` for ``owner`` once and for all; the owner that holds it."""
+        args: list[_Arg] = [
+            b"",
+            self._ttl,
+            key.encode("utf-8", "surrogatepass"),
+            owner.encode("utf-8", "surrogatepass"),
+        ]
+        script = self._sync()[3]
+        try:
+            reply = script(self._keys(engagement_id), args)
+        except self._faults as exc:
+            raise self._unavailable("claim", engagement_id, exc) from exc
+        try:
+            return _holder(reply)
+        except Exception as exc:
+            self._not_ours("claim", engagement_id, exc)
+
+    # -- the journal, async ----------------------------------------------------------------------------
+
+    async def aopen(self, engagement_id: str, meta: Mapping[str, Any]) -> Snapshot:
+        """:meth:`open` with the async client."""
+        args: list[_Arg] = [self._max, self._ttl, self._meta_arg(meta)]
+        script = self._async()[0]
+        try:
+            reply = await script(self._keys(engagement_id), args)
+        except self._faults as exc:
+            raise self._unavailable("open", engagement_id, exc) from exc
+        try:
+            return _snapshot(reply)
+        except Exception as exc:
+            self._not_ours("open", engagement_id, exc)
+
+    async def aload(self, engagement_id: str) -> Snapshot | None:
+        """:meth:`load` with the async client."""
+        script = self._async()[1]
+        try:
+            reply = await script(self._keys(engagement_id), [self._max])
+        except self._faults as exc:
+            raise self._unavailable("load", engagement_id, exc) from exc
+        if reply is None or reply is False:  # false: RESP3's answer to the script's false
+            return None
+        try:
+            return _snapshot(reply)
+        except Exception as exc:
+            self._not_ours("load", engagement_id, exc)
+
+    async def aappend(
+        self, engagement_id: str, since: int, events: Sequence[str], total: int, *, exclusive: bool
+    ) -> Appended:
+        """:meth:`append` with the async client."""
+        args = self._append_args(since, events, total, exclusive)
+        script = self._async()[2]
+        try:
+            reply = await script(self._keys(engagement_id), args)
+        except self._faults as exc:
+            raise self._unavailable("append", engagement_id, exc) from exc
+        try:
+            appended = _appended(reply)
+        except Exception as exc:
+            self._not_ours("append", engagement_id, exc)
+        if appended is None:
+            raise KeyError(engagement_id)
+        return appended
+
+    async def aclaim(self, engagement_id: str, key: str, owner: str) -> str:
+        """:meth:`claim` with the async client."""
+        args: list[_Arg] = [
+            b"",
+            self._ttl,
+            key.encode("utf-8", "surrogatepass"),
+            owner.encode("utf-8", "surrogatepass"),
+        ]
+        script = self._async()[3]
+        try:
+            reply = await script(self._keys(engagement_id), args)
+        except self._faults as exc:
+            raise self._unavailable("claim", engagement_id, exc) from exc
+        try:
+            return _holder(reply)
+        except Exception as exc:
+            self._not_ours("claim", engagement_id, exc)
+
+
+def _register(client: redis.Redis) -> tuple[Script, Script, Script, Script]:
+    return (
+        client.register_script(_OPEN),
+        client.register_script(_LOAD),
+        client.register_script(_APPEND),
+        client.register_script(_CLAIM),
+    )
+
+
+def _aregister(client: redis.asyncio.Redis) -> tuple[AsyncScript, AsyncScript, AsyncScript, AsyncScript]:
+    return (
+        client.register_script(_OPEN),
+        client.register_script(_LOAD),
+        client.register_script(_APPEND),
+        client.register_script(_CLAIM),
+    )
+
+
+def _describe_url(url: str) -> str:
+    """The url without credentials or query: ``redis://host:port/db``, ``unix:///path``."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return f"unix://{parts.path}"
+    host = parts.hostname or "localhost"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}:{parts.port or 6379}{parts.path}"
+
+
+def _describe_client(client: object) -> str:
+    """Where a given client connects, from its pool's settings (never the password)."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if not isinstance(kwargs, dict):
+        return type(client).__name__
+    if kwargs.get("path"):
+        return f"unix://{kwargs['path']}"
+    host = str(kwargs.get("host", "localhost"))
+    if ":" in host:
+        host = f"[{host}]"
+    return f"redis://{host}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
