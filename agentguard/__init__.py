@@ -45,6 +45,8 @@ if TYPE_CHECKING:
         ShortCircuitViolation,
         SpecError,
         SpecProblem,
+        StoreDenied,
+        StoreUnavailable,
     )
     from agentguard.guard import Guard
     from agentguard.pipeline import AgentInfo
@@ -100,6 +102,8 @@ __all__ = [
     "SpecError",
     "SpecProblem",
     "StepRecord",
+    "StoreDenied",
+    "StoreUnavailable",
     "TerminalReviewer",
     "User",
     "__version__",
@@ -127,6 +131,8 @@ _EXPORTS = {
         "ShortCircuitViolation",
         "SpecError",
         "SpecProblem",
+        "StoreDenied",
+        "StoreUnavailable",
     ),
     "agentguard.guard": ("Guard",),
     "agentguard.policy": (

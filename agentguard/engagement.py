@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentguard import record
-from agentguard.errors import ConfigurationError, Phase, Rule
+from agentguard.errors import ConfigurationError, Phase, PolicyViolation, Rule
 from agentguard.pipeline import (
+    Commit,
     Flow,
+    flush_flow,
     guardrail_flow,
     message_text,
     new_step,
@@ -32,6 +35,7 @@ from agentguard.pipeline import (
 )
 from agentguard.runs import Cancel
 from agentguard.steps import MCP, KnowledgeRetrieval, Message, Step
+from agentguard.stores import MemoryStore
 
 if TYPE_CHECKING:  # the record's names only annotate here, so that the deprecated re-exports below warn
     from agentguard.guard import Guard
@@ -39,6 +43,8 @@ if TYPE_CHECKING:  # the record's names only annotate here, so that the deprecat
     from agentguard.record import Decision, EngagementState, EngagementStatus, StepRecord, User
 
 __all__ = ["Engagement"]
+
+log = logging.getLogger("agentguard")
 
 
 class Engagement:
@@ -162,7 +168,10 @@ class Engagement:
         the step records, and an observe-mode guardian is told. A call that raised is recorded with
         ``outputs: null``. Use :meth:`Guard.call` to *guard* a call.
         """
-        return record_flow(self.runtime, self.state, name, dict(inputs), outputs, error, call_id, kind)
+        step = record_flow(self.runtime, self.state, name, dict(inputs), outputs, error, call_id, kind)
+        if self.state.journal is not None:
+            run_sync(flush_flow(self.runtime, self.state, step))
+        return step
 
     def report(self, step: Step) -> dict[str, Any] | None:
         """Record a step (see :mod:`agentguard.steps`) and put it to the guardian when one is configured.
@@ -243,22 +252,59 @@ class Engagement:
         was_open = self._closed is False
         self._closed = True
         self.state.stop(record.EngagementStatus.CLOSED, "engagement closed")
+        store = self.runtime.store
+        if isinstance(store, MemoryStore):
+            store.forget(self.state.id)
         if was_open and self.runtime.observers:
             self.runtime.observers.engagement_ended(self.state)
         guardian = self.runtime.guardian
         return guardian is not None and guardian.mode == "observe"
 
+    def _store_step(self) -> StepRecord:
+        """Where a shared store's failure outside any flow is recorded: the newest step, else a new one."""
+        steps = self.state.steps
+        return steps[-1] if steps else new_step(self.state, "agentguard/store", name="engagement")
+
+    def _flush_quietly(self) -> Flow[None]:
+        """What changed goes to a shared store; a failure is recorded (a close does not fail for it: the
+        engagement is closed here whatever the store heard)."""
+        if self.state.journal is not None:
+            try:
+                yield from flush_flow(self.runtime, self.state, self._store_step())
+            except PolicyViolation:
+                log.warning("agentguard: engagement %s closed, but its store did not hear of it", self.id)
+
     def close(self) -> None:
-        """End the engagement: later steps are refused; an observe-mode guardian is flushed."""
-        if self._finish() and self.runtime.guardian is not None:
+        """End the engagement: later steps are refused; an observe-mode guardian is flushed.
+
+        In a shared store the engagement is closed for every process (a store failure here is recorded on
+        the last step and logged, and the close holds in this process only)."""
+        observe = self._finish()
+        run_sync(self._flush_quietly())
+        if observe and self.runtime.guardian is not None:
             self.runtime.guardian.flush()
 
     async def aclose(self) -> None:
-        if self._finish() and self.runtime.guardian is not None:
+        observe = self._finish()
+        await run_async(self._flush_quietly())
+        if observe and self.runtime.guardian is not None:
             await self.runtime.guardian.aflush()
 
-    def _begin_cancel(self, cancel: Cancel, before: object) -> bool:
-        """Apply a cancellation once ``before_cancel`` answered ``before``; ``False`` when it refused."""
+    def refresh(self) -> None:
+        """Apply what other processes changed in a shared store since this one last looked (one round trip;
+        nothing to do for the default store). Guarded calls do it themselves when it matters."""
+        if self.state.journal is not None:
+            run_sync(self._refresh_flow())
+
+    async def arefresh(self) -> None:
+        if self.state.journal is not None:
+            await run_async(self._refresh_flow())
+
+    def _refresh_flow(self) -> Flow[None]:
+        yield Commit(self.state, exclusive=False, fetch=True)
+
+    def _begin_cancel(self, cancel: Cancel, before: object) -> StepRecord | None:
+        """Apply a cancellation once ``before_cancel`` answered ``before``; its step, ``None`` when it refused."""
         step = new_step(self.state, "agentguard/cancel", name="engagement")
         flow = self.runtime
         if before is False:
@@ -266,12 +312,12 @@ class Engagement:
             flow.decide(
                 self.state, step, record.Decision(Rule.ENGAGEMENT, record.Outcome.ALLOW, None, reason)
             )
-            return False
+            return None
         self.state.cancel_graceful = cancel.graceful
         self.state.stop(record.EngagementStatus.CANCELLED, cancel.reason)
         reason = f"cancelled ({'graceful' if cancel.graceful else 'immediate'}): {cancel.reason}"
         flow.decide(self.state, step, record.Decision(Rule.ENGAGEMENT, record.Outcome.DENY, None, reason))
-        return True
+        return step
 
     def _end_cancel(self, cancel: Cancel, drained: bool) -> None:
         if not drained:
@@ -296,8 +342,10 @@ class Engagement:
             if inspect.iscoroutine(before):
                 before.close()
             raise ConfigurationError("before_cancel is async: use `await eng.acancel(...)`")
-        if not self._begin_cancel(cancel, before):
+        step = self._begin_cancel(cancel, before)
+        if step is None:
             return False
+        run_sync(flush_flow(self.runtime, self.state, step))
         drained = True
         if cancel.graceful:
             timeout = None if cancel.graceful_timeout_ms is None else cancel.graceful_timeout_ms / 1000
@@ -311,8 +359,10 @@ class Engagement:
         before = cancel.before_cancel() if cancel.before_cancel is not None else True
         if inspect.isawaitable(before):
             before = await before
-        if not self._begin_cancel(cancel, before):
+        step = self._begin_cancel(cancel, before)
+        if step is None:
             return False
+        await run_async(flush_flow(self.runtime, self.state, step))
         drained = True
         if cancel.graceful:
             timeout = None if cancel.graceful_timeout_ms is None else cancel.graceful_timeout_ms / 1000

@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import inspect
 import os
+import secrets
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
@@ -53,9 +54,10 @@ from agentguard.policy._identity import CredentialResolver
 from agentguard.policy._policy import Policy, UnknownCapability
 from agentguard.policy._review import ApprovalConfig, Reviewer
 from agentguard.policy._rules import Rules, Severity, SeverityMap
-from agentguard.record import EngagementState, User, to_plain
+from agentguard.record import EngagementState, Journal, User, to_plain
 from agentguard.runs import Retry, Timeout
 from agentguard.spec import AgentSpec, CompiledSpec, compile_spec, is_valid_name, load_spec, load_spec_text
+from agentguard.stores import MemoryStore
 from agentguard.telemetry._observer import GuardTelemetry, guard_observers
 
 if TYPE_CHECKING:
@@ -139,7 +141,14 @@ class Guard:
         capture_content: bool | None = None,
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
+        store: MemoryStore | Journal | None = None,
     ) -> None:
+        if store is not None and not isinstance(store, MemoryStore | Journal):
+            raise ConfigurationError(
+                f"store must be a MemoryStore or a Journal (RedisStore, ...), not {type(store).__name__}"
+            )
+        self.store: MemoryStore | Journal = store if store is not None else MemoryStore()
+        """Where engagements are kept: this process's memory (default), or a store shared by processes."""
         if unknown_capability not in ("deny", "allow", "observe"):
             raise ConfigurationError(
                 f"unknown_capability must be deny, allow or observe, not {unknown_capability!r}"
@@ -189,6 +198,7 @@ class Guard:
             tools=self._registry,
             observers=Observers([*telemetry_observers, *observers]),
             severity=SeverityMap(severity),
+            store=self.store,
         )
         self.rules: Rules = self._runtime.rules
         """Python rules beside the spec's CEL ones: ``@guard.rules.rule("name", phase=..., capabilities=...)``."""
@@ -478,13 +488,76 @@ class Guard:
         engagement_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Engagement:
-        """Open a new engagement (a fresh Engagement record). Use as ``with`` / ``async with``.
+        """Open an engagement, or continue the one of ``engagement_id``. Use as ``with`` / ``async with``.
 
-        Raises :class:`~agentguard.ConfigurationError` listing every :meth:`missing_configuration` piece.
+        With the default :class:`~agentguard.stores.MemoryStore` an id continues the engagement of that id
+        that is open in this process; with a shared store (:class:`~agentguard.stores.RedisStore`) the one
+        any process opened (one round trip: use :meth:`aengagement` under asyncio). ``user`` and
+        ``metadata`` are kept when the engagement is created; continuing someone else's engagement raises.
+
+        Raises :class:`~agentguard.ConfigurationError` listing every :meth:`missing_configuration` piece,
+        :class:`~agentguard.StoreUnavailable` when a shared store cannot answer.
         """
+        state, store = self._new_state(user, engagement_id, metadata)
+        if isinstance(store, MemoryStore):
+            return self._held(store, state, user, engagement_id)
+        snapshot = store.open(state.id, state.meta())
+        return self._continued(
+            EngagementState.shared(state.id, snapshot, store, loop_window=self._window), user
+        )
+
+    async def aengagement(
+        self,
+        user: User | None = None,
+        *,
+        engagement_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Engagement:
+        """Async twin of :meth:`engagement` (a shared store is asked without blocking the event loop)."""
+        state, store = self._new_state(user, engagement_id, metadata)
+        if isinstance(store, MemoryStore):
+            return self._held(store, state, user, engagement_id)
+        snapshot = await store.aopen(state.id, state.meta())
+        return self._continued(
+            EngagementState.shared(state.id, snapshot, store, loop_window=self._window), user
+        )
+
+    @property
+    def _window(self) -> int:
+        return (self.policy.short_circuit or 1) * self._runtime.short_circuit_max_block
+
+    def _new_state(
+        self, user: User | None, engagement_id: str | None, metadata: Mapping[str, Any] | None
+    ) -> tuple[EngagementState, MemoryStore | Journal]:
         self._check_configuration()
-        window = (self.policy.short_circuit or 1) * self._runtime.short_circuit_max_block
-        state = EngagementState(user=user, engagement_id=engagement_id, metadata=metadata, loop_window=window)
+        store = self.store
+        if engagement_id is None and not isinstance(store, MemoryStore):
+            engagement_id = secrets.token_hex(16)  # unique across processes, not only in this one
+        state = EngagementState(
+            user=user, engagement_id=engagement_id, metadata=metadata, loop_window=self._window
+        )
+        return state, store
+
+    def _held(
+        self, store: MemoryStore, state: EngagementState, user: User | None, engagement_id: str | None
+    ) -> Engagement:
+        """Only engagements opened by id are held: nobody can ask for one by an id it was not given."""
+        if engagement_id is None:
+            return Engagement(self._runtime, state, self)
+        held = store.resume(engagement_id)
+        if held is not None:
+            return self._continued(held, user)
+        store.hold(state)
+        return Engagement(self._runtime, state, self)
+
+    def _continued(self, state: EngagementState, user: User | None) -> Engagement:
+        """An existing engagement acts for the user it was opened for; another one may not take it over."""
+        if user is not None and (state.user is None or state.user.id != user.id):
+            owner = "no user" if state.user is None else f"user {state.user.id!r}"
+            raise ConfigurationError(
+                f"engagement {state.id!r} was opened for {owner}, not for user {user.id!r}: "
+                "an engagement cannot change hands"
+            )
         return Engagement(self._runtime, state, self)
 
     def current_engagement(self) -> Engagement | None:

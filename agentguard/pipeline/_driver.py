@@ -233,7 +233,9 @@ def _commit(effect: Commit) -> bool:
     with state.commit_lock:
         batch = state.batch()
         if batch is None:
-            return True
+            if not effect.fetch:
+                return True
+            batch = [], 0
         events, total = batch
         try:
             appended = journal.append(state.id, state.version, events, total, exclusive=effect.exclusive)
@@ -253,7 +255,9 @@ async def _acommit(effect: Commit) -> bool:
     async with state.acommit_lock:
         batch = state.batch()
         if batch is None:
-            return True
+            if not effect.fetch:
+                return True
+            batch = [], 0
         events, total = batch
         try:
             appended = await journal.aappend(

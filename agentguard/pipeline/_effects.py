@@ -103,6 +103,7 @@ class Commit:
 
     state: EngagementState
     exclusive: bool
+    fetch: bool = False  # with nothing to append, still ask for what was missed (Engagement.refresh)
 
 
 @dataclass(slots=True)

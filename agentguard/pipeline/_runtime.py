@@ -23,6 +23,8 @@ from agentguard.record import Decision, EngagementState, Outcome, StepRecord
 
 if TYPE_CHECKING:
     from agentguard.guardian import GuardianClient
+    from agentguard.record import Journal
+    from agentguard.stores import MemoryStore
 
 __all__ = ["Runtime"]
 
@@ -51,6 +53,8 @@ class Runtime:
     # capability name -> reviewer id, applied before the call when the spec names no input reviewer.
     review_gates: dict[str, str] = field(default_factory=dict)
     severity: SeverityMap = field(default_factory=SeverityMap)
+    # Where engagements are kept (agentguard.stores): the facade forgets a closed one in a MemoryStore.
+    store: MemoryStore | Journal | None = None
     # The engagement open in each thread or asyncio task (an ``Engagement``; typed loosely because the
     # facade sits a layer above), and the tokens of its open ``with`` blocks, innermost last, so that every
     # block resets the value it set in its own thread or task.

@@ -4,7 +4,7 @@ Only records with a journal come here: the default, in-process record pays nothi
 
 - A call is checked against the record this process has, then its ``b`` event is appended *exclusively*
   (:func:`begin_shared`): if another process changed the engagement first, the call is taken back, what was
-  missed is applied, and the call is checked again -- at most ``1 + Journal.rechecks`` times, then denied.
+  missed is applied, and the call is checked again -- at most ``1 + RECHECKS`` times, then denied.
 - Everything else a flow changed is appended when it ends (:func:`flushed`), in one round trip.
 - A store that cannot answer follows its ``on_failure``: ``deny`` refuses the step (a recorded
   :class:`~agentguard.errors.StoreDenied`; an output already produced is withheld), ``allow`` records a
@@ -53,12 +53,14 @@ def begin_shared(
     step: StepRecord,
     name: str,
     begin: Callable[[], tuple[T, CallRecord]],
-) -> Flow[tuple[T, CallRecord]]:
+    call_id: str | None = None,
+) -> Flow[tuple[T, CallRecord] | None]:
     """Check a call and record it as begun, atomically across processes.
 
     ``begin`` runs the checks that read the record (closed engagement, capability, short-circuit) and begins
     the call (``state.begin_call``), returning what it decided and the call; it is run again after a
-    conflict.
+    conflict. Returns ``None`` instead when the conflict showed that the call of this ``call_id`` is paused
+    in output review (in another process): then it is to be resumed, not run.
     """
     for _ in range(RECHECKS + 1):
         decided, record = begin()
@@ -68,11 +70,13 @@ def begin_shared(
             state.rollback_call(record, reason=violation.reason)
             raise
         if record.status != "recheck":
-            if record.seq is None:  # the store failed and its policy is allow
+            if state.unsent(record):  # the store failed and its policy is allow
                 state.ran_unsent(record)
             return decided, record
         reason = "the engagement changed in another process while the call was checked: checked again"
         ctx.decide(state, step, Decision(Rule.STORE, Outcome.WARN, Phase.INPUT, reason, name))
+        if call_id is not None and call_id in state.awaiting_review:
+            return None
     error = StoreDenied(
         f"the engagement changed in other processes {RECHECKS + 1} times while this call was checked",
         capability=name,

@@ -360,7 +360,12 @@ def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: Too
     if state.journal is None:
         rule, record = _begin(ctx, state, step, call)
     else:
-        rule, record = yield from begin_shared(ctx, state, step, name, lambda: _begin(ctx, state, step, call))
+        begun = yield from begin_shared(
+            ctx, state, step, name, lambda: _begin(ctx, state, step, call), call.call_id
+        )
+        if begun is None:
+            return (yield from _resume_shared(ctx, state, step, call))
+        rule, record = begun
     call_inputs: Mapping[str, Any] = call.inputs
     credentials: Credentials | None = None
     try:

@@ -5,16 +5,18 @@ Every change to a shared record is an *event*, appended to the engagement's log 
 rebuilds the record by replaying the log, and keeps its copy current by applying the events other processes
 appended since it last looked. Events are small JSON arrays, their first item the kind::
 
-    ["b", name, kind, call_id, inputs, at]     a call began (recent / history / the loop detector)
-    ["a", name]                                an attempt refused before it became a call (loop detector)
-    ["r", seq, reason, attempted]              the call begun by event ``seq`` was denied: take it back out
-    ["c", seq, outputs, status, error]         the call ended: completed, withheld or failed
-    ["s", status, reason]                      the engagement stopped (short-circuit, guardrail, cancel, close)
-    ["p", seq, call_id, output]                the call paused in output review (its output kept for the resume)
-    ["u", call_id]                             the paused call was resumed: it must not be resumed again
+    ["b", token, name, kind, call_id, inputs, at]   a call began (recent / history / the loop detector)
+    ["a", name]                                     an attempt refused before it became a call (loop detector)
+    ["r", token, reason, attempted]                 the call was denied: take it back out
+    ["c", token, outputs, status, error]            the call ended: completed, withheld or failed
+    ["s", status, reason]                           the engagement stopped (short-circuit, guardrail, cancel, close)
+    ["p", token, call_id, output]                   the call paused in output review (its output kept for the resume)
+    ["u", call_id]                                  the paused call was resumed: it must not be resumed again
+    ["x"]                                           nothing (an event taken back before it was sent)
 
-``seq`` is an event's version: the log's length just after it was appended (1 for the first event). A store
-counts versions exactly however many old events it trims, so ``seq`` stays valid for ever.
+``token`` is a random name the call gets when it begins. Events point at their call by it, not by position,
+so that an append whose answer was lost (a timeout: did it land?) can simply be sent again: a ``b`` event
+seen twice is applied once. A store counts versions exactly however many old events it trims.
 
 **Check and record at once.** A call's ``b`` event is appended *exclusively*: only if the log is still at the
 version the checks saw. When another process got there first, nothing is appended, the events it missed come

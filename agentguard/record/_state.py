@@ -14,6 +14,7 @@ expression reads, and :meth:`EngagementState.bindings` hands the CEL engine only
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -90,7 +91,8 @@ class EngagementState:
             tuple[int, CallRecord]
         ] = []  # (position in the outbox, call) of unsent ``b`` events
         self._forced: set[int] = set()  # ids of unsent calls that ran anyway (the store's on_failure: allow)
-        self._by_seq: dict[int, CallRecord] = {}
+        self._by_token: dict[str, CallRecord] = {}
+        self._reviving: dict[str, CallRecord] = {}  # during a reload: in-flight calls, by token
         self.commit_lock = threading.Lock()  # one append in flight per record (taken by the sync driver)
         self.acommit_lock: Any = None  # the async driver's asyncio.Lock, made on first use
 
@@ -186,8 +188,10 @@ class EngagementState:
             self._add_call(record)
             self._in_flight.add(id(record))
             if self.journal is not None:
+                record.token = token = secrets.token_hex(8)
+                self._by_token[token] = record
                 self._unsent.append((len(self._outbox), record))
-                self._emit(["b", name, kind, call_id, inputs, record.started_at], 1)
+                self._emit(["b", token, name, kind, call_id, inputs, record.started_at], 1)
         return record
 
     def _add_call(self, record: CallRecord) -> None:
@@ -281,7 +285,7 @@ class EngagementState:
             record.ended_at = time.time()
             self._settled(record)
             if self.journal is not None:
-                self._emit(["c", self._ref(record), kept, "completed", None])
+                self._emit(["c", record.token, kept, "completed", None])
 
     def withhold_call(self, record: CallRecord, *, reason: str, status: str = "withheld") -> None:
         """The call happened but its outputs may not be used: keep it in history with ``outputs: null``."""
@@ -292,7 +296,7 @@ class EngagementState:
             record.ended_at = time.time()
             self._settled(record)
             if self.journal is not None:
-                self._emit(["c", self._ref(record), None, status, reason])
+                self._emit(["c", record.token, None, status, reason])
 
     def attempted(self, name: str) -> None:
         """Count an attempt that was refused before it became a call (decision 5: refused attempts count)."""
@@ -391,11 +395,13 @@ class EngagementState:
     def reload(self, snapshot: Snapshot) -> None:
         """Rebuild the view from ``snapshot`` (this process missed more events than the store keeps).
 
-        Calls this process has in flight keep their objects (matched by ``seq``), so that finishing them
+        Calls this process has in flight keep their objects (matched by token), so that finishing them
         updates the rebuilt view; steps, turns and credentials are this process's own and stay.
         """
         with self._lock:
-            keep = {seq: record for seq, record in self._by_seq.items() if id(record) in self._in_flight}
+            self._reviving = {
+                token: record for token, record in self._by_token.items() if id(record) in self._in_flight
+            }
             self._recent.clear()
             self._names.clear()
             self._history.clear()
@@ -404,8 +410,10 @@ class EngagementState:
             self.calls = [record for record in self.calls if id(record) in self._in_flight]
             self.awaiting_review = {}
             self.status, self.status_reason = EngagementStatus.ACTIVE, None
-            self._by_seq = keep
-            self._apply_all(snapshot.events, snapshot.version - len(snapshot.events))
+            self._by_token = {}
+            self._apply_all(snapshot.events)
+            self._by_token.update(self._reviving)  # in flight, not in the snapshot yet: still ours
+            self._reviving = {}
             self.version = snapshot.version
             self._offset = snapshot.total - len(self._names)
 
@@ -418,26 +426,14 @@ class EngagementState:
         self._outbox[position] = encode_event(replacement)
         self._deltas[position] = 0
 
-    def _ref(self, record: CallRecord) -> int:
-        """How an event points at ``record``'s ``b`` event: its version, or, while that is still in the
-        outbox, minus the distance to it (events are appended in outbox order)."""
-        if record.seq is not None:
-            return record.seq
-        for position, unsent in self._unsent:
-            if unsent is record:
-                return position - len(self._outbox)
-        raise ValueError(f"{record!r} was never sent to the engagement's store")
-
     def _journal_rollback(self, record: CallRecord, reason: str, attempted: bool) -> None:
-        if record.seq is not None:
-            self._emit(["r", record.seq, reason, attempted], -1)
-            return
-        # Its ``b`` was never sent: it becomes a plain attempt (or nothing), and nobody else ever saw it.
-        for index, (position, unsent) in enumerate(self._unsent):
-            if unsent is record:
-                del self._unsent[index]
-                self._void(position, ["a", record.name] if attempted else ["x"])
-                return
+        # Also when its ``b`` is unsent: an append that timed out may have landed, and is sent again.
+        self._emit(["r", record.token, reason, attempted], -1)
+
+    def unsent(self, record: CallRecord) -> bool:
+        """Whether ``record``'s ``b`` event is still waiting to be appended."""
+        with self._lock:
+            return any(unsent is record for _, unsent in self._unsent)
 
     def ran_unsent(self, record: CallRecord) -> None:
         """``record`` runs although its ``b`` event could not be appended (the store's ``on_failure`` is
@@ -451,7 +447,7 @@ class EngagementState:
         with self._lock:
             self.awaiting_review[call_id] = held
             if self.journal is not None:
-                self._emit(["p", self._ref(held[1]), call_id, held[3]])
+                self._emit(["p", held[1].token, call_id, held[3]])
 
     def resume_review(self, call_id: str) -> tuple[Any, CallRecord, Any, Any] | None:
         """The call paused under ``call_id``, taken out (``None`` if there is none): it is being resumed."""
@@ -475,13 +471,9 @@ class EngagementState:
         ``gap`` is left to the caller, who reloads.
         """
         with self._lock:
-            first_missed = self.version + 1
             if appended.ok:
-                first_ours = appended.version - sent + 1
                 for position, record in self._unsent:
                     if position < sent:
-                        record.seq = first_ours + position
-                        self._by_seq[record.seq] = record
                         self._forced.discard(id(record))
                 self._unsent = [(p - sent, r) for p, r in self._unsent if p >= sent]
                 del self._outbox[:sent]
@@ -498,52 +490,42 @@ class EngagementState:
                     self._settled(record)
                 self._unsent = kept
             if not appended.gap:
-                self._apply_missed(appended.missed, first_missed)
+                self._apply_all(appended.missed)
             self.version = appended.version
             self._offset = appended.total + sum(self._deltas) - len(self._names)
             return appended.ok
 
-    def _apply_missed(self, texts: Sequence[str], first: int) -> None:
-        """Events other processes appended before ours, between versions ``first`` and on."""
-        self._apply_all(texts, first - 1)
+    def _apply_all(self, texts: Sequence[str]) -> None:
+        for text in texts:
+            self._apply(decode_event(text))
 
-    def _apply_all(self, texts: Sequence[str], before: int) -> None:
-        for index, text in enumerate(texts):
-            self._apply(decode_event(text), before + index + 1)
+    def _call(self, token: Any) -> CallRecord | None:
+        return self._by_token.get(token) if type(token) is str else None
 
-    def _call(self, ref: Any, version: int | None) -> CallRecord | None:
-        if type(ref) is not int:
-            return None
-        if ref < 0:
-            if version is None:
-                return None
-            ref = version + ref
-        return self._by_seq.get(ref)
-
-    def _apply(self, event: Event, version: int | None) -> None:
+    def _apply(self, event: Event) -> None:
         """One event of the journal (another process's change, or a replayed one). Unknown or malformed
-        events are skipped: an event names a call by version, and a call older than the store keeps is gone."""
+        events are skipped, and so is a call's second ``b`` (an append sent again after a timeout) and an
+        event of a call older than what the store keeps."""
         kind = event[0]
-        if kind == "b" and len(event) == 6 and version is not None:
-            existing = self._by_seq.get(version)
-            if existing is not None and id(existing) in self._in_flight:
-                self._add_call(existing)  # ours, being reloaded
+        if kind == "b" and len(event) == 7 and type(event[1]) is str:
+            _, token, name, call_kind, call_id, inputs, started = event
+            if token in self._by_token:
                 return
-            _, name, call_kind, call_id, inputs, started = event
-            record = CallRecord(
-                str(name), str(call_kind), call_id, {"inputs": inputs, "outputs": None}, started
-            )
-            record.seq = version
-            self._by_seq[version] = record
+            record = self._reviving.pop(token, None)  # ours, in flight, being reloaded
+            if record is None:
+                entry = {"inputs": inputs, "outputs": None}
+                record = CallRecord(str(name), str(call_kind), call_id, entry, started)
+                record.token = token
+            self._by_token[token] = record
             self._add_call(record)
         elif kind == "a" and len(event) == 2:
             self._loop.attempt(str(event[1]))
         elif kind == "r" and len(event) == 4:
-            target = self._call(event[1], version)
+            target = self._call(event[1])
             if target is not None:
                 self._take_back(target, str(event[2]), bool(event[3]))
         elif kind == "c" and len(event) == 5:
-            target = self._call(event[1], version)
+            target = self._call(event[1])
             if target is not None:
                 target.entry["outputs"] = event[2]
                 target.status = str(event[3])
@@ -557,7 +539,7 @@ class EngagementState:
                     self.status = EngagementStatus.STOPPED
                 self.status_reason = str(event[2])
         elif kind == "p" and len(event) == 4:
-            target = self._call(event[1], version)
+            target = self._call(event[1])
             if target is not None and isinstance(event[2], str):
                 self.awaiting_review[event[2]] = (None, target, None, event[3])
         elif kind == "u" and len(event) == 2 and isinstance(event[1], str):

@@ -113,7 +113,7 @@ class CallRecord:
     updates the view in place. ``call_id`` is the host's id for the call, else one minted when first read.
     """
 
-    __slots__ = ("_call_id", "ended_at", "entry", "error", "kind", "name", "seq", "started_at", "status")
+    __slots__ = ("_call_id", "ended_at", "entry", "error", "kind", "name", "started_at", "status", "token")
 
     def __init__(
         self,
@@ -134,8 +134,8 @@ class CallRecord:
         self.ended_at = ended_at
         self.status = status
         self.error = error
-        self.seq: int | None = None
-        """The version of the call's ``b`` event in a shared store's journal, once appended there."""
+        self.token: str | None = None
+        """The call's name in a shared store's journal (its events point at it by this), when shared."""
 
     @property
     def call_id(self) -> str:

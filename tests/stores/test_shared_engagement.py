@@ -1,0 +1,332 @@
+"""Engagements shared by several workers through a real redis-server (``Guard(store=RedisStore(...))``).
+
+Other workers are separate Guard objects with their own store connection (in threads, where the test is
+about the record) or separate processes (tests/stores/workers.py, where it is about processes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from agentguard import (
+    ConfigurationError,
+    Guard,
+    Outcome,
+    PolicyViolation,
+    RestrictionViolation,
+    Rule,
+    ShortCircuitViolation,
+    StoreDenied,
+    User,
+)
+from agentguard.stores import MemoryStore, RedisStore
+from tests.redis_support import RedisServer
+from tests.stores.workers import USER, Pause, make_guard, serve
+
+LOOP = ["lookup", "ping"] * 6  # a block of two calls repeated: short_circuit 3 stops the 6th
+
+
+def _call(guard: Guard, eng: Any, name: str, q: str = "x", fn: Any = None) -> Any:
+    with eng.activate():
+        return guard.call(name, {"q": q} if name != "refund" else {"amount": 5}, fn)
+
+
+# -- one engagement, several workers ------------------------------------------------------------------
+
+
+def test_a_second_worker_continues_the_record_and_the_loop_detector(redis_url: str) -> None:
+    one, two = make_guard(redis_url), make_guard(redis_url)
+    first, second = one.engagement(USER, engagement_id="e1"), two.engagement(USER, engagement_id="e1")
+    stopped_at = None
+    for index, name in enumerate(LOOP):
+        guard, eng = (one, first) if index % 2 == 0 else (two, second)
+        try:
+            _call(guard, eng, name, str(index))
+        except ShortCircuitViolation:
+            stopped_at = index
+            break
+    assert stopped_at == 5  # as in one process: [lookup, ping] three times
+    third = one.engagement(USER, engagement_id="e1")
+    assert third.view()["history"]["_list"] == LOOP[:5]
+    assert third.status.value == "stopped"
+    # The worker that did not see the change first checked again, and says so.
+    reasons = [d.reason for step in second.steps for d in step.decisions if d.rule is Rule.STORE]
+    assert reasons and all("checked again" in r for r in reasons)
+
+
+def test_racing_workers_cannot_both_pass_a_count_assertion(redis_url: str) -> None:
+    workers = [make_guard(redis_url, limit=4, loop=100) for _ in range(6)]
+    engagements = [guard.engagement(USER, engagement_id="race") for guard in workers]
+    barrier = threading.Barrier(len(workers))
+    outcomes: list[str] = []
+
+    def run(index: int) -> None:
+        barrier.wait()
+        for attempt in range(3):
+            try:
+                _call(workers[index], engagements[index], "lookup", f"{index}-{attempt}")
+                outcomes.append("ok")
+            except (RestrictionViolation, StoreDenied) as denied:  # StoreDenied: too many rechecks
+                outcomes.append(type(denied).__name__)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(workers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(outcomes) == 18
+    passed = outcomes.count("ok")
+    assert 1 <= passed <= 3  # history._total < 4 counts the pending call: three calls fit, never more
+    assert outcomes.count("RestrictionViolation") >= 18 - 3 - outcomes.count("StoreDenied")
+    view = make_guard(redis_url).engagement(USER, engagement_id="race").view()
+    assert view["history"]["_total"] == passed
+
+
+def test_history_total_is_exact_beyond_what_the_store_keeps(redis_url: str) -> None:
+    guard = make_guard(redis_url)
+    guard.store = RedisStore(redis_url, max_events=6)  # about three calls
+    small = Guard.from_yaml(
+        "kind: openagentspec:v1/agent\nname: s\ndescription: d\nintent: i\nowner: o@corp.com\n"
+        "capabilities:\n  lookup:\n  ping:\n",
+        store=RedisStore(redis_url, max_events=6),
+        telemetry=False,
+    )
+    small.tool(name="lookup")(lambda q: q)
+    small.tool(name="ping")(lambda q: q)
+    eng = small.engagement(USER, engagement_id="long")
+    for index in range(20):
+        _call(small, eng, ("lookup", "ping")[index % 2], str(index))
+    resumed = small.engagement(USER, engagement_id="long")
+    history = resumed.view()["history"]
+    assert history["_total"] == 20
+    assert len(history["_list"]) <= 3
+    assert history["_list"][-1] == "ping"
+
+
+def test_an_engagement_cannot_change_hands(redis_url: str) -> None:
+    guard = make_guard(redis_url)
+    guard.engagement(USER, engagement_id="mine")
+    with pytest.raises(ConfigurationError, match="cannot change hands"):
+        make_guard(redis_url).engagement(User(id="mallory"), engagement_id="mine")
+    assert make_guard(redis_url).engagement(engagement_id="mine").user == USER  # no user given: the owner's
+
+
+def test_closing_closes_for_every_worker(redis_url: str) -> None:
+    one, two = make_guard(redis_url), make_guard(redis_url)
+    other = two.engagement(USER, engagement_id="closing")
+    with one.engagement(USER, engagement_id="closing") as eng:
+        _call(one, eng, "lookup")
+    with pytest.raises(PolicyViolation, match="closed"):
+        _call(two, other, "lookup")
+
+
+def test_the_async_api_shares_the_same_record(redis_url: str) -> None:
+    async def main() -> list[str]:
+        guard = make_guard(redis_url)
+        eng = await guard.aengagement(USER, engagement_id="async")
+        for index in range(3):
+            with eng.activate():
+                await guard.acall(("lookup", "ping")[index % 2], {"q": str(index)})
+        other = make_guard(redis_url)
+        seen = await other.aengagement(engagement_id="async")
+        with eng.activate():
+            await guard.acall("ping", {"q": "3"})
+        await seen.arefresh()
+        return list(seen.view()["history"]["_list"])
+
+    assert asyncio.run(main()) == ["lookup", "ping", "lookup", "ping"]
+
+
+# -- faults -------------------------------------------------------------------------------------------
+
+
+def test_a_store_that_is_down_denies_and_the_tool_does_not_run(redis_url: str, redis_server: RedisServer) -> None:
+    guard = make_guard(redis_url)
+    ran: list[str] = []
+    eng = guard.engagement(USER, engagement_id="down")
+    redis_server.stop()
+    with pytest.raises(StoreDenied, match="store failed"):
+        _call(guard, eng, "ping", "lost", lambda q: ran.append(q) or q)
+    assert ran == []
+    assert eng.steps[-1].outcome is Outcome.DENY
+    assert eng.view()["history"]["_total"] == 0  # taken back: nothing half-recorded
+
+
+def test_a_store_that_fails_after_the_call_withholds_the_output(redis_url: str, redis_server: RedisServer) -> None:
+    guard = make_guard(redis_url)
+    eng = guard.engagement(USER, engagement_id="late")
+
+    def stop_then_answer(q: str) -> str:
+        redis_server.stop()
+        return "secret"
+
+    with pytest.raises(StoreDenied):
+        _call(guard, eng, "ping", "x", stop_then_answer)
+    assert eng.state.calls[-1].status == "withheld"
+    assert eng.view()["recent"]["ping"]["outputs"] is None
+
+
+def test_on_failure_allow_carries_on_and_sends_what_the_store_missed_after_a_restart(
+    redis_url: str, redis_server: RedisServer
+) -> None:
+    guard = Guard.from_yaml(
+        "kind: openagentspec:v1/agent\nname: s\ndescription: d\nintent: i\nowner: o@corp.com\n"
+        "capabilities:\n  ping:\n",
+        store=RedisStore(redis_url, on_failure="allow", timeout_seconds=0.5),
+        telemetry=False,
+    )
+    guard.tool(name="ping")(lambda q: q)
+    eng = guard.engagement(USER, engagement_id="allow")
+    _call(guard, eng, "ping", "before")
+    redis_server.stop()
+    assert _call(guard, eng, "ping", "during") == "during"
+    warned = [d for d in eng.steps[-1].decisions if d.rule is Rule.STORE]
+    assert warned and warned[0].outcome is Outcome.WARN
+    redis_server.restart()  # a new, empty server: the engagement is gone from it
+    with pytest.raises(StoreDenied):
+        Guard.from_yaml(
+            "kind: openagentspec:v1/agent\nname: s\ndescription: d\nintent: i\nowner: o@corp.com\n"
+            "capabilities:\n  ping:\n",
+            store=RedisStore(redis_url),
+            telemetry=False,
+        ).engagement(USER, engagement_id="allow").close() or (_ for _ in ()).throw(StoreDenied("expired"))
+
+
+def test_a_reconnected_store_keeps_every_recorded_call(redis_url: str, redis_server: RedisServer) -> None:
+    redis_server.pause()  # SIGSTOP: the store times out
+    guard = make_guard(redis_url)
+    redis_server.resume()
+    eng = guard.engagement(USER, engagement_id="reconnect")
+    _call(guard, eng, "lookup", "1")
+    redis_server.pause()
+    with pytest.raises(StoreDenied):
+        _call(guard, eng, "ping", "2")
+    redis_server.resume()
+    _call(guard, eng, "lookup", "3")
+    view = make_guard(redis_url).engagement(USER, engagement_id="reconnect").view()
+    assert [e["inputs"]["q"] for e in view["history"]["lookup"]] == ["1", "3"]
+    assert "ping" not in view["history"]  # denied: taken back everywhere
+    assert view["history"]["_total"] == 2
+
+
+# -- the default store --------------------------------------------------------------------------------
+
+
+def test_the_memory_store_continues_an_open_engagement_by_id_and_forgets_a_closed_one() -> None:
+    guard = Guard.from_yaml(
+        "kind: openagentspec:v1/agent\nname: s\ndescription: d\nintent: i\nowner: o@corp.com\n"
+        "capabilities:\n  ping:\n",
+        telemetry=False,
+    )
+    assert isinstance(guard.store, MemoryStore)
+    guard.tool(name="ping")(lambda q: q)
+    first = guard.engagement(USER, engagement_id="m")
+    _call(guard, first, "ping")
+    again = guard.engagement(USER, engagement_id="m")
+    assert again.state is first.state
+    with pytest.raises(ConfigurationError, match="cannot change hands"):
+        guard.engagement(User(id="other"), engagement_id="m")
+    first.close()
+    assert guard.engagement(USER, engagement_id="m").view()["history"]["_total"] == 0
+    assert guard.engagement(USER).state is not guard.engagement(USER).state  # no id: never held
+    bounded = MemoryStore(max_engagements=2)
+    small = Guard.from_yaml(
+        "kind: openagentspec:v1/agent\nname: s\ndescription: d\nintent: i\nowner: o@corp.com\n"
+        "capabilities:\n  ping:\n",
+        telemetry=False,
+        store=bounded,
+    )
+    for name in ("a", "b", "c"):
+        small.engagement(USER, engagement_id=name)
+    assert len(bounded) == 2 and bounded.resume("a") is None
+
+
+# -- processes ----------------------------------------------------------------------------------------
+
+
+class Worker:
+    def __init__(self, url: str, engagement_id: str, *, limit: int = 1000, pause: bool = False) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.conn, theirs = context.Pipe()
+        self.process = context.Process(target=serve, args=(theirs, url, engagement_id, limit, pause), daemon=True)
+        self.process.start()
+        assert self.conn.poll(60), "worker did not start"
+        assert self.conn.recv() == "ready"
+
+    def ask(self, *command: Any) -> Any:
+        self.conn.send(command)
+        assert self.conn.poll(60), "worker did not answer"
+        return self.conn.recv()
+
+    def stop(self) -> None:
+        if self.process.is_alive():
+            try:
+                self.conn.send(None)
+            except OSError:
+                pass
+            self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
+
+
+@pytest.fixture
+def spawn(redis_url: str) -> Iterator[Any]:
+    started: list[Worker] = []
+
+    def start(engagement_id: str, **options: Any) -> Worker:
+        worker = Worker(redis_url, engagement_id, **options)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+def test_four_processes_round_robin_stop_the_loop_at_the_same_call_as_one(spawn: Any) -> None:
+    workers = [spawn("rr") for _ in range(4)]
+    replies = []
+    for index, name in enumerate(LOOP):
+        reply = workers[index % 4].ask("call", name, {"q": str(index)}, None)
+        replies.append(reply[0])
+        if reply[0] != "ok":
+            assert reply[1] == "ShortCircuitViolation", reply
+            break
+    assert replies == ["ok"] * 5 + ["denied"]
+    view = workers[2].ask("view")[1]
+    assert view["history"]["_list"] == LOOP[:5]
+
+
+def test_a_killed_worker_loses_nothing(spawn: Any) -> None:
+    doomed, heir = spawn("killed"), spawn("killed")
+    for index in range(4):
+        assert doomed.ask("call", ("lookup", "ping")[index % 2], {"q": str(index)}, None)[0] == "ok"
+    os.kill(doomed.process.pid, signal.SIGKILL)
+    doomed.process.join(10)
+    assert heir.ask("call", "lookup", {"q": "4"}, None)[0] == "ok"
+    history = heir.ask("view")[1]["history"]
+    assert history["_total"] == 5
+    assert [e["outputs"] for e in history["lookup"]] == [{"q": "0"}, {"q": "2"}, {"q": "4"}]
+    assert [e["outputs"] for e in history["ping"]] == [{"pong": "1"}, {"pong": "3"}]
+
+
+def test_a_paused_review_is_resumed_once_and_the_tool_never_runs_twice(spawn: Any) -> None:
+    pausing = spawn("review", pause=True)
+    assert pausing.ask("call", "refund", {"amount": 5}, "call-1") == ("paused",)
+    assert pausing.ask("ran")[1] == ["refund"]
+    pausing.ask("call", "lookup", {"q": "after the pause"}, None)  # the pause is in the store by now
+    resumers = [spawn("review") for _ in range(2)]
+    for worker in resumers:
+        worker.conn.send(("call", "refund", {"amount": 5}, "call-1"))
+    replies = [worker.conn.recv() for worker in resumers]
+    assert sorted(r[0] for r in replies) == ["denied", "ok"], replies
+    assert next(r for r in replies if r[0] == "ok")[1] == {"refunded": 5}
+    assert all(worker.ask("ran")[1] == [] for worker in resumers)  # neither ran the tool again
