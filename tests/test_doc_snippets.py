@@ -45,6 +45,7 @@ FRAGMENTS = [
         "README.md",
         ".venv/bin/agentguard guardian --rules rules.yaml --port 8700      # the reference AOS guardian",
     ),
+    ("README.md", "from agentguard.stores import RedisStore"),
     ("docs/audit.md", "from agentguard import Guard, User"),
     ("docs/formats.md", "from agentguard import Guard"),
     ("docs/formats.md", '(mail_approval,) = load_descriptor("mailcomposer.json").interrupts'),
@@ -62,6 +63,7 @@ FRAGMENTS = [
     ),
     ("docs/guide.md", "from agentguard.runs import Cancel, Retry, Timeout"),
     ("docs/server.md", "from agentguard.server import create_app, load_agents"),
+    ("docs/stores.md", "from agentguard import Guard, User"),
     ("docs/server.md", "import json"),
     ("docs/server.md", "from agentguard.remote import RemoteLimits, attach_remote_agents"),
 ]

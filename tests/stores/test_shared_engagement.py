@@ -330,3 +330,23 @@ def test_a_paused_review_is_resumed_once_and_the_tool_never_runs_twice(spawn: An
     assert sorted(r[0] for r in replies) == ["denied", "ok"], replies
     assert next(r for r in replies if r[0] == "ok")[1] == {"refunded": 5}
     assert all(worker.ask("ran")[1] == [] for worker in resumers)  # neither ran the tool again
+
+
+def test_the_many_workers_example_runs(redis_url: str) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "many_workers.py"), redis_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 6
+    assert "refused" not in "".join(lines[:4])
+    assert "history._total < 5" in lines[4]  # four calls made, on two workers
+    assert "short-circuit" in lines[5]  # [lookup-order, greet] three times, across both workers
