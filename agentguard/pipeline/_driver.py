@@ -220,9 +220,12 @@ def _expired(state: EngagementState) -> StoreUnavailable:
 
 
 def _settled(state: EngagementState, sent: int, appended: Appended, snapshot: Snapshot | None) -> bool:
-    ok = state.settle(sent, appended)
-    if snapshot is not None:  # it missed more than the store keeps
-        state.reload(snapshot)
+    try:
+        ok = state.settle(sent, appended)
+        if snapshot is not None:  # it missed more than the store keeps
+            state.reload(snapshot)
+    except ValueError as exc:  # not events this library wrote: fail closed
+        raise StoreUnavailable(f"the store answered with something that is not a journal ({exc})") from exc
     return ok
 
 

@@ -514,7 +514,8 @@ class EngagementState:
             record = self._reviving.pop(token, None)  # ours, in flight, being reloaded
             if record is None:
                 entry = {"inputs": inputs, "outputs": None}
-                record = CallRecord(str(name), str(call_kind), call_id, entry, started)
+                at = float(started) if type(started) in (int, float) else 0.0
+                record = CallRecord(str(name), str(call_kind), str(call_id) if call_id else None, entry, at)
                 record.token = token
             self._by_token[token] = record
             self._add_call(record)

@@ -148,7 +148,9 @@ def test_the_async_api_shares_the_same_record(redis_url: str) -> None:
 # -- faults -------------------------------------------------------------------------------------------
 
 
-def test_a_store_that_is_down_denies_and_the_tool_does_not_run(redis_url: str, redis_server: RedisServer) -> None:
+def test_a_store_that_is_down_denies_and_the_tool_does_not_run(
+    redis_url: str, redis_server: RedisServer
+) -> None:
     guard = make_guard(redis_url)
     ran: list[str] = []
     eng = guard.engagement(USER, engagement_id="down")
@@ -160,7 +162,9 @@ def test_a_store_that_is_down_denies_and_the_tool_does_not_run(redis_url: str, r
     assert eng.view()["history"]["_total"] == 0  # taken back: nothing half-recorded
 
 
-def test_a_store_that_fails_after_the_call_withholds_the_output(redis_url: str, redis_server: RedisServer) -> None:
+def test_a_store_that_fails_after_the_call_withholds_the_output(
+    redis_url: str, redis_server: RedisServer
+) -> None:
     guard = make_guard(redis_url)
     eng = guard.engagement(USER, engagement_id="late")
 
@@ -256,7 +260,9 @@ class Worker:
     def __init__(self, url: str, engagement_id: str, *, limit: int = 1000, pause: bool = False) -> None:
         context = multiprocessing.get_context("spawn")
         self.conn, theirs = context.Pipe()
-        self.process = context.Process(target=serve, args=(theirs, url, engagement_id, limit, pause), daemon=True)
+        self.process = context.Process(
+            target=serve, args=(theirs, url, engagement_id, limit, pause), daemon=True
+        )
         self.process.start()
         assert self.conn.poll(60), "worker did not start"
         assert self.conn.recv() == "ready"
