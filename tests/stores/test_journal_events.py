@@ -51,7 +51,8 @@ def test_decoding_anything_is_an_event_or_a_value_error(text: str) -> None:
         event = decode_event(text)
     except ValueError:
         return
-    assert isinstance(event, list) and isinstance(event[0], str)
+    assert isinstance(event, list)
+    assert isinstance(event[0], str)
 
 
 json_values = st.recursive(
@@ -84,5 +85,5 @@ def test_any_events_a_store_hands_back_leave_a_usable_record(sequence: list[list
 
 def test_a_store_answer_that_is_not_a_journal_raises_value_error() -> None:
     state = EngagementState()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="Expecting value"):
         state.settle(0, Appended(ok=True, version=1, total=0, missed=["not json"]))

@@ -7,6 +7,7 @@ about the record) or separate processes (tests/stores/workers.py, where it is ab
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -29,7 +30,7 @@ from agentguard import (
 )
 from agentguard.stores import MemoryStore, RedisStore
 from tests.redis_support import RedisServer
-from tests.stores.workers import USER, Pause, make_guard, serve
+from tests.stores.workers import USER, make_guard, serve
 
 LOOP = ["lookup", "ping"] * 6  # a block of two calls repeated: short_circuit 3 stops the 6th
 
@@ -59,7 +60,8 @@ def test_a_second_worker_continues_the_record_and_the_loop_detector(redis_url: s
     assert third.status.value == "stopped"
     # The worker that did not see the change first checked again, and says so.
     reasons = [d.reason for step in second.steps for d in step.decisions if d.rule is Rule.STORE]
-    assert reasons and all("checked again" in r for r in reasons)
+    assert reasons
+    assert all("checked again" in r for r in reasons)
 
 
 def test_racing_workers_cannot_both_pass_a_count_assertion(redis_url: str) -> None:
@@ -178,7 +180,7 @@ def test_a_store_that_fails_after_the_call_withholds_the_output(
     assert eng.view()["recent"]["ping"]["outputs"] is None
 
 
-def test_on_failure_allow_carries_on_and_sends_what_the_store_missed_after_a_restart(
+def test_on_failure_allow_carries_on_and_sends_what_the_store_missed_when_it_is_back(
     redis_url: str, redis_server: RedisServer
 ) -> None:
     guard = Guard.from_yaml(
@@ -190,18 +192,17 @@ def test_on_failure_allow_carries_on_and_sends_what_the_store_missed_after_a_res
     guard.tool(name="ping")(lambda q: q)
     eng = guard.engagement(USER, engagement_id="allow")
     _call(guard, eng, "ping", "before")
-    redis_server.stop()
-    assert _call(guard, eng, "ping", "during") == "during"
+    redis_server.pause()  # SIGSTOP: every round trip times out
+    try:
+        assert _call(guard, eng, "ping", "during") == "during"
+    finally:
+        redis_server.resume()
     warned = [d for d in eng.steps[-1].decisions if d.rule is Rule.STORE]
-    assert warned and warned[0].outcome is Outcome.WARN
-    redis_server.restart()  # a new, empty server: the engagement is gone from it
-    with pytest.raises(StoreDenied):
-        Guard.from_yaml(
-            "kind: openagentspec:v1/agent\nname: s\ndescription: d\nintent: i\nowner: o@corp.com\n"
-            "capabilities:\n  ping:\n",
-            store=RedisStore(redis_url),
-            telemetry=False,
-        ).engagement(USER, engagement_id="allow").close() or (_ for _ in ()).throw(StoreDenied("expired"))
+    assert warned
+    assert {d.outcome for d in warned} == {Outcome.WARN}
+    _call(guard, eng, "ping", "after")
+    seen = make_guard(redis_url).engagement(USER, engagement_id="allow").view()["history"]
+    assert [e["outputs"] for e in seen["ping"]] == ["before", "during", "after"]
 
 
 def test_a_reconnected_store_keeps_every_recorded_call(redis_url: str, redis_server: RedisServer) -> None:
@@ -250,7 +251,8 @@ def test_the_memory_store_continues_an_open_engagement_by_id_and_forgets_a_close
     )
     for name in ("a", "b", "c"):
         small.engagement(USER, engagement_id=name)
-    assert len(bounded) == 2 and bounded.resume("a") is None
+    assert len(bounded) == 2
+    assert bounded.resume("a") is None
 
 
 # -- processes ----------------------------------------------------------------------------------------
@@ -274,10 +276,8 @@ class Worker:
 
     def stop(self) -> None:
         if self.process.is_alive():
-            try:
+            with contextlib.suppress(OSError):
                 self.conn.send(None)
-            except OSError:
-                pass
             self.process.join(10)
         if self.process.is_alive():
             self.process.kill()
