@@ -13,7 +13,9 @@
 
 :class:`AgentGuardMiddleware` enforces (tool calls, guardrails, reviews, loops);
 :class:`AgentGuardCallbackHandler` records what any runnable does and, with ``raise_error=True``, enforces
-the guardrails on chat models; :class:`ChatModelJudge` is an OS Protocol judge backed by any chat model.
+the guardrails on chat models; :class:`ChatModelJudge` is an OS Protocol judge backed by any chat model;
+:class:`GraphStore` keeps the engagements many workers share in the graph's own LangGraph store
+(``Guard(spec, store=GraphStore(store))``).
 """
 
 from agentguard.timeline import format_timeline, print_timeline
@@ -22,6 +24,7 @@ from agentguard_langchain._judge import ChatModelJudge
 from agentguard_langchain._middleware import AgentGuardMiddleware, AgentGuardState
 from agentguard_langchain._review import approval_from_resume, interrupt_reviewer, review_payload
 from agentguard_langchain._sessions import thread_of, user_from_context
+from agentguard_langchain._store import GraphStore
 
 __version__ = "0.1.0"
 
@@ -30,6 +33,7 @@ __all__ = [
     "AgentGuardMiddleware",
     "AgentGuardState",
     "ChatModelJudge",
+    "GraphStore",
     "__version__",
     "approval_from_resume",
     "format_timeline",

@@ -33,7 +33,7 @@ try:
     from langgraph.config import get_config
     from langgraph.errors import GraphBubbleUp
     from langgraph.runtime import Runtime
-    from langgraph.store.base import BaseStore
+    from langgraph.store.base import BaseStore, GetOp, Op, PutOp, Result, SearchOp
     from langgraph.types import Command, interrupt
     from langsmith.utils import tracing_is_enabled as langsmith_tracing
 except ImportError as exc:  # pragma: no cover - exercised only without the host installed
@@ -56,15 +56,20 @@ __all__ = [
     "Command",
     "Document",
     "ExtendedModelResponse",
+    "GetOp",
     "GraphBubbleUp",
     "HumanMessage",
     "JsonPlusSerializer",
     "LLMResult",
     "ModelRequest",
     "ModelResponse",
+    "Op",
     "PrivateStateAttr",
+    "PutOp",
+    "Result",
     "RunnableConfig",
     "Runtime",
+    "SearchOp",
     "SystemMessage",
     "ToolCallRequest",
     "ToolMessage",

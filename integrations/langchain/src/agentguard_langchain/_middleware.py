@@ -35,10 +35,14 @@ Limits worth knowing:
   guarded too.
 - ``stream_mode="messages"`` streams model tokens as they are generated, before the output guardrail has
   seen the whole answer; stream ``"updates"`` or ``"values"`` to show users only guarded answers.
-- Engagements live in this process. A run resumed after a restart, or by another worker, starts a new
-  Engagement record for its thread. A tool that ran before its run paused for output review does not run
+- By default engagements live in this process: a run resumed after a restart, or by another worker, starts a
+  new Engagement record for its thread. A tool that ran before its run paused for output review does not run
   again there when the graph has a store (``create_agent(..., store=...)``): its result waits in the store
   until the review is over. Without a store it runs again.
+- With a Guard whose store is shared by the workers (``Guard(spec, store=GraphStore(graph_store))``, or
+  :class:`agentguard.stores.RedisStore`), every worker continues the thread's one engagement: its history,
+  loop detector and paused reviews. Each run starts by applying what other workers changed; an engagement
+  evicted from this worker's memory is only released, not closed.
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Annotated, Any, NotRequired
 
-from agentguard import Engagement, Guard, GuardianDenied, User
+from agentguard import Engagement, Guard, GuardianDenied, StoreUnavailable, User
+from agentguard.stores import MemoryStore
 from agentguard_langchain._content import message_text, with_text
 from agentguard_langchain._host import (
     AgentMiddleware,
@@ -78,6 +83,8 @@ from agentguard_langchain._sessions import (
     Session,
     Sessions,
     UserResolver,
+    aclose_quietly,
+    close_quietly,
     thread_of,
     user_from_context,
 )
@@ -138,7 +145,8 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
     ``interrupt_reviews``
         answer ``require_review`` ids that have no reviewer on the Guard through LangGraph ``interrupt()``.
     ``max_engagements``
-        how many engagements stay open in memory; the least recently used beyond it are closed.
+        how many engagements stay open in memory; the least recently used beyond it are closed (released
+        only, when the Guard's store is shared: another worker may be using them).
     """
 
     state_schema = AgentGuardState
@@ -162,7 +170,9 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         self._key: EngagementKey = engagement_key or thread_of
         self._user: UserResolver = user or user_from_context
         self._resolver = ToolResolver(tool_names)
-        self._sessions = Sessions(max_engagements)
+        self._shared = not isinstance(guard.store, MemoryStore)
+        """The Guard keeps engagements in a store other workers share: continue them from it."""
+        self._sessions = Sessions(max_engagements, shared=self._shared)
         self._retain = guard.retain_memory
         self._last: Engagement | None = None
         guard.add_passthrough_exceptions(GraphBubbleUp)
@@ -224,11 +234,13 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         return self._last
 
     def close_thread(self, thread_id: str) -> bool:
-        """Close a thread's engagement; the thread's next run starts a new one. False if none was open."""
+        """Close a thread's engagement; the thread's next run starts a new one. False if none was open here.
+
+        With a shared store the engagement is closed for every worker."""
         return self._sessions.close_thread(thread_id)
 
     def close(self) -> None:
-        """Close every open engagement."""
+        """Close every engagement open in this worker (with a shared store: for every worker)."""
         self._sessions.close_all()
 
     def _thread(self) -> str | None:
@@ -238,52 +250,108 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             return None
         return self._key(config)
 
-    def _open(self, thread: str | None, context: object, previous: Session | None) -> Session:
+    def _engagement_args(
+        self, thread: str | None, context: object, previous: Session | None, engagement_id: str | None
+    ) -> dict[str, Any]:
         # Random ids where the thread cannot name the engagement (``token_hex``: as random as a uuid4, without
         # building one).
-        if thread is None:
-            engagement_id = secrets.token_hex(16)
-        elif self._retain and previous is None:
-            engagement_id = thread
-        else:
-            engagement_id = f"{thread}:{secrets.token_hex(6)}"
+        if engagement_id is None:
+            if thread is None:
+                engagement_id = secrets.token_hex(16)
+            elif self._retain and previous is None:
+                engagement_id = thread
+            else:
+                engagement_id = f"{thread}:{secrets.token_hex(6)}"
         user: User | None = self._user(context)
-        engagement = self.guard.engagement(
-            user=user, engagement_id=engagement_id, metadata={"thread_id": thread} if thread else None
-        )
+        return {
+            "user": user,
+            "engagement_id": engagement_id,
+            "metadata": {"thread_id": thread} if thread else None,
+        }
+
+    def _opened(self, engagement: Engagement, thread: str | None) -> tuple[Session, list[Session]]:
+        """The new session, and the sessions it displaced that must be closed."""
         session = Session(engagement, thread)
-        self._sessions.add(session)
+        closing = self._sessions.add(session)
         self._last = engagement
+        return session, closing
+
+    def _open(
+        self, thread: str | None, context: object, previous: Session | None, engagement_id: str | None = None
+    ) -> Session:
+        """Open (or, by id, continue) an engagement for the thread, and keep it as the thread's session."""
+        args = self._engagement_args(thread, context, previous, engagement_id)
+        session, closing = self._opened(self.guard.engagement(**args), thread)
+        for old in closing:
+            close_quietly(old)
         return session
+
+    async def _aopen(
+        self, thread: str | None, context: object, previous: Session | None, engagement_id: str | None = None
+    ) -> Session:
+        args = self._engagement_args(thread, context, previous, engagement_id)
+        session, closing = self._opened(await self.guard.aengagement(**args), thread)
+        for old in closing:
+            await aclose_quietly(old)
+        return session
+
+    def _known(self, state: Mapping[str, Any]) -> tuple[Session | None, str | None, str | None]:
+        """The run's session if this worker has it; else the thread, and the engagement id to continue."""
+        engagement_id = _engagement_id(state)
+        session = self._sessions.get(engagement_id)
+        if session is not None:
+            return session, None, None
+        thread = self._thread()
+        if self._shared and engagement_id is not None:
+            # The run names its engagement: continue exactly that one from the store (this worker's session
+            # for the thread, if any, may be an older engagement of it under ``retain_memory: false``).
+            log.debug("agentguard: continuing engagement %s from the store", engagement_id)
+            return None, thread, engagement_id
+        session = self._sessions.for_thread(thread)
+        if session is None and not self._shared:
+            log.warning(
+                "agentguard: no open engagement for this run (evicted, the process restarted, or "
+                "another worker paused it): starting a new one; calls made before are not in its record, "
+                "and without a graph store a tool paused in output review runs again"
+            )
+        return session, thread, None
 
     def _session(self, state: Mapping[str, Any], context: object) -> Session:
-        session = self._sessions.get(_engagement_id(state))
+        session, thread, engagement_id = self._known(state)
         if session is None:
-            thread = self._thread()
-            session = self._sessions.for_thread(thread)
-            if session is None:
-                log.warning(
-                    "agentguard: no open engagement for this run (evicted, the process restarted, or "
-                    "another worker paused it): starting a new one; calls made before are not in its record, "
-                    "and without a graph store a tool paused in output review runs again"
-                )
-                session = self._open(thread, context, None)
+            session = self._open(thread, context, None, engagement_id)
+            self._continued_mid_run(session, state)
         return session
 
-    def before_agent(self, state: AgentGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Open the run's engagement: the thread's ongoing one, or a fresh one (``retain_memory: false``).
+    async def _asession(self, state: Mapping[str, Any], context: object) -> Session:
+        session, thread, engagement_id = self._known(state)
+        if session is None:
+            session = await self._aopen(thread, context, None, engagement_id)
+            self._continued_mid_run(session, state)
+        return session
 
-        Each run is a new turn of the engagement (one user input and what the agent does about it).
-        """
-        thread = self._thread()
-        previous = self._sessions.for_thread(thread)
+    def _continued_mid_run(self, session: Session, state: Mapping[str, Any]) -> None:
+        """A run this worker did not start (resumed after an interrupt): with a shared store, its user
+        messages went through the input guardrail on the worker that started it."""
+        if self._shared:
+            session.checked.update(
+                m.id for m in state.get("messages") or () if isinstance(m, HumanMessage) and m.id
+            )
+
+    def _start_run(
+        self, state: AgentGuardState, session: Session, previous: Session | None
+    ) -> dict[str, Any] | None:
+        """The run's new turn, and the private state it needs (``retain_memory: false`` always opened a fresh
+        engagement, with ``previous`` the thread's one before)."""
         hidden: list[str] | None = None
-        if previous is not None and self._retain:
-            session = previous
-        else:
-            session = self._open(thread, runtime.context, previous)
-            if not self._retain and thread is not None:
+        thread = session.thread
+        if thread is not None:
+            if not self._retain:
                 hidden = _earlier_messages(state["messages"], previous)
+            elif self._shared:
+                # The thread's earlier messages went through the input guardrail on whichever worker ran
+                # them; only this run's new input is new to the engagement.
+                session.checked.update(_earlier_messages(state["messages"], session))
         session.engagement.new_turn()
         update: dict[str, Any] = {}
         if _engagement_id(state) != session.engagement.id:
@@ -292,8 +360,38 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             update[HIDDEN_KEY] = hidden
         return update or None
 
+    def before_agent(self, state: AgentGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Open the run's engagement: the thread's ongoing one, or a fresh one (``retain_memory: false``).
+
+        Each run is a new turn of the engagement (one user input and what the agent does about it). With a
+        shared store, an engagement this worker already had first applies what other workers changed.
+        """
+        thread = self._thread()
+        previous = self._sessions.for_thread(thread)
+        if previous is not None and self._retain:
+            session = previous
+            if self._shared:
+                try:
+                    session.engagement.refresh()
+                except StoreUnavailable as exc:  # the run's guarded calls apply the store's on_failure
+                    log.warning("agentguard: engagement %s not refreshed: %s", session.engagement.id, exc)
+        else:
+            session = self._open(thread, runtime.context, previous)
+        return self._start_run(state, session, previous)
+
     async def abefore_agent(self, state: AgentGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self.before_agent(state, runtime)
+        thread = self._thread()
+        previous = self._sessions.for_thread(thread)
+        if previous is not None and self._retain:
+            session = previous
+            if self._shared:
+                try:
+                    await session.engagement.arefresh()
+                except StoreUnavailable as exc:
+                    log.warning("agentguard: engagement %s not refreshed: %s", session.engagement.id, exc)
+        else:
+            session = await self._aopen(thread, runtime.context, previous)
+        return self._start_run(state, session, previous)
 
     def after_agent(self, state: AgentGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         """The run is over, and so is its turn (its ``invoke_agent`` span ends now, not when the thread's next
@@ -363,7 +461,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResult:
-        session = self._session(request.state, request.runtime.context)
+        session = await self._asession(request.state, request.runtime.context)
         eng = session.engagement
         messages, pending = self._visible(request, session)
         if pending or session.replaced or messages is not request.messages:
@@ -471,6 +569,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             except Exception as exc:
                 result = call.fail(exc, self.on_denied)
             else:
+                call.adopt()  # resumed from the shared record: the tool's own result, if a worker kept it
                 result = call.finish(output)
         call.release()
         return result
@@ -480,7 +579,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
-        session = self._session(request.state, request.runtime.context)
+        session = await self._asession(request.state, request.runtime.context)
         call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed)
         with session.engagement.activate(), Scope(call.lc_name, call.call_id) as scope:
             replay_interrupts(call.interrupts_to_replay())
@@ -498,6 +597,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             except Exception as exc:
                 result = call.fail(exc, self.on_denied)
             else:
+                await call.aadopt()
                 result = call.finish(output)
         await call.arelease()
         return result

@@ -3,8 +3,10 @@
 One LangGraph thread (``configurable.thread_id``) is one conversation, hence one agentguard Engagement: its
 id is the thread id, so the AOS session id and the LangSmith/LangGraph thread line up. The engagement
 outlives a single ``invoke`` (a thread's turns accumulate in one Engagement record) unless the spec says
-``retain_memory: false``; then each invocation opens a fresh one. Engagements live in process memory: the
-oldest are closed once more than ``limit`` are open.
+``retain_memory: false``; then each invocation opens a fresh one. The adapter keeps at most ``limit``
+engagements in memory: the oldest are closed beyond it, or, when the Guard keeps them in a store shared by
+several workers, only released (closing one would stop it for every worker; the next run continues it from
+the store).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ __all__ = [
     "Session",
     "Sessions",
     "UserResolver",
+    "aclose_quietly",
+    "close_quietly",
     "thread_of",
     "user_from_context",
 ]
@@ -97,12 +101,14 @@ def user_from_context(context: object) -> User | None:
 
 
 class Sessions:
-    """Open engagements by id and by thread: a bounded LRU; evicting one closes its engagement."""
+    """Open engagements by id and by thread: a bounded LRU; evicting one closes its engagement, or with
+    ``shared`` (the Guard's store is shared by other workers) only forgets it here."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, *, shared: bool = False) -> None:
         if limit < 1:
             raise ValueError("max_engagements must be at least 1")
         self._limit = limit
+        self._shared = shared
         self._lock = threading.Lock()
         self._by_id: OrderedDict[str, Session] = OrderedDict()
         self._by_thread: dict[str, str] = {}
@@ -126,9 +132,10 @@ class Sessions:
             engagement_id = self._by_thread.get(thread)
         return self.get(engagement_id)
 
-    def add(self, session: Session) -> None:
-        """Make ``session`` its thread's current one; close the thread's previous one and the oldest ones
-        over the limit."""
+    def add(self, session: Session) -> list[Session]:
+        """Make ``session`` its thread's current one; returns the sessions the caller must close (see
+        :func:`close_quietly`): the thread's previous one, and the oldest ones over the limit unless the store
+        is shared (those are only released)."""
         evicted: list[Session] = []
         with self._lock:
             if session.thread is not None:
@@ -143,21 +150,18 @@ class Sessions:
                 _, old = self._by_id.popitem(last=False)
                 if old.thread is not None and self._by_thread.get(old.thread) == old.engagement.id:
                     del self._by_thread[old.thread]
-                evicted.append(old)
-        for old in evicted:
-            _close(old)
+                if not self._shared:
+                    evicted.append(old)
+        return evicted
 
     def discard(self, session: Session) -> None:
         """Forget ``session`` and close its engagement."""
         self._forget(session)
-        _close(session)
+        close_quietly(session)
 
     async def adiscard(self, session: Session) -> None:
         self._forget(session)
-        try:
-            await session.engagement.aclose()
-        except Exception:
-            log.exception("agentguard: closing engagement %s failed", session.engagement.id)
+        await aclose_quietly(session)
 
     def _forget(self, session: Session) -> None:
         with self._lock:
@@ -178,11 +182,19 @@ class Sessions:
             self._by_id.clear()
             self._by_thread.clear()
         for session in sessions:
-            _close(session)
+            close_quietly(session)
 
 
-def _close(session: Session) -> None:
+def close_quietly(session: Session) -> None:
+    """Close the session's engagement; a failure is logged, never raised into the host."""
     try:
         session.engagement.close()
     except Exception:  # closing flushes an observe-mode guardian: never break the host for it
+        log.exception("agentguard: closing engagement %s failed", session.engagement.id)
+
+
+async def aclose_quietly(session: Session) -> None:
+    try:
+        await session.engagement.aclose()
+    except Exception:
         log.exception("agentguard: closing engagement %s failed", session.engagement.id)

@@ -91,6 +91,11 @@ class StoredResult:
     A resume may be handled by another worker than the one that paused (LangGraph Platform, any deployment
     with a shared checkpointer): there the call is not in memory, and without this record the tool would run
     a second time. Results are serialized as LangGraph's checkpointers serialize them.
+
+    With a Guard whose store is shared (:class:`~agentguard_langchain.GraphStore`, ``RedisStore``) the
+    engagement's record itself keeps the paused call's output, and the pipeline resumes it without asking
+    for the tool at all: the stored result then only gives back the tool's own message (its artifact, its
+    ``Command``) instead of one rebuilt from the output, and is deleted once the call is over either way.
     """
 
     NAMESPACE = "agentguard-held-results"
@@ -139,6 +144,7 @@ class ToolCallTranslation:
     __slots__ = (
         "_anonymous",
         "_done",
+        "_ran",
         "call_id",
         "inputs",
         "lc_name",
@@ -167,6 +173,8 @@ class ToolCallTranslation:
         self.reasoning = _reasoning(request.state, self.call_id)
         self._anonymous: HeldResult | None = None
         self._done: HeldResult | None = None
+        self._ran = False
+        """The pipeline asked for the tool's result here (the tool ran, or its stored result was used)."""
         store = request.runtime.store if self.name in output_reviewed else None
         self.stored = (
             StoredResult(store, session.thread, self.call_id)
@@ -190,6 +198,7 @@ class ToolCallTranslation:
         """The function ``guard.call`` runs: LangChain's handler; ``scope`` counts the interrupts answered."""
 
         def run(**inputs: Any) -> Any:
+            self._ran = True
             result = self.stored.get() if self.stored is not None else None
             if result is not None:  # the tool ran on another worker before the run paused
                 return self.accept(result, scope.interrupts, stored=True)
@@ -201,6 +210,7 @@ class ToolCallTranslation:
         self, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]], scope: Scope
     ) -> Callable[..., Awaitable[Any]]:
         async def run(**inputs: Any) -> Any:
+            self._ran = True
             result = await self.stored.aget() if self.stored is not None else None
             if result is not None:
                 return self.accept(result, scope.interrupts, stored=True)
@@ -242,14 +252,43 @@ class ToolCallTranslation:
             await self.stored.aput(held.result)
             held.stored = True
 
+    def _resumed_elsewhere(self) -> bool:
+        """The pipeline finished this call without asking for the tool (a shared record resumed the call
+        paused in output review, perhaps on another worker): a result may wait in the graph's store."""
+        return self.stored is not None and not self._ran and self._done is None
+
+    def adopt(self) -> None:
+        """Before :meth:`finish`: a call resumed from the shared record takes the tool's own result from the
+        graph's store, where the worker that paused it kept it (else one is rebuilt from the output)."""
+        if self._resumed_elsewhere() and self.stored is not None:
+            self._adopt(self.stored.get())
+
+    async def aadopt(self) -> None:
+        if self._resumed_elsewhere() and self.stored is not None:
+            self._adopt(await self.stored.aget())
+
+    def _adopt(self, result: ToolResult | None) -> None:
+        if result is None or self.call_id is None:
+            return
+        message = result if isinstance(result, ToolMessage) else _tool_message(result, self.call_id)
+        content = message.content if message is not None else None
+        self.session.held[self.call_id] = HeldResult(result, decode_output(content), content, True)
+
+    def _to_release(self) -> bool:
+        if self.stored is None:
+            return False
+        if self._done is not None:
+            return self._done.stored
+        return not self._ran  # ended without the tool: a result resumed elsewhere may still be stored
+
     def release(self) -> None:
         """The call is over: its stored result, if any, is deleted (only a result kept in the graph's store
         has anything to release: the common case is one attribute test)."""
-        if self.stored is not None and self._done is not None and self._done.stored:
+        if self._to_release() and self.stored is not None:
             self.stored.delete()
 
     async def arelease(self) -> None:
-        if self.stored is not None and self._done is not None and self._done.stored:
+        if self._to_release() and self.stored is not None:
             await self.stored.adelete()
 
     # -- after the pipeline ----------------------------------------------------------------------------
