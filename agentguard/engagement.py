@@ -268,11 +268,10 @@ class Engagement:
     def _flush_quietly(self) -> Flow[None]:
         """What changed goes to a shared store; a failure is recorded (a close does not fail for it: the
         engagement is closed here whatever the store heard)."""
-        if self.state.journal is not None:
-            try:
-                yield from flush_flow(self.runtime, self.state, self._store_step())
-            except PolicyViolation:
-                log.warning("agentguard: engagement %s closed, but its store did not hear of it", self.id)
+        try:
+            yield from flush_flow(self.runtime, self.state, self._store_step())
+        except PolicyViolation:
+            log.warning("agentguard: engagement %s closed, but its store did not hear of it", self.id)
 
     def close(self) -> None:
         """End the engagement: later steps are refused; an observe-mode guardian is flushed.
@@ -280,13 +279,15 @@ class Engagement:
         In a shared store the engagement is closed for every process (a store failure here is recorded on
         the last step and logged, and the close holds in this process only)."""
         observe = self._finish()
-        run_sync(self._flush_quietly())
+        if self.state.journal is not None:  # not a flow per close for a record of this process only
+            run_sync(self._flush_quietly())
         if observe and self.runtime.guardian is not None:
             self.runtime.guardian.flush()
 
     async def aclose(self) -> None:
         observe = self._finish()
-        await run_async(self._flush_quietly())
+        if self.state.journal is not None:
+            await run_async(self._flush_quietly())
         if observe and self.runtime.guardian is not None:
             await self.runtime.guardian.aflush()
 

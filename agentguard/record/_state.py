@@ -92,7 +92,6 @@ class EngagementState:
         ] = []  # (position in the outbox, call) of unsent ``b`` events
         self._forced: set[int] = set()  # ids of unsent calls that ran anyway (the store's on_failure: allow)
         self._by_token: dict[str, CallRecord] = {}
-        self._reviving: dict[str, CallRecord] = {}  # during a reload: in-flight calls, by token
         self.commit_lock = threading.Lock()  # one append in flight per record (taken by the sync driver)
         self.acommit_lock: Any = None  # the async driver's asyncio.Lock, made on first use
 
@@ -399,7 +398,7 @@ class EngagementState:
         updates the rebuilt view; steps, turns and credentials are this process's own and stay.
         """
         with self._lock:
-            self._reviving = {
+            reviving = {
                 token: record for token, record in self._by_token.items() if id(record) in self._in_flight
             }
             self._recent.clear()
@@ -411,9 +410,8 @@ class EngagementState:
             self.awaiting_review = {}
             self.status, self.status_reason = EngagementStatus.ACTIVE, None
             self._by_token = {}
-            self._apply_all(snapshot.events)
-            self._by_token.update(self._reviving)  # in flight, not in the snapshot yet: still ours
-            self._reviving = {}
+            self._apply_all(snapshot.events, reviving)
+            self._by_token.update(reviving)  # in flight, not in the snapshot yet: still ours
             self.version = snapshot.version
             self._offset = snapshot.total - len(self._names)
 
@@ -495,14 +493,16 @@ class EngagementState:
             self._offset = appended.total + sum(self._deltas) - len(self._names)
             return appended.ok
 
-    def _apply_all(self, texts: Sequence[str]) -> None:
+    def _apply_all(self, texts: Sequence[str], reviving: dict[str, CallRecord] | None = None) -> None:
+        """Apply ``texts``; ``reviving``: this process's calls in flight during a reload, by token (each
+        takes its place in the view when its ``b`` comes, and leaves the dict)."""
         for text in texts:
-            self._apply(decode_event(text))
+            self._apply(decode_event(text), reviving)
 
     def _call(self, token: Any) -> CallRecord | None:
         return self._by_token.get(token) if type(token) is str else None
 
-    def _apply(self, event: Event) -> None:
+    def _apply(self, event: Event, reviving: dict[str, CallRecord] | None = None) -> None:
         """One event of the journal (another process's change, or a replayed one). Unknown or malformed
         events are skipped, and so is a call's second ``b`` (an append sent again after a timeout) and an
         event of a call older than what the store keeps."""
@@ -511,7 +511,7 @@ class EngagementState:
             _, token, name, call_kind, call_id, inputs, started = event
             if token in self._by_token:
                 return
-            record = self._reviving.pop(token, None)  # ours, in flight, being reloaded
+            record = reviving.pop(token, None) if reviving else None  # ours, in flight, being reloaded
             if record is None:
                 entry = {"inputs": inputs, "outputs": None}
                 at = float(started) if type(started) in (int, float) else 0.0

@@ -96,13 +96,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 from urllib.parse import quote, urlsplit
 
 from agentguard.errors import ConfigurationError, StoreUnavailable
 from agentguard.record import Appended, Snapshot, decode_event, encode_event
+
+_T = TypeVar("_T")
 
 if TYPE_CHECKING:
     import redis
@@ -441,139 +443,94 @@ class RedisStore:
         args += [event.encode("utf-8", "surrogatepass") for event in events]
         return args
 
-    def _meta_arg(self, meta: Mapping[str, Any]) -> bytes:
-        return encode_event(["meta", dict(meta)]).encode("ascii")
+    def _open_args(self, meta: Mapping[str, Any]) -> list[_Arg]:
+        return [self._max, self._ttl, encode_event(["meta", dict(meta)]).encode("ascii")]
+
+    def _claim_args(self, key: str, owner: str) -> list[_Arg]:
+        return [b"", self._ttl, key.encode("utf-8", "surrogatepass"), owner.encode("utf-8", "surrogatepass")]
+
+    def _run(self, operation: str, engagement_id: str, script: int, args: list[_Arg]) -> Any:
+        """One round trip: script number ``script`` (open, load, append, claim) with the sync client."""
+        try:
+            return self._sync()[script](self._keys(engagement_id), args)
+        except self._faults as exc:
+            raise self._unavailable(operation, engagement_id, exc) from exc
+
+    async def _arun(self, operation: str, engagement_id: str, script: int, args: list[_Arg]) -> Any:
+        """:meth:`_run` with the async client."""
+        try:
+            return await self._async()[script](self._keys(engagement_id), args)
+        except self._faults as exc:
+            raise self._unavailable(operation, engagement_id, exc) from exc
+
+    def _read(self, operation: str, engagement_id: str, parse: Callable[[Any], _T], reply: Any) -> _T:
+        """The script's reply parsed; anything that is not what the script returns fails closed."""
+        try:
+            return parse(reply)
+        except Exception as exc:
+            self._not_ours(operation, engagement_id, exc)
 
     # -- the journal, sync -----------------------------------------------------------------------------
 
     def open(self, engagement_id: str, meta: Mapping[str, Any]) -> Snapshot:
         """The engagement's record, created with ``meta`` if absent; refreshes its time to live."""
-        args: list[_Arg] = [self._max, self._ttl, self._meta_arg(meta)]
-        script = self._sync()[0]
-        try:
-            reply = script(self._keys(engagement_id), args)
-        except self._faults as exc:
-            raise self._unavailable("open", engagement_id, exc) from exc
-        try:
-            return _snapshot(reply)
-        except Exception as exc:
-            self._not_ours("open", engagement_id, exc)
+        reply = self._run("open", engagement_id, 0, self._open_args(meta))
+        return self._read("open", engagement_id, _snapshot, reply)
 
     def load(self, engagement_id: str) -> Snapshot | None:
         """The engagement's record, ``None`` if there is none (never opened, or expired)."""
-        script = self._sync()[1]
-        try:
-            reply = script(self._keys(engagement_id), [self._max])
-        except self._faults as exc:
-            raise self._unavailable("load", engagement_id, exc) from exc
-        if reply is None or reply is False:  # false: RESP3's answer to the script's false
-            return None
-        try:
-            return _snapshot(reply)
-        except Exception as exc:
-            self._not_ours("load", engagement_id, exc)
+        reply = self._run("load", engagement_id, 1, [self._max])
+        return self._read("load", engagement_id, _loaded, reply)
 
     def append(
         self, engagement_id: str, since: int, events: Sequence[str], total: int, *, exclusive: bool
     ) -> Appended:
         """Append ``events`` atomically (see :meth:`Journal.append` and the module's docstring: with
         ``gap``, ``missed`` is empty). Raises :class:`KeyError` when the engagement does not exist."""
-        args = self._append_args(since, events, total, exclusive)
-        script = self._sync()[2]
-        try:
-            reply = script(self._keys(engagement_id), args)
-        except self._faults as exc:
-            raise self._unavailable("append", engagement_id, exc) from exc
-        try:
-            appended = _appended(reply)
-        except Exception as exc:
-            self._not_ours("append", engagement_id, exc)
-        if appended is None:
-            raise KeyError(engagement_id)
-        return appended
+        reply = self._run("append", engagement_id, 2, self._append_args(since, events, total, exclusive))
+        return _present(self._read("append", engagement_id, _appended, reply), engagement_id)
 
     def claim(self, engagement_id: str, key: str, owner: str) -> str:
         """Claim ``key`` for ``owner`` once and for all; the owner that holds it."""
-        args: list[_Arg] = [
-            b"",
-            self._ttl,
-            key.encode("utf-8", "surrogatepass"),
-            owner.encode("utf-8", "surrogatepass"),
-        ]
-        script = self._sync()[3]
-        try:
-            reply = script(self._keys(engagement_id), args)
-        except self._faults as exc:
-            raise self._unavailable("claim", engagement_id, exc) from exc
-        try:
-            return _holder(reply)
-        except Exception as exc:
-            self._not_ours("claim", engagement_id, exc)
+        reply = self._run("claim", engagement_id, 3, self._claim_args(key, owner))
+        return self._read("claim", engagement_id, _holder, reply)
 
     # -- the journal, async ----------------------------------------------------------------------------
 
     async def aopen(self, engagement_id: str, meta: Mapping[str, Any]) -> Snapshot:
         """:meth:`open` with the async client."""
-        args: list[_Arg] = [self._max, self._ttl, self._meta_arg(meta)]
-        script = self._async()[0]
-        try:
-            reply = await script(self._keys(engagement_id), args)
-        except self._faults as exc:
-            raise self._unavailable("open", engagement_id, exc) from exc
-        try:
-            return _snapshot(reply)
-        except Exception as exc:
-            self._not_ours("open", engagement_id, exc)
+        reply = await self._arun("open", engagement_id, 0, self._open_args(meta))
+        return self._read("open", engagement_id, _snapshot, reply)
 
     async def aload(self, engagement_id: str) -> Snapshot | None:
         """:meth:`load` with the async client."""
-        script = self._async()[1]
-        try:
-            reply = await script(self._keys(engagement_id), [self._max])
-        except self._faults as exc:
-            raise self._unavailable("load", engagement_id, exc) from exc
-        if reply is None or reply is False:  # false: RESP3's answer to the script's false
-            return None
-        try:
-            return _snapshot(reply)
-        except Exception as exc:
-            self._not_ours("load", engagement_id, exc)
+        reply = await self._arun("load", engagement_id, 1, [self._max])
+        return self._read("load", engagement_id, _loaded, reply)
 
     async def aappend(
         self, engagement_id: str, since: int, events: Sequence[str], total: int, *, exclusive: bool
     ) -> Appended:
         """:meth:`append` with the async client."""
-        args = self._append_args(since, events, total, exclusive)
-        script = self._async()[2]
-        try:
-            reply = await script(self._keys(engagement_id), args)
-        except self._faults as exc:
-            raise self._unavailable("append", engagement_id, exc) from exc
-        try:
-            appended = _appended(reply)
-        except Exception as exc:
-            self._not_ours("append", engagement_id, exc)
-        if appended is None:
-            raise KeyError(engagement_id)
-        return appended
+        reply = await self._arun(
+            "append", engagement_id, 2, self._append_args(since, events, total, exclusive)
+        )
+        return _present(self._read("append", engagement_id, _appended, reply), engagement_id)
 
     async def aclaim(self, engagement_id: str, key: str, owner: str) -> str:
         """:meth:`claim` with the async client."""
-        args: list[_Arg] = [
-            b"",
-            self._ttl,
-            key.encode("utf-8", "surrogatepass"),
-            owner.encode("utf-8", "surrogatepass"),
-        ]
-        script = self._async()[3]
-        try:
-            reply = await script(self._keys(engagement_id), args)
-        except self._faults as exc:
-            raise self._unavailable("claim", engagement_id, exc) from exc
-        try:
-            return _holder(reply)
-        except Exception as exc:
-            self._not_ours("claim", engagement_id, exc)
+        reply = await self._arun("claim", engagement_id, 3, self._claim_args(key, owner))
+        return self._read("claim", engagement_id, _holder, reply)
+
+
+def _loaded(reply: Any) -> Snapshot | None:
+    """The load script's reply: nothing (``None``; ``False`` is RESP3's answer to the script's false)."""
+    return None if reply is None or reply is False else _snapshot(reply)
+
+
+def _present(appended: Appended | None, engagement_id: str) -> Appended:
+    if appended is None:  # the script found no engagement
+        raise KeyError(engagement_id)
+    return appended
 
 
 def _register(client: redis.Redis) -> tuple[Script, Script, Script, Script]:

@@ -288,6 +288,17 @@ class GraphStore:
             f"failed: {why}"
         )
 
+    def _advance(
+        self, operation: str, engagement_id: str, plan: _Plan, results: list[Result] | None
+    ) -> tuple[bool, Any]:
+        """The plan's next batch of operations (``False``, ops), or its answer (``True``, answer)."""
+        try:
+            return False, (plan.send(results) if results is not None else next(plan))
+        except StopIteration as done:
+            return True, done.value
+        except _NotOurs as exc:
+            raise self._unavailable(operation, engagement_id, f"not a journal's item: {exc}") from exc
+
     def _run(self, operation: str, engagement_id: str, plan: _Plan) -> Any:
         lock = self._lock(engagement_id)
         if not lock.acquire(timeout=self.timeout_seconds):
@@ -295,14 +306,11 @@ class GraphStore:
         try:
             results: list[Result] | None = None
             while True:
+                done, value = self._advance(operation, engagement_id, plan, results)
+                if done:
+                    return value
                 try:
-                    ops = plan.send(results) if results is not None else next(plan)
-                except StopIteration as done:
-                    return done.value
-                except _NotOurs as exc:
-                    raise self._unavailable(operation, engagement_id, f"not a journal's item: {exc}") from exc
-                try:
-                    results = self.store.batch(ops)
+                    results = self.store.batch(value)
                 except Exception as exc:
                     raise self._unavailable(operation, engagement_id, f"{type(exc).__name__}: {exc}") from exc
         finally:
@@ -320,14 +328,11 @@ class GraphStore:
         try:
             results: list[Result] | None = None
             while True:
+                done, value = self._advance(operation, engagement_id, plan, results)
+                if done:
+                    return value
                 try:
-                    ops = plan.send(results) if results is not None else next(plan)
-                except StopIteration as done:
-                    return done.value
-                except _NotOurs as exc:
-                    raise self._unavailable(operation, engagement_id, f"not a journal's item: {exc}") from exc
-                try:
-                    results = await self.store.abatch(ops)
+                    results = await self.store.abatch(value)
                 except Exception as exc:
                     raise self._unavailable(operation, engagement_id, f"{type(exc).__name__}: {exc}") from exc
         finally:
