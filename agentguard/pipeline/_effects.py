@@ -99,11 +99,16 @@ class Commit:
     Sends back whether they were appended: ``False`` only when ``exclusive`` and another process changed
     the engagement first (the record has applied what it missed; the calls begun in it are to be checked
     again). Raises :class:`~agentguard.errors.StoreUnavailable` when the store cannot answer.
+
+    With ``post`` and a :class:`~agentguard.record.Pipelined` store, the events are sent and ``True`` sent
+    back at once; their answer is read at the record's next commit (the events stay in the outbox until
+    then, and go again with that commit when no answer came).
     """
 
     state: EngagementState
     exclusive: bool
     fetch: bool = False  # with nothing to append, still ask for what was missed (Engagement.refresh)
+    post: bool = False  # send without waiting for the answer (the events a successful call ends with)
 
 
 @dataclass(slots=True)

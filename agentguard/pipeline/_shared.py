@@ -5,7 +5,11 @@ Only records with a journal come here: the default, in-process record pays nothi
 - A call is checked against the record this process has, then its ``b`` event is appended *exclusively*
   (:func:`begin_shared`): if another process changed the engagement first, the call is taken back, what was
   missed is applied, and the call is checked again -- at most ``1 + RECHECKS`` times, then denied.
-- Everything else a flow changed is appended when it ends (:func:`flushed`), in one round trip.
+- Everything else a flow changed is appended when it ends (:func:`flushed`). After a flow that succeeded it
+  is *posted* to a store that can (:class:`~agentguard.record.Pipelined`): sent before the output is handed
+  on, its answer read at the record's next commit -- so a guarded call waits for one round trip, its begin.
+  A send that fails is a failed append (the output is withheld under ``deny``); an answer that never comes
+  fails the step that reads it (the events go again with the next append).
 - A store that cannot answer follows its ``on_failure``: ``deny`` refuses the step (a recorded
   :class:`~agentguard.errors.StoreDenied`; an output already produced is withheld), ``allow`` records a
   warning and carries on with this process's copy, sending what the store missed with the next append.
@@ -30,12 +34,19 @@ RECHECKS = 8
 
 
 def commit(
-    ctx: Runtime, state: EngagementState, step: StepRecord, name: str | None, phase: Phase, *, exclusive: bool
+    ctx: Runtime,
+    state: EngagementState,
+    step: StepRecord,
+    name: str | None,
+    phase: Phase,
+    *,
+    exclusive: bool,
+    post: bool = False,
 ) -> Flow[bool]:
     """Append what changed (see :class:`~agentguard.pipeline._effects.Commit`), under the store's failure
-    policy. ``True`` when appended, or when the store failed and its policy is ``allow``."""
+    policy. ``True`` when appended (or posted), or when the store failed and its policy is ``allow``."""
     try:
-        appended: bool = yield Commit(state, exclusive)
+        appended: bool = yield Commit(state, exclusive, post=post)
         return appended
     except StoreUnavailable as exc:
         journal = state.journal
@@ -98,8 +109,9 @@ def flush_flow(ctx: Runtime, state: EngagementState, step: StepRecord) -> Flow[N
 
 
 def flushed(ctx: Runtime, state: EngagementState, step: StepRecord, flow: Flow[T]) -> Flow[T]:
-    """``flow``, then what it changed appended to the store. When that fails under ``deny`` after the flow
-    succeeded, the call's output is withheld (it is not in the store, so no other process would know)."""
+    """``flow``, then what it changed appended to the store (posted, after a flow that succeeded). When that
+    fails under ``deny`` after the flow succeeded, the call's output is withheld (it is not in the store, so
+    no other process would know)."""
     try:
         result = yield from flow
     except BaseException:
@@ -107,7 +119,7 @@ def flushed(ctx: Runtime, state: EngagementState, step: StepRecord, flow: Flow[T
             yield from commit(ctx, state, step, step.name, Phase.OUTPUT, exclusive=False)
         raise
     try:
-        yield from commit(ctx, state, step, step.name, Phase.OUTPUT, exclusive=False)
+        yield from commit(ctx, state, step, step.name, Phase.OUTPUT, exclusive=False, post=True)
     except PolicyViolation as violation:
         if step.call is not None:
             state.withhold_call(step.call, reason=violation.reason)

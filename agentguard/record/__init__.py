@@ -14,7 +14,15 @@ Example::
     state.view()["recent"]["send-email"]["outputs"]     # {'status': 'sent'}
 """
 
-from agentguard.record._journal import Appended, Journal, Snapshot, decode_event, encode_event
+from agentguard.record._journal import (
+    Appended,
+    Journal,
+    Pipelined,
+    Posted,
+    Snapshot,
+    decode_event,
+    encode_event,
+)
 from agentguard.record._loop import LoopDetector, find_short_circuit, repeated_block
 from agentguard.record._state import EngagementState
 from agentguard.record._types import CallRecord, Decision, EngagementStatus, Outcome, StepRecord, User
@@ -30,6 +38,8 @@ __all__ = [
     "Journal",
     "LoopDetector",
     "Outcome",
+    "Pipelined",
+    "Posted",
     "Snapshot",
     "StepRecord",
     "User",

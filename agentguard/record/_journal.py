@@ -26,8 +26,15 @@ before (it records what happened; there is nothing left to check), in the same r
 missed.
 
 A store implements :class:`Journal`: four methods, each with an ``a``-prefixed async twin, each one round
-trip. Values are encoded by :func:`encode_event` (JSON, with datetimes and bytes kept exactly); a store keeps
-the strings as they are.
+trip. A store that can send a command without waiting for its answer also implements :class:`Pipelined`:
+then the events a guarded call ends with are *posted* -- sent before its output is handed on, their answer
+read when the record next talks to the store (the next call's begin, a refresh, a close) -- so that a call
+costs one round trip, not two. Until that answer is read the posted events stay first in the outbox: an
+answer that never comes (the connection dropped) fails the step that reads it, as a failed append would, and
+the events go again with the next append (a re-sent event is applied once).
+
+Values are encoded by :func:`encode_event` (JSON, with datetimes and bytes kept exactly); a store keeps the
+strings as they are.
 """
 
 from __future__ import annotations
@@ -43,6 +50,8 @@ __all__ = [
     "Appended",
     "Event",
     "Journal",
+    "Pipelined",
+    "Posted",
     "Snapshot",
     "decode_event",
     "encode_event",
@@ -131,6 +140,37 @@ class Journal(Protocol):
     async def aclaim(self, engagement_id: str, key: str, owner: str) -> str: ...
 
 
+class Posted(Protocol):
+    """A non-exclusive append that was sent and whose answer is read later (see :class:`Pipelined`)."""
+
+    def result(self) -> Appended:
+        """The store's answer (read once, then kept); raises what :meth:`Journal.append` raises, and
+        :class:`~agentguard.errors.StoreUnavailable` when the answer cannot be read here (it was posted from
+        an event loop)."""
+        ...
+
+    async def aresult(self) -> Appended:
+        """:meth:`result` without blocking the event loop."""
+        ...
+
+
+@runtime_checkable
+class Pipelined(Journal, Protocol):
+    """A journal that can send a non-exclusive append and read its answer later, so that the events a call
+    ends with do not cost a round trip of their own. The store must keep the order of a process's commands
+    per engagement: any later method for the same engagement reads the posted answer first."""
+
+    def post(self, engagement_id: str, since: int, events: Sequence[str], total: int) -> Posted:
+        """Send ``append(engagement_id, since, events, total, exclusive=False)`` without waiting for its
+        answer. Raises :class:`~agentguard.errors.StoreUnavailable` when it cannot even be sent -- then the
+        caller treats it as a failed append."""
+        ...
+
+    async def apost(self, engagement_id: str, since: int, events: Sequence[str], total: int) -> Posted:
+        """:meth:`post` with the async client."""
+        ...
+
+
 # -- encoding -----------------------------------------------------------------------------------------
 # JSON, except that the record's values may hold datetimes and bytes (agentguard.record.to_plain keeps
 # them): those become one-key objects whose key starts with NUL, and a value's own object with such a key is
@@ -176,10 +216,24 @@ def untag(value: Any) -> Any:
     return {k: untag(v) for k, v in value.items()}
 
 
+def _untaggable(value: Any) -> Any:
+    if isinstance(value, datetime | bytes):
+        return tag(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def encode_event(event: Event) -> str:
     """The event as the store keeps it: compact JSON, ASCII only (a lone surrogate in a tool's output is kept
-    as its escape, not refused by the store's UTF-8); ``NaN`` and infinities are refused, as AOS does."""
-    return json.dumps(tag(event), separators=(",", ":"), allow_nan=False)
+    as its escape, not refused by the store's UTF-8); ``NaN`` and infinities are refused, as AOS does.
+
+    Encoded directly first (copying the event through :func:`tag` costs more than the encoding); when the
+    text shows a NUL at the start of a string -- a datetime or bytes, a key to escape, or only a value that
+    starts with NUL -- it is encoded again through :func:`tag`, which tells them apart.
+    """
+    text = json.dumps(event, separators=(",", ":"), allow_nan=False, default=_untaggable)
+    if '"\\u0000' in text:
+        return json.dumps(tag(event), separators=(",", ":"), allow_nan=False)
+    return text
 
 
 def decode_event(text: str | bytes) -> Event:

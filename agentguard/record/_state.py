@@ -25,6 +25,7 @@ from agentguard.record._journal import (
     Appended,
     Event,
     Journal,
+    Posted,
     Snapshot,
     decode_event,
     encode_event,
@@ -92,6 +93,8 @@ class EngagementState:
         ] = []  # (position in the outbox, call) of unsent ``b`` events
         self._forced: set[int] = set()  # ids of unsent calls that ran anyway (the store's on_failure: allow)
         self._by_token: dict[str, CallRecord] = {}
+        # A posted append (Pipelined.post): the outbox's first ``n`` events were sent, their answer not read yet.
+        self.posted: tuple[Posted, int] | None = None
         self.commit_lock = threading.Lock()  # one append in flight per record (taken by the sync driver)
         self.acommit_lock: Any = None  # the async driver's asyncio.Lock, made on first use
 

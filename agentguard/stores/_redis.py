@@ -27,8 +27,9 @@ old events ``LTRIM`` dropped; ``total`` is ``history._total``, likewise exact. T
 the record's :func:`~agentguard.record.encode_event` (as ``["meta", meta]``), so datetimes and bytes in it come
 back as they went in.
 
-**One round trip, atomically.** Each method is one Lua script (``EVALSHA``; redis-py's ``Script`` loads it
-again by itself when the server answers ``NOSCRIPT``, after a restart or a failover): Redis runs a script
+**One round trip, atomically.** Each method is one Lua script (``EVALSHA``, written straight onto a pooled
+connection; when the server answers ``NOSCRIPT``, after a restart or a failover, nothing ran and redis-py's
+``Script`` sends it again, loading it): Redis runs a script
 alone, so reading the version, comparing it with the caller's, appending, trimming, counting and refreshing
 the time to live happen with nothing in between, which is what makes the exclusive append a compare-and-set.
 
@@ -44,6 +45,13 @@ the time to live happen with nothing in between, which is what makes the exclusi
   version appends nothing and returns ``ok=False`` with the missed events (or the gap). Any other append
   pushes the events, adds their count to the version and ``total`` to the total, trims the list to the
   newest ``max_events`` and refreshes the time to live of all three keys.
+* ``post`` (:class:`~agentguard.record.Pipelined`) sends a non-exclusive ``append`` on a connection it takes
+  out of the pool and returns without reading the answer; the pipeline reads it at the record's next commit,
+  so the events a call ends with do not cost a round trip of their own. Every method first reads the answer
+  of this store's posted append for the same engagement, so this process's commands for one engagement keep
+  their order (and another record of it opened here sees the events); at most 64 answers wait unread (each
+  holds a connection), past that the oldest is read. A posted script the server no longer knows
+  (``NOSCRIPT``, after a restart) is sent again as a round trip that loads it.
 * ``claim`` is ``HSETNX`` then ``HGET`` on the claims hash, and refreshes the time to live. Claims are fields
   of one hash rather than a key each so that every refresh (open, append, claim) keeps them alive as long as
   the engagement: a claim key with its own time to live could expire under a long-lived engagement and let
@@ -95,6 +103,7 @@ built, ``aclose()`` both.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
@@ -102,9 +111,10 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 from urllib.parse import quote, urlsplit
 
 from agentguard.errors import ConfigurationError, StoreUnavailable
-from agentguard.record import Appended, Snapshot, decode_event, encode_event
+from agentguard.record import Appended, Posted, Snapshot, decode_event, encode_event
 
 _T = TypeVar("_T")
+_H = TypeVar("_H", "_Posted", "_APosted")
 
 if TYPE_CHECKING:
     import redis
@@ -197,6 +207,9 @@ return holder
 _Arg = bytes | str | int
 """A script's argument, as redis-py sends it."""
 
+_POSTED_MAX = 64
+"""Posted appends whose answer waits unread, at most per client (each holds a connection)."""
+
 _NO_ENGAGEMENT = 0
 _APPENDED = 1
 _CONFLICT = 2
@@ -209,6 +222,17 @@ _CONFLICT = 2
 def _tag(engagement_id: str) -> str:
     """The engagement id as it appears between the braces of its keys (see the module's docstring)."""
     return quote(engagement_id, safe="", errors="surrogatepass") or "%"
+
+
+def _bulk(value: _Arg) -> bytes:
+    data = value if type(value) is bytes else str(value).encode("utf-8", "surrogatepass")
+    return b"$%d\r\n%s\r\n" % (len(data), data)
+
+
+def _pack(sha: str, keys: list[str], args: list[_Arg]) -> list[bytes]:
+    """``EVALSHA sha 3 keys... args...`` in RESP, as ``send_packed_command`` takes it."""
+    items = [sha, 3, *keys, *args]
+    return [b"*%d\r\n$7\r\nEVALSHA\r\n" % (len(items) + 1) + b"".join([_bulk(item) for item in items])]
 
 
 # -- replies -------------------------------------------------------------------------------------------
@@ -272,6 +296,84 @@ def _holder(reply: object) -> str:
     return _text(reply)
 
 
+# -- posted appends ------------------------------------------------------------------------------------
+
+
+_Answer = tuple[Appended | None, BaseException | None]
+"""A posted append's answer: ``(appended, None)`` or ``(None, the error to raise)``."""
+
+
+def _unpack(answer: _Answer) -> Appended:
+    appended, error = answer
+    if error is not None:
+        raise error
+    assert appended is not None
+    return appended
+
+
+class _Posted:
+    """A non-exclusive append sent with the sync client on a connection taken out of the pool; the answer is
+    read once (by the pipeline, or by the store before its next command for the engagement), then kept."""
+
+    __slots__ = ("_answer", "_args", "_conn", "_id", "_lock", "_pool", "_store")
+
+    def __init__(self, store: RedisStore, engagement_id: str, args: list[_Arg], pool: Any, conn: Any) -> None:
+        self._store, self._id, self._args, self._pool, self._conn = store, engagement_id, args, pool, conn
+        self._lock = threading.Lock()
+        self._answer: _Answer | None = None
+
+    def settle(self) -> None:
+        """Read the answer if nobody has yet (a failure is kept for :meth:`result`)."""
+        with self._lock:
+            if self._answer is None:
+                self._answer = self._store._answer(self._id, self._args, self._pool, self._conn)
+                self._conn = None
+
+    def result(self) -> Appended:
+        self.settle()
+        assert self._answer is not None
+        return _unpack(self._answer)
+
+    async def aresult(self) -> Appended:
+        # Posted from sync code onto a sync connection: read it off the event loop.
+        return await asyncio.to_thread(self.result)
+
+
+class _APosted:
+    """:class:`_Posted` for the async client: read on the loop that sent it, once (later awaiters share the
+    read, and a cancelled awaiter does not cancel it)."""
+
+    __slots__ = ("_args", "_conn", "_id", "_loop", "_pool", "_read", "_store")
+
+    def __init__(self, store: RedisStore, engagement_id: str, args: list[_Arg], pool: Any, conn: Any) -> None:
+        self._store, self._id, self._args, self._pool, self._conn = store, engagement_id, args, pool, conn
+        self._loop = asyncio.get_running_loop()
+        self._read: asyncio.Future[_Answer] | None = None
+
+    def _unreadable(self, why: str) -> StoreUnavailable:
+        return self._store._unavailable("posted append", self._id, RuntimeError(why))
+
+    async def settle(self) -> None:
+        if self._read is None:
+            if asyncio.get_running_loop() is not self._loop:
+                raise self._unreadable("its answer can only be read on the event loop that sent it")
+            self._read = asyncio.ensure_future(
+                self._store._aanswer(self._id, self._args, self._pool, self._conn)
+            )
+            self._conn = None
+        await asyncio.shield(self._read)
+
+    async def aresult(self) -> Appended:
+        await self.settle()
+        assert self._read is not None
+        return _unpack(self._read.result())
+
+    def result(self) -> Appended:
+        if self._read is None or not self._read.done():
+            raise self._unreadable("posted from an event loop: its answer is read there")
+        return _unpack(self._read.result())
+
+
 # -- the store -----------------------------------------------------------------------------------------
 
 
@@ -330,6 +432,10 @@ class RedisStore:
         self._url = url
         self._where = where
         self._faults: tuple[type[BaseException], ...] = (redis.exceptions.RedisError, OSError)
+        self._error_reply = redis.exceptions.ResponseError
+        self._noscript = redis.exceptions.NoScriptError
+        self._posted: dict[str, _Posted] = {}  # by engagement id, oldest first (see post)
+        self._aposted: dict[str, _APosted] = {}
         self._max = str(max_events)
         self._ttl = str(int(ttl_seconds * 1000))
         self._lock = threading.Lock()
@@ -404,6 +510,8 @@ class RedisStore:
 
     def close(self) -> None:
         """Close the sync client this store built (one given to it is its owner's to close)."""
+        for handle in self._unpark(self._posted):
+            handle.settle()
         client = self._client
         if client is not None and self._own_client:
             self._client = None
@@ -414,6 +522,9 @@ class RedisStore:
     async def aclose(self) -> None:
         """Close the clients this store built, async and sync."""
         self.close()
+        for handle in self._unpark(self._aposted):
+            with contextlib.suppress(StoreUnavailable):  # posted on another loop: its connection went with it
+                await handle.settle()
         aclient = self._aclient
         if aclient is not None and self._own_aclient:
             self._aclient = None
@@ -449,17 +560,86 @@ class RedisStore:
     def _claim_args(self, key: str, owner: str) -> list[_Arg]:
         return [b"", self._ttl, key.encode("utf-8", "surrogatepass"), owner.encode("utf-8", "surrogatepass")]
 
-    def _run(self, operation: str, engagement_id: str, script: int, args: list[_Arg]) -> Any:
-        """One round trip: script number ``script`` (open, load, append, claim) with the sync client."""
+    # Commands go straight onto a connection of the client's pool -- packed here, the answer read by redis-py's
+    # parser -- not through ``Script.__call__``/``execute_command``: those add about 30 µs of CPU a command
+    # (the retry wrapper, observability hooks), and a posted append needs the connection in hand anyway.
+
+    def _send(self, script: int, engagement_id: str, args: list[_Arg]) -> tuple[Any, Any]:
+        """Send script number ``script`` (open, load, append, claim) on a connection taken out of the sync
+        client's pool; the pool and the connection, whose answer is to be read by :meth:`_receive`."""
+        sha = self._sync()[script].sha
+        assert self._client is not None  # made by _sync
+        pool: Any = self._client.connection_pool
+        conn = pool.get_connection()
         try:
+            conn.send_packed_command(_pack(sha, self._keys(engagement_id), args))
+        except BaseException:
+            conn.disconnect()
+            pool.release(conn)
+            raise
+        return pool, conn
+
+    def _receive(self, pool: Any, conn: Any, script: int, engagement_id: str, args: list[_Arg]) -> Any:
+        """The answer to :meth:`_send`; the connection goes back to the pool (disconnected unless an answer
+        was read). A script the server no longer knows (``NOSCRIPT``, after a restart) did not run: it is
+        sent again by redis-py's ``Script``, which loads it."""
+        try:
+            try:
+                return conn.read_response()
+            except self._error_reply:
+                raise
+            except BaseException:
+                conn.disconnect()
+                raise
+            finally:
+                pool.release(conn)
+        except self._noscript:
             return self._sync()[script](self._keys(engagement_id), args)
+
+    async def _asend(self, script: int, engagement_id: str, args: list[_Arg]) -> tuple[Any, Any]:
+        """:meth:`_send` with the async client."""
+        sha = self._async()[script].sha
+        assert self._aclient is not None  # made by _async
+        pool: Any = self._aclient.connection_pool
+        conn = await pool.get_connection()
+        try:
+            await conn.send_packed_command(_pack(sha, self._keys(engagement_id), args))
+        except BaseException:
+            await conn.disconnect()
+            await pool.release(conn)
+            raise
+        return pool, conn
+
+    async def _areceive(self, pool: Any, conn: Any, script: int, engagement_id: str, args: list[_Arg]) -> Any:
+        """:meth:`_receive` with the async client."""
+        try:
+            try:
+                return await conn.read_response()
+            except self._error_reply:
+                raise
+            except BaseException:
+                await conn.disconnect()
+                raise
+            finally:
+                await pool.release(conn)
+        except self._noscript:
+            return await self._async()[script](self._keys(engagement_id), args)
+
+    def _run(self, operation: str, engagement_id: str, script: int, args: list[_Arg]) -> Any:
+        """One round trip with the sync client, after reading the answer to an append posted for the same
+        engagement."""
+        self._drain(engagement_id)
+        try:
+            return self._receive(*self._send(script, engagement_id, args), script, engagement_id, args)
         except self._faults as exc:
             raise self._unavailable(operation, engagement_id, exc) from exc
 
     async def _arun(self, operation: str, engagement_id: str, script: int, args: list[_Arg]) -> Any:
         """:meth:`_run` with the async client."""
+        await self._adrain(engagement_id)
         try:
-            return await self._async()[script](self._keys(engagement_id), args)
+            pool, conn = await self._asend(script, engagement_id, args)
+            return await self._areceive(pool, conn, script, engagement_id, args)
         except self._faults as exc:
             raise self._unavailable(operation, engagement_id, exc) from exc
 
@@ -469,6 +649,86 @@ class RedisStore:
             return parse(reply)
         except Exception as exc:
             self._not_ours(operation, engagement_id, exc)
+
+    # -- posted appends --------------------------------------------------------------------------------
+
+    def _park(self, parked: dict[str, _H], engagement_id: str, handle: _H) -> _H | None:
+        """Keep ``handle`` until its answer is read; the oldest one to read now when too many wait."""
+        with self._lock:
+            parked[engagement_id] = handle
+            if len(parked) <= _POSTED_MAX:
+                return None
+            return parked.pop(next(iter(parked)))
+
+    def _unpark(self, parked: dict[str, _H]) -> list[_H]:
+        with self._lock:
+            handles = list(parked.values())
+            parked.clear()
+            return handles
+
+    def _drain(self, engagement_id: str) -> None:
+        handle = self._posted.pop(engagement_id, None)
+        if handle is not None:
+            handle.settle()
+
+    async def _adrain(self, engagement_id: str) -> None:
+        handle = self._aposted.pop(engagement_id, None)
+        if handle is not None:
+            with contextlib.suppress(StoreUnavailable):  # kept for whoever posted it
+                await handle.settle()
+        sync_handle = self._posted.pop(engagement_id, None)
+        if sync_handle is not None:
+            await asyncio.to_thread(sync_handle.settle)
+
+    def _answer(self, engagement_id: str, args: list[_Arg], pool: Any, conn: Any) -> _Answer:
+        """The answer to an append posted on ``conn``: ``(appended, None)`` or ``(None, the error)``."""
+        try:
+            reply = self._receive(pool, conn, 2, engagement_id, args)
+        except self._faults as exc:
+            return None, self._unavailable("append", engagement_id, exc)
+        return _outcome(
+            lambda: _present(self._read("append", engagement_id, _appended, reply), engagement_id)
+        )
+
+    async def _aanswer(self, engagement_id: str, args: list[_Arg], pool: Any, conn: Any) -> _Answer:
+        """:meth:`_answer` with the async client."""
+        try:
+            reply = await self._areceive(pool, conn, 2, engagement_id, args)
+        except self._faults as exc:
+            return None, self._unavailable("append", engagement_id, exc)
+        return _outcome(
+            lambda: _present(self._read("append", engagement_id, _appended, reply), engagement_id)
+        )
+
+    def post(self, engagement_id: str, since: int, events: Sequence[str], total: int) -> Posted:
+        """Send a non-exclusive :meth:`append` and return without its answer (see the module's docstring).
+        Raises :class:`~agentguard.errors.StoreUnavailable` when it cannot be sent."""
+        args = self._append_args(since, events, total, False)
+        self._drain(engagement_id)
+        try:
+            pool, conn = self._send(2, engagement_id, args)
+        except self._faults as exc:
+            raise self._unavailable("append", engagement_id, exc) from exc
+        handle = _Posted(self, engagement_id, args, pool, conn)
+        oldest = self._park(self._posted, engagement_id, handle)
+        if oldest is not None:
+            oldest.settle()
+        return handle
+
+    async def apost(self, engagement_id: str, since: int, events: Sequence[str], total: int) -> Posted:
+        """:meth:`post` with the async client."""
+        args = self._append_args(since, events, total, False)
+        await self._adrain(engagement_id)
+        try:
+            pool, conn = await self._asend(2, engagement_id, args)
+        except self._faults as exc:
+            raise self._unavailable("append", engagement_id, exc) from exc
+        handle = _APosted(self, engagement_id, args, pool, conn)
+        oldest = self._park(self._aposted, engagement_id, handle)
+        if oldest is not None:
+            with contextlib.suppress(StoreUnavailable):
+                await oldest.settle()
+        return handle
 
     # -- the journal, sync -----------------------------------------------------------------------------
 
@@ -520,6 +780,13 @@ class RedisStore:
         """:meth:`claim` with the async client."""
         reply = await self._arun("claim", engagement_id, 3, self._claim_args(key, owner))
         return self._read("claim", engagement_id, _holder, reply)
+
+
+def _outcome(answer: Callable[[], Appended]) -> _Answer:
+    try:
+        return answer(), None
+    except (StoreUnavailable, KeyError) as exc:
+        return None, exc
 
 
 def _loaded(reply: Any) -> Snapshot | None:

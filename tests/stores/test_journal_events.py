@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentguard.record import EngagementState, decode_event, encode_event
-from agentguard.record._journal import Appended, Snapshot
+from agentguard.record._journal import Appended, Snapshot, tag
 
 keys = st.text(max_size=6)  # NUL and lone surrogates included
 scalars = (
@@ -35,6 +35,13 @@ def test_every_recorded_value_round_trips_exactly(value: Any) -> None:
     text = encode_event(["c", "token", value, "completed", None])
     text.encode("utf-8")  # what a store is given is always valid UTF-8 (lone surrogates escaped)
     assert decode_event(text) == ["c", "token", value, "completed", None]
+
+
+@given(values)
+@settings(max_examples=300)
+def test_the_direct_encoding_is_the_tagged_one(value: Any) -> None:
+    event = ["c", "token", value, "completed", None]
+    assert encode_event(event) == json.dumps(tag(event), separators=(",", ":"), allow_nan=False)
 
 
 def test_a_value_cannot_pass_itself_off_as_a_datetime() -> None:

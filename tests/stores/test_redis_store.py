@@ -569,8 +569,9 @@ def test_a_reply_that_is_not_the_scripts_fails_closed(
     redis_url: str, monkeypatch: pytest.MonkeyPatch, reply: object
 ) -> None:
     client = redis.Redis.from_url(redis_url)
-    monkeypatch.setattr(client, "evalsha", lambda *args: reply)
     store = RedisStore(client=client)
+    receive = store._receive  # the real answer is read (the connection stays clean), then replaced
+    monkeypatch.setattr(store, "_receive", lambda *args: (receive(*args), reply)[1])
     calls: list[Callable[[], object]] = [
         lambda: store.open("e", {}),
         lambda: store.append("e", 0, [], 0, exclusive=False),
@@ -589,12 +590,16 @@ def test_a_reply_that_is_not_the_scripts_fails_closed(
 def test_other_redis_errors_become_store_unavailable(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     client = redis.Redis.from_url(redis_url)
 
+    store = RedisStore(client=client)
+    receive = store._receive
+
     def fail(*args: object) -> object:
+        receive(*args)
         raise redis.exceptions.BusyLoadingError("LOADING Redis is loading the dataset in memory")
 
-    monkeypatch.setattr(client, "evalsha", fail)
+    monkeypatch.setattr(store, "_receive", fail)
     with pytest.raises(StoreUnavailable, match="BusyLoadingError"):
-        RedisStore(client=client).open("e", {})
+        store.open("e", {})
     client.close()
 
 

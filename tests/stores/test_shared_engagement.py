@@ -26,6 +26,7 @@ from agentguard import (
     Rule,
     ShortCircuitViolation,
     StoreDenied,
+    StoreUnavailable,
     User,
 )
 from agentguard.stores import MemoryStore, RedisStore
@@ -145,6 +146,130 @@ def test_the_async_api_shares_the_same_record(redis_url: str) -> None:
         return list(seen.view()["history"]["_list"])
 
     assert asyncio.run(main()) == ["lookup", "ping", "lookup", "ping"]
+
+
+# -- one round trip a call: the end is posted ---------------------------------------------------------
+
+
+def _store(guard: Guard) -> RedisStore:
+    store = guard.store
+    assert isinstance(store, RedisStore)
+    return store
+
+
+def test_a_call_waits_for_one_round_trip_and_its_end_is_posted_before_the_output_is_handed_on(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guard = make_guard(redis_url, loop=10)
+    store = _store(guard)
+    eng = guard.engagement(USER, engagement_id="posted")
+    waited, posted = [], []
+    run, post = store._run, store.post
+    monkeypatch.setattr(store, "_run", lambda *args: waited.append(args[0]) or run(*args))
+    monkeypatch.setattr(store, "post", lambda *args: posted.append(args[0]) or post(*args))
+    for index in range(5):
+        assert _call(guard, eng, "lookup", str(index)) == {"q": str(index)}
+    # One round trip a call, its exclusive begin; each begin first reads the previous call's posted answer.
+    assert waited == ["append"] * 5
+    assert posted == ["posted"] * 5
+    # Nothing more is sent after the last call: its end is already in the store for every worker.
+    seen = make_guard(redis_url).engagement(engagement_id="posted").view()["history"]
+    assert [e["outputs"] for e in seen["lookup"]] == [{"q": str(i)} for i in range(5)]
+    # and a record opened in this process reads the posted answer first (the store keeps the order)
+    again = guard.engagement(USER, engagement_id="posted").view()["history"]
+    assert [e["outputs"]["q"] for e in again["lookup"]] == ["0", "1", "2", "3", "4"]
+
+
+class _Vanished:
+    """A posted append that never reached the store, and whose answer never comes."""
+
+    def result(self) -> Any:
+        raise StoreUnavailable("the connection dropped")
+
+    async def aresult(self) -> Any:
+        return self.result()
+
+
+def test_an_end_whose_answer_never_came_fails_the_next_step_and_is_sent_again_once(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guard = make_guard(redis_url, loop=10)
+    store = _store(guard)
+    eng = guard.engagement(USER, engagement_id="lost")
+    _call(guard, eng, "lookup", "1")
+    _call(guard, eng, "lookup", "2")
+    with monkeypatch.context() as patch:  # it landed, but its answer, read now, is lost: did it land?
+        answer = store._answer
+        patch.setattr(store, "_answer", lambda *args: (answer(*args), (None, StoreUnavailable("dropped")))[1])
+        with pytest.raises(StoreDenied, match="dropped"):  # the step that reads the lost answer
+            _call(guard, eng, "ping", "3")
+    with monkeypatch.context() as patch:  # it never reached the store
+        patch.setattr(store, "post", lambda *args: _Vanished())
+        _call(guard, eng, "lookup", "4")
+    seen = make_guard(redis_url).engagement(engagement_id="lost").view()["history"]
+    assert seen["lookup"][-1]["outputs"] is None  # "4" ended here; the store has its begin only, until ...
+    with pytest.raises(StoreDenied, match="connection dropped"):
+        _call(guard, eng, "ping", "5")
+    assert eng.steps[-1].outcome is Outcome.DENY  # recorded, not silent
+    _call(guard, eng, "ping", "6")  # ... an append that gets through carries its end
+    seen = make_guard(redis_url).engagement(engagement_id="lost").view()["history"]
+    assert seen["_list"] == ["lookup", "lookup", "lookup", "ping"]  # the denied pings taken back everywhere
+    assert [e["outputs"] for e in seen["lookup"]] == [{"q": "1"}, {"q": "2"}, {"q": "4"}]
+    assert [e["outputs"] for e in seen["ping"]] == [{"pong": "6"}]
+    assert seen["_total"] == 4
+
+
+def test_an_end_that_cannot_be_sent_withholds_the_output(
+    redis_url: str, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    guard = make_guard(redis_url)
+    store = _store(guard)
+    eng = guard.engagement(USER, engagement_id="unsent")
+
+    def refused(*args: Any) -> Any:
+        raise StoreUnavailable("the store refused the connection")
+
+    monkeypatch.setattr(store, "post", refused)
+    with pytest.raises(StoreDenied, match="refused the connection"):
+        _call(guard, eng, "lookup", "secret")
+    assert eng.state.calls[-1].status == "withheld"
+
+
+def test_unread_answers_hold_at_most_64_connections(redis_url: str) -> None:
+    import redis
+
+    guard = make_guard(redis_url + "?client_name=parking")  # its connections, told apart from others'
+    engagements = [guard.engagement(USER, engagement_id=f"many-{i}") for i in range(100)]
+    for eng in engagements:
+        _call(guard, eng, "lookup")  # each leaves its end's answer unread
+    watcher = redis.Redis.from_url(redis_url)
+    try:
+        clients = sum(client["name"] == "parking" for client in watcher.client_list())
+    finally:
+        watcher.close()
+    assert 64 <= clients <= 66  # the 64 parked, the one the begins use, and the oldest read back
+    seen = make_guard(redis_url).engagement(engagement_id="many-0").view()["history"]
+    assert seen["lookup"][0]["outputs"] == {"q": "x"}
+    _store(guard).close()
+
+
+def test_one_engagement_called_from_sync_and_async_code_records_every_call_once(redis_url: str) -> None:
+    guard = make_guard(redis_url)
+    eng = guard.engagement(USER, engagement_id="mixed")
+    _call(guard, eng, "lookup", "sync-1")
+
+    async def from_a_loop() -> None:
+        with eng.activate():
+            await guard.acall("ping", {"q": "async"})
+
+    asyncio.run(from_a_loop())  # reads the sync end's answer off the loop, posts its own on the loop
+    with pytest.raises(StoreDenied, match="read there"):  # the loop is gone: its answer cannot be read here
+        _call(guard, eng, "lookup", "lost")
+    _call(guard, eng, "lookup", "sync-2")  # the async end goes again with this begin
+    seen = make_guard(redis_url).engagement(engagement_id="mixed").view()["history"]
+    assert seen["_list"] == ["lookup", "ping", "lookup"]
+    assert [e["outputs"] for e in seen["lookup"]] == [{"q": "sync-1"}, {"q": "sync-2"}]
+    assert seen["ping"][0]["outputs"] == {"pong": "async"}
 
 
 # -- faults -------------------------------------------------------------------------------------------
