@@ -33,7 +33,7 @@ from agentguard.record._journal import (
     untag,
 )
 from agentguard.record._loop import LoopDetector
-from agentguard.record._types import CallRecord, EngagementStatus, StepRecord, User
+from agentguard.record._types import CallRecord, EngagementStatus, StepRecord, User, new_entry
 from agentguard.record._values import new_id
 from agentguard.record._view import ViewPlan
 
@@ -184,8 +184,9 @@ class EngagementState:
 
         ``started_at``: when the call began (``time.time()``; default now), e.g. its step's time.
         """
-        entry: dict[str, Any] = {"inputs": inputs, "outputs": None}
-        record = CallRecord(name, kind, call_id, entry, time.time() if started_at is None else started_at)
+        record = CallRecord(
+            name, kind, call_id, new_entry(inputs), time.time() if started_at is None else started_at
+        )
         with self._lock:
             self._add_call(record)
             self._in_flight.add(id(record))
@@ -516,7 +517,7 @@ class EngagementState:
                 return
             record = reviving.pop(token, None) if reviving else None  # ours, in flight, being reloaded
             if record is None:
-                entry = {"inputs": inputs, "outputs": None}
+                entry = new_entry(inputs)
                 at = float(started) if type(started) in (int, float) else 0.0
                 record = CallRecord(str(name), str(call_kind), str(call_id) if call_id else None, entry, at)
                 record.token = token

@@ -149,3 +149,18 @@ def test_the_facade_name_does_not_warn() -> None:
         from agentguard.engagement import Engagement
 
     assert Engagement is agentguard.Engagement
+
+
+def test_a_calls_entry_is_a_plain_dict_smaller_than_a_literal() -> None:
+    import sys
+
+    state = EngagementState(user=User(id="u1"))
+    call = state.begin_call("lookup", {"n": 1})
+    entry = call.entry
+    assert type(entry) is dict
+    assert entry == {"inputs": {"n": 1}, "outputs": None}
+    state.complete_call(call, {"ok": True})
+    assert list(entry.items()) == [("inputs", {"n": 1}), ("outputs", {"ok": True})]
+    assert state.view()["recent"]["lookup"] == entry
+    # kept once per call for the engagement's life: a split table (keys shared by every entry), not a literal
+    assert sys.getsizeof(entry) < sys.getsizeof({"inputs": {"n": 1}, "outputs": {"ok": True}})
