@@ -643,6 +643,10 @@ class RedisStore:
         except self._faults as exc:
             raise self._unavailable(operation, engagement_id, exc) from exc
 
+    def _append_reply(self, engagement_id: str, reply: Any) -> Appended:
+        """An append's answer; :class:`KeyError` when the engagement does not exist."""
+        return _present(self._read("append", engagement_id, _appended, reply), engagement_id)
+
     def _read(self, operation: str, engagement_id: str, parse: Callable[[Any], _T], reply: Any) -> _T:
         """The script's reply parsed; anything that is not what the script returns fails closed."""
         try:
@@ -683,22 +687,21 @@ class RedisStore:
     def _answer(self, engagement_id: str, args: list[_Arg], pool: Any, conn: Any) -> _Answer:
         """The answer to an append posted on ``conn``: ``(appended, None)`` or ``(None, the error)``."""
         try:
-            reply = self._receive(pool, conn, 2, engagement_id, args)
+            return self._append_reply(engagement_id, self._receive(pool, conn, 2, engagement_id, args)), None
         except self._faults as exc:
             return None, self._unavailable("append", engagement_id, exc)
-        return _outcome(
-            lambda: _present(self._read("append", engagement_id, _appended, reply), engagement_id)
-        )
+        except (StoreUnavailable, KeyError) as exc:
+            return None, exc
 
     async def _aanswer(self, engagement_id: str, args: list[_Arg], pool: Any, conn: Any) -> _Answer:
         """:meth:`_answer` with the async client."""
         try:
             reply = await self._areceive(pool, conn, 2, engagement_id, args)
+            return self._append_reply(engagement_id, reply), None
         except self._faults as exc:
             return None, self._unavailable("append", engagement_id, exc)
-        return _outcome(
-            lambda: _present(self._read("append", engagement_id, _appended, reply), engagement_id)
-        )
+        except (StoreUnavailable, KeyError) as exc:
+            return None, exc
 
     def post(self, engagement_id: str, since: int, events: Sequence[str], total: int) -> Posted:
         """Send a non-exclusive :meth:`append` and return without its answer (see the module's docstring).
@@ -748,7 +751,7 @@ class RedisStore:
         """Append ``events`` atomically (see :meth:`Journal.append` and the module's docstring: with
         ``gap``, ``missed`` is empty). Raises :class:`KeyError` when the engagement does not exist."""
         reply = self._run("append", engagement_id, 2, self._append_args(since, events, total, exclusive))
-        return _present(self._read("append", engagement_id, _appended, reply), engagement_id)
+        return self._append_reply(engagement_id, reply)
 
     def claim(self, engagement_id: str, key: str, owner: str) -> str:
         """Claim ``key`` for ``owner`` once and for all; the owner that holds it."""
@@ -774,19 +777,12 @@ class RedisStore:
         reply = await self._arun(
             "append", engagement_id, 2, self._append_args(since, events, total, exclusive)
         )
-        return _present(self._read("append", engagement_id, _appended, reply), engagement_id)
+        return self._append_reply(engagement_id, reply)
 
     async def aclaim(self, engagement_id: str, key: str, owner: str) -> str:
         """:meth:`claim` with the async client."""
         reply = await self._arun("claim", engagement_id, 3, self._claim_args(key, owner))
         return self._read("claim", engagement_id, _holder, reply)
-
-
-def _outcome(answer: Callable[[], Appended]) -> _Answer:
-    try:
-        return answer(), None
-    except (StoreUnavailable, KeyError) as exc:
-        return None, exc
 
 
 def _loaded(reply: Any) -> Snapshot | None:
