@@ -62,6 +62,7 @@ class Engagement:
         self._lock = threading.Lock()
         self._depth = 0  # how many `with eng:` blocks are open, in any thread or task
         self._turn: list[Any] | None = None  # the observers' tokens of the current turn
+        self._turned = False  # a turn was started (else the observers refresh at the close: Observer.refresh)
         self._closed = False
 
     # -- identity and record --------------------------------------------------------------------------
@@ -239,6 +240,7 @@ class Engagement:
 
     def _start_turn(self) -> None:
         observers = self.runtime.observers
+        self._turned = True
         self._turn = observers.turn_started(self.state) if observers else []
 
     def _end_turn(self) -> None:
@@ -255,8 +257,11 @@ class Engagement:
         store = self.runtime.store
         if isinstance(store, MemoryStore):
             store.forget(self.state.id)
-        if was_open and self.runtime.observers:
-            self.runtime.observers.engagement_ended(self.state)
+        observers = self.runtime.observers
+        if was_open and observers:
+            observers.engagement_ended(self.state)
+            if not self._turned:  # a one-call engagement (auto_engagement): the next one sees what changed
+                observers.refresh()
         guardian = self.runtime.guardian
         return guardian is not None and guardian.mode == "observe"
 

@@ -16,6 +16,10 @@ context current for the step (an OpenTelemetry span, say) and the tool's own wor
 
 Observers observe; they cannot change a decision. An exception raised inside one is logged and swallowed:
 telemetry never breaks the agent (policy code, by contrast, fails closed).
+
+An observer whose interest can change while the Guard runs (telemetry, once an OpenTelemetry SDK is set up
+globally) looks again in :meth:`Observer.refresh`, once per turn, so that :meth:`Observer.active`, asked at
+every step, stays a cheap read.
 """
 
 from __future__ import annotations
@@ -38,9 +42,19 @@ class Observer:
         """Whether this observer wants the turn or step about to start (asked once at its start).
 
         Telemetry answers ``False`` while no OpenTelemetry SDK is configured, so that an idle observer costs
-        a guarded call almost nothing.
+        a guarded call almost nothing. Asked at every step: keep it a cheap read, and do in :meth:`refresh`
+        what costs more.
         """
         return True
+
+    def refresh(self) -> None:
+        """Look again at what :meth:`active` answers from; the default does nothing.
+
+        Called at the start of each turn, before :meth:`active` is asked for the turn, and when an engagement
+        that started no turn ends (a one-call engagement of ``auto_engagement``), so that the engagements
+        after it see the change. Telemetry re-reads the global OpenTelemetry providers here: a provider set
+        globally later is picked up at the next turn. Shielded like every hook: an exception is logged.
+        """
 
     def turn_started(self, state: EngagementState) -> Any:
         """An engagement turn starts (the engagement was entered, or ``new_turn()`` was called).
@@ -73,16 +87,18 @@ class Observers:
 
     Each hook is dispatched only to the observers that override it, and step hooks only to those that are
     :meth:`~Observer.active` when the step starts: a guard whose only observer is idle telemetry pays one
-    cheap check per step, not one call per decision.
+    cheap check per step, not one call per decision. :meth:`~Observer.refresh` runs once per turn, before
+    the turn's :meth:`~Observer.active`.
     """
 
-    __slots__ = ("_ends", "_items", "_steppers", "_turners")
+    __slots__ = ("_ends", "_items", "_refreshers", "_steppers", "_turners")
 
     def __init__(self, observers: Iterable[Observer] = ()) -> None:
         self._items: tuple[Observer, ...] = ()
         self._turners: tuple[Observer, ...] = ()
         self._steppers: tuple[Observer, ...] = ()
         self._ends: tuple[Observer, ...] = ()
+        self._refreshers: tuple[Observer, ...] = ()
         for observer in observers:
             self.add(observer)
 
@@ -107,15 +123,28 @@ class Observers:
             self._steppers = (*self._steppers, observer)
         if overrides("engagement_ended"):
             self._ends = (*self._ends, observer)
+        if overrides("refresh"):
+            self._refreshers = (*self._refreshers, observer)
 
     def stepping(self) -> tuple[Observer, ...]:
         """The observers that want the step about to start (checked once, at its start)."""
-        steppers = self._steppers
-        if not steppers:
-            return ()
-        return tuple([o for o in steppers if _safe(o.active, False)])
+        wanting: tuple[Observer, ...] = ()
+        for observer in self._steppers:  # a loop, not _safe in a comprehension: this runs at every step
+            try:
+                if observer.active():
+                    wanting = (*wanting, observer)
+            except Exception:
+                _failed(observer)
+        return wanting
+
+    def refresh(self) -> None:
+        """Each observer's :meth:`~Observer.refresh` (at a turn's start; an engagement's end without a turn)."""
+        for observer in self._refreshers:
+            _safe(observer.refresh, None)
 
     def turn_started(self, state: EngagementState) -> list[tuple[Observer, Any]]:
+        if self._refreshers:
+            self.refresh()
         return [(o, _safe(o.turn_started, None, state)) for o in self._turners if _safe(o.active, False)]
 
     @staticmethod

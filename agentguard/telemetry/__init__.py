@@ -9,7 +9,8 @@ guardian client adds a CLIENT span per request and sends the W3C ``traceparent``
 continues the trace. Reference: ``docs/telemetry.md``.
 
 Nothing is exported until an OpenTelemetry SDK is configured; until then a step costs well under a
-microsecond more. The host's SDK is used as it is; a process of agentguard's own (the CLI, the demo) can
+microsecond more. The host's SDK is used as it is, through the API's public names; a global provider set
+after a Guard was made is picked up at its next turn. A process of agentguard's own (the CLI, the demo) can
 set one up with :func:`configure` (``pip install 'agentguard[otel]'``)::
 
     from agentguard import Guard

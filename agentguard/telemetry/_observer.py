@@ -1,7 +1,10 @@
 """``GuardTelemetry``: the observer that turns a Guard's turns, steps and decisions into OpenTelemetry.
 
-It is installed in every Guard (``Guard(telemetry=True)``, the default) and uses ``opentelemetry-api`` only:
-without an SDK configured, each step costs a dictionary look-up and two attribute reads, and no span is made.
+It is installed in every Guard (``Guard(telemetry=True)``, the default) and uses ``opentelemetry-api`` only,
+through its public names: without an SDK configured, each step costs one attribute read, and no span is made.
+Whether an SDK is behind the global providers is asked once per turn, in :meth:`~GuardTelemetry.refresh` (the
+public ``get_tracer_provider()`` / ``get_meter_provider()`` read ``os.environ`` while no provider is set, too
+slow to ask at every step): a global provider set later is picked up at the next turn.
 A step's span is the current span while the step runs (it is attached in :meth:`~GuardTelemetry.step_started`
 and detached in :meth:`~GuardTelemetry.step_ended`, which the pipeline calls in the same thread or task), so
 the tool's own spans, and the guardian request's, nest inside it.
@@ -22,8 +25,7 @@ from contextvars import Token
 from dataclasses import dataclass
 from typing import Any
 
-import opentelemetry.metrics._internal as _metrics_api
-from opentelemetry import context, trace
+from opentelemetry import context, metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
 from opentelemetry.trace import (
@@ -74,8 +76,6 @@ _CAPTURE_VALUES = frozenset({"true", "span_only", "span_and_event"})
 # A call in one of these states ran (its tool was invoked), so its step's time includes the tool's.
 _RAN = frozenset({"completed", "withheld", "failed"})
 
-_UNSET: Any = object()
-
 
 def capture_content_from_env() -> bool:
     """``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` says content may be recorded (off if unset)."""
@@ -83,26 +83,21 @@ def capture_content_from_env() -> bool:
 
 
 def global_tracing() -> bool:
-    """Is a real tracer provider set globally? Asked once per step, so it reads the API's own global.
+    """Is a real tracer provider set globally? (The API's public ``get_tracer_provider()``.)
 
-    ``trace.get_tracer_provider()`` answers the same question but reads ``os.environ`` on every call
-    (0.8 µs here, against 0.05 µs); the public call is the fallback should an API release rename the global.
+    While none is set, the call reads ``os.environ`` (about 0.8 µs): :class:`GuardTelemetry` asks once per
+    turn, never per step.
     """
-    provider = getattr(trace, "_TRACER_PROVIDER", _UNSET)
-    if provider is _UNSET:
-        return not isinstance(trace.get_tracer_provider(), ProxyTracerProvider | NoOpTracerProvider)
-    return provider is not None and not isinstance(provider, NoOpTracerProvider)
+    return not isinstance(trace.get_tracer_provider(), ProxyTracerProvider | NoOpTracerProvider)
 
 
 def global_metrics() -> bool:
-    """Is a real meter provider set globally? (As :func:`global_tracing`, for metrics.)"""
-    provider = getattr(_metrics_api, "_METER_PROVIDER", _UNSET)
-    if provider is _UNSET:
-        provider = _metrics_api.get_meter_provider()
-        return type(provider).__name__ != "_ProxyMeterProvider" and not isinstance(
-            provider, NoOpMeterProvider
-        )
-    return provider is not None and not isinstance(provider, NoOpMeterProvider)
+    """Is a real meter provider set globally? (As :func:`global_tracing`, for metrics.)
+
+    Neither the API's proxy (its class is not public: told apart by its name) nor its no-op.
+    """
+    provider = metrics.get_meter_provider()
+    return type(provider).__name__ != "_ProxyMeterProvider" and not isinstance(provider, NoOpMeterProvider)
 
 
 @dataclass(slots=True)
@@ -142,6 +137,9 @@ class GuardTelemetry(Observer):
     global providers, which do nothing until an SDK is configured). ``agent_name`` / ``agent_id`` name the
     agent on spans and metrics; a Guard fills them in from its spec when they are not given.
 
+    The global providers are read when it is made and again at the start of each turn (:meth:`refresh`): a
+    global provider set later is picked up at the next turn. Each step only reads what the last look found.
+
     Pass one to a Guard as ``Guard(..., telemetry=GuardTelemetry(...))``; the Guard installs one by default.
     """
 
@@ -162,11 +160,14 @@ class GuardTelemetry(Observer):
         self._turns: dict[str, _Turn] = {}  # engagement id -> its open turn
         self._steps: dict[int, _Step] = {}  # id(step) -> the step's open segment
         # Is there an SDK behind the tracer / the instruments? True or False for an injected provider; None
-        # for the global one: asked at each step until the answer is yes (a global provider is set only once).
+        # for the global one: asked again at each turn (refresh) until the answer is yes (a global provider is
+        # set only once). What a step reads: _live (active()), _live_tracer (_traced()), _measuring is True.
         self._tracer: Tracer | None = None
         self._tracing: bool | None = False
         self._instruments: Instruments | None = None
         self._measuring: bool | None = False
+        self._live_tracer: Tracer | None = None
+        self._live = False
         try:
             if tracer_provider is None or isinstance(tracer_provider, ProxyTracerProvider):
                 trace.get_tracer_provider()  # loads a provider named by OTEL_PYTHON_TRACER_PROVIDER, if any
@@ -183,6 +184,10 @@ class GuardTelemetry(Observer):
             self._measuring = None if global_meter else not isinstance(meter_provider, NoOpMeterProvider)
         except Exception:
             logger.exception("agentguard telemetry: no meter (metrics are off for this guard)")
+        try:
+            self.refresh()
+        except Exception:
+            logger.exception("agentguard telemetry: the global providers could not be read (asked again)")
 
     def for_agent(self, agent_name: str, agent_id: str) -> GuardTelemetry:
         """This telemetry for one agent: a copy naming it, unless this one already names an agent."""
@@ -245,26 +250,35 @@ class GuardTelemetry(Observer):
         finally:
             span.end()
 
+    def refresh(self) -> None:
+        """Look again whether an SDK is behind the global providers (at each turn's start, and when made).
+
+        Only while the answer is no: a global provider is set once, and an injected one is known from the
+        start. Costs about 2 µs while no SDK is set; per step, :meth:`active` only reads what this found.
+        """
+        if self._tracing is None and global_tracing():
+            self._tracing = True
+        if self._measuring is None and global_metrics():
+            self._measuring = True
+        self._live_tracer = self._tracer if self._tracing else None
+        self._live = self._live_tracer is not None or self._measuring is True
+
     def active(self) -> bool:
-        """Only while an SDK is behind the tracer or the meter: otherwise a step costs one check."""
-        return self._traced() is not None or self._measured()
+        """Only while an SDK is behind the tracer or the meter (as of the last :meth:`refresh`)."""
+        return self._live
 
     @property
     def tracing(self) -> bool:
         """Is an SDK behind the tracer? Adapters ask before gathering a span's attributes: without one,
         :meth:`chat_span` records nothing and reading a model's name can cost more than the model call."""
-        return self._traced() is not None
+        return self._live_tracer is not None
 
     def _traced(self) -> Tracer | None:
-        """The tracer, if an SDK is behind it (checked cheaply: this runs at every step)."""
-        if self._tracing is None and global_tracing():
-            self._tracing = True
-        return self._tracer if self._tracing else None
+        """The tracer, if an SDK is behind it (as of the last :meth:`refresh`: this runs at every step)."""
+        return self._live_tracer
 
     def _measured(self) -> bool:
-        if self._measuring is None and global_metrics():
-            self._measuring = True
-        return bool(self._measuring)
+        return self._measuring is True
 
     def turn_started(self, state: EngagementState) -> _Turn | None:
         tracer = self._traced()

@@ -105,3 +105,70 @@ def test_a_failing_observer_is_logged_and_the_agent_goes_on(caplog: pytest.LogCa
         assert lookup(ok=True) == "found"
     assert "observer bug" in caplog.text
     assert ("step-end", "lookup", None) in recorder.events
+
+
+class Refreshing(Observer):
+    """Records when it is refreshed and asked whether it is active."""
+
+    def __init__(self, *, broken: bool = False) -> None:
+        self.events: list[str] = []
+        self.broken = broken
+
+    def refresh(self) -> None:
+        self.events.append("refresh")
+        if self.broken:
+            raise RuntimeError("refresh bug")
+
+    def active(self) -> bool:
+        self.events.append("active")
+        return True
+
+    def turn_started(self, state: EngagementState) -> None:
+        self.events.append("turn")
+
+    def step_started(self, state: EngagementState, step: StepRecord) -> None:
+        self.events.append("step")
+
+
+def _lookup(guard: Guard) -> Any:
+    @guard.tool
+    def lookup(ok: bool) -> str:
+        return "found"
+
+    return lookup
+
+
+def test_refresh_runs_once_per_turn_before_active() -> None:
+    observer = Refreshing()
+    guard = Guard.from_yaml(SPEC, observers=[observer])
+    lookup = _lookup(guard)
+    with guard.engagement() as eng:
+        lookup(ok=True)
+        lookup(ok=True)
+        eng.new_turn()
+        lookup(ok=True)
+    turn = ["refresh", "active", "turn"]
+    step = ["active", "step"]
+    assert observer.events == [*turn, *step, *step, *turn, *step]
+
+
+def test_a_raising_refresh_is_logged_and_the_turn_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    observer = Refreshing(broken=True)
+    guard = Guard.from_yaml(SPEC, observers=[observer])
+    lookup = _lookup(guard)
+    with caplog.at_level(logging.ERROR, logger="agentguard.observers"), guard.engagement():
+        assert lookup(ok=True) == "found"
+    assert "refresh bug" in caplog.text
+    assert observer.events == ["refresh", "active", "turn", "active", "step"]
+
+
+def test_an_engagement_without_a_turn_refreshes_when_it_ends() -> None:
+    observer = Refreshing()
+    guard = Guard.from_yaml(SPEC, observers=[observer], auto_engagement=True)
+    lookup = _lookup(guard)
+    lookup(ok=True)  # a one-call engagement: no turn
+    lookup(ok=True)
+    assert observer.events == ["active", "step", "refresh", "active", "step", "refresh"]
+    with guard.engagement():  # one with a turn refreshes at its start only
+        lookup(ok=True)
+    assert observer.events[6:] == ["refresh", "active", "turn", "active", "step"]

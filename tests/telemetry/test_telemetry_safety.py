@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import logging
+import re
 import subprocess
 import sys
 import textwrap
@@ -37,7 +39,7 @@ from agentguard import ConfigurationError, Guard
 from agentguard.guardian import GuardianClient
 from agentguard.guardian.server import create_app, parse_rules, serve_in_thread
 from agentguard.observers import Observer
-from agentguard.telemetry import GuardTelemetry, configure
+from agentguard.telemetry import GuardTelemetry, _observer, configure
 from tests.conftest import ROOT, spec_text
 from tests.telemetry.conftest import Otel, wait_until
 
@@ -270,6 +272,158 @@ def test_without_an_sdk_no_span_is_made_until_one_is_set() -> None:
         """
     )
     assert out.strip() == "['execute_tool lookup', 'invoke_agent test-agent']"
+
+
+def test_a_global_provider_set_later_is_picked_up_at_the_next_turn() -> None:
+    out = _python(
+        f"""
+        from opentelemetry import metrics, trace
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from agentguard import Guard
+
+        def traced():
+            return trace.get_current_span().get_span_context().is_valid
+
+        guard = Guard.from_yaml({SPEC!r})
+        lookup = guard.tool(name="lookup")(traced)
+        auto = Guard.from_yaml({SPEC!r}, auto_engagement=True)
+        auto_lookup = auto.tool(name="lookup")(traced)
+        assert auto_lookup() is False
+
+        exporter = InMemorySpanExporter()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+        reader = InMemoryMetricReader()
+        with guard.engagement() as eng:
+            assert lookup() is False
+            trace.set_tracer_provider(tracer_provider)
+            metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+            assert lookup() is False, "the turn began without an SDK"
+            eng.new_turn()
+            assert lookup() is True, "the next turn sees it"
+        # one-call engagements have no turn: each one's end looks again, for the next
+        assert [auto_lookup(), auto_lookup()] == [False, True]
+
+        durations = [
+            point.count
+            for resource in reader.get_metrics_data().resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            if metric.name == "agentguard.check.duration"
+            for point in metric.data.data_points
+        ]
+        print(sum(durations), sorted(s.name for s in exporter.get_finished_spans()))
+        """
+    )
+    assert out.strip() == "2 ['execute_tool lookup', 'execute_tool lookup', 'invoke_agent test-agent']"
+
+
+def test_the_global_providers_are_read_once_per_turn_not_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+    monkeypatch.setattr(_observer, "global_tracing", lambda: asked.append("tracing") is not None)
+    monkeypatch.setattr(_observer, "global_metrics", lambda: asked.append("metrics") is not None)
+    guard = Guard.from_yaml(SPEC)
+    lookup = guard.tool(name="lookup")(lambda: "found")
+    assert asked == ["tracing", "metrics"]  # when the telemetry was made
+    with guard.engagement() as eng:
+        for _ in range(3):
+            lookup()
+        eng.new_turn()
+        lookup()
+    assert asked == ["tracing", "metrics"] * 3
+
+
+def test_a_raising_provider_lookup_is_logged_and_the_call_goes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken() -> bool:
+        raise RuntimeError("provider lookup bug")
+
+    monkeypatch.setattr(_observer, "global_tracing", broken)
+    with caplog.at_level(logging.ERROR):
+        guard = Guard.from_yaml(SPEC)
+        assert _run_lookup(guard) == "found"
+    logged = [r for r in caplog.records if "provider lookup bug" in str(r.exc_info)]
+    assert [r.name for r in logged] == ["agentguard.telemetry", "agentguard.observers"]
+
+
+# An attribute or module of the API's behind an underscore, or its globals by name (as getattr would ask).
+_OTEL_PRIVATE = re.compile(
+    r"\b(?:opentelemetry(?:\.\w+)*|trace|metrics|context|propagate|baggage)\._\w|(?<!\w)_(?:TRACER|METER)_PROVIDER\b"
+)
+
+
+def _otel_modules(tree: ast.Module) -> set[str]:
+    """The local names bound to OpenTelemetry modules or names by the imports of one module."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(
+                (a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("opentelemetry")
+            )
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("opentelemetry"):
+            names.update(a.asname or a.name for a in node.names)
+    return names
+
+
+def _otel_privates(source: str) -> list[str]:
+    """Where one module's source imports, reads or asks ``getattr`` for an OpenTelemetry private name."""
+    tree = ast.parse(source)
+    otel = _otel_modules(tree)
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            module = (node.module or "") if isinstance(node, ast.ImportFrom) else ""
+            dotted = [f"{module}.{a.name}" if module else a.name for a in node.names]
+            found.extend(
+                f"{node.lineno}: imports {name}"
+                for name in dotted
+                if name.startswith("opentelemetry") and any(p.startswith("_") for p in name.split("."))
+            )
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.attr.startswith("_") and node.value.id in otel:
+                found.append(f"{node.lineno}: {node.value.id}.{node.attr}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr":
+            target, name = [*node.args, None, None][:2]
+            if (
+                isinstance(target, ast.Name)
+                and target.id in otel
+                and isinstance(name, ast.Constant)
+                and str(name.value).startswith("_")
+            ):
+                found.append(f"{node.lineno}: getattr({target.id}, {name.value!r})")
+    found.extend(
+        f"{n}: {line.strip()}" for n, line in enumerate(source.splitlines(), 1) if _OTEL_PRIVATE.search(line)
+    )
+    return found
+
+
+def test_the_private_name_check_finds_what_it_is_for() -> None:
+    source = textwrap.dedent(
+        """
+        import opentelemetry.metrics._internal as api
+        from opentelemetry import trace
+        from opentelemetry.trace import _PROXY_TRACER_PROVIDER
+        a = trace._TRACER_PROVIDER
+        b = getattr(api, "_METER_PROVIDER", None)
+        c = trace.get_tracer_provider()
+        """
+    )
+    assert sorted({line.split(":")[0] for line in _otel_privates(source)}) == ["2", "4", "5", "6"]
+
+
+def test_agentguard_uses_only_public_opentelemetry_names() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{where}"
+        for path in sorted((ROOT / "agentguard").rglob("*.py"))
+        if "opentelemetry" in (source := path.read_text(encoding="utf-8"))
+        for where in _otel_privates(source)
+    ]
+    assert found == []
 
 
 def test_configure_sets_up_the_sdk_once() -> None:
