@@ -45,9 +45,8 @@ from agentguard.pipeline import (
     Runtime,
     StepBuilder,
     ToolCall,
-    run_async,
-    run_sync,
-    tool_call_flow,
+    arun_tool_call,
+    run_tool_call,
     tool_definition,
 )
 from agentguard.policy._identity import CredentialResolver
@@ -599,9 +598,7 @@ class Guard:
     ) -> Any:
         eng, own = self._engagement_for_call(reg.name)
         try:
-            return run_sync(
-                tool_call_flow(self._runtime, eng.state, self._tool_call(reg, inputs, call_id, reasoning))
-            )
+            return run_tool_call(self._runtime, eng.state, self._tool_call(reg, inputs, call_id, reasoning))
         finally:
             if own:
                 eng.close()
@@ -611,8 +608,8 @@ class Guard:
     ) -> Any:
         eng, own = self._engagement_for_call(reg.name)
         try:
-            flow = tool_call_flow(self._runtime, eng.state, self._tool_call(reg, inputs, call_id, reasoning))
-            return await run_async(flow)
+            call = self._tool_call(reg, inputs, call_id, reasoning)
+            return await arun_tool_call(self._runtime, eng.state, call)
         finally:
             if own:
                 eng.close()

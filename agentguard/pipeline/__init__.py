@@ -28,7 +28,7 @@ from agentguard.pipeline._messages import guardrail_flow, message_text, record_f
 from agentguard.pipeline._runtime import Runtime
 from agentguard.pipeline._shared import flush_flow
 from agentguard.pipeline._steps import AgentInfo, StepBuilder, new_step, tool_definition
-from agentguard.pipeline._tool import ToolCall, tool_call_flow
+from agentguard.pipeline._tool import ToolCall, arun_tool_call, run_tool_call, tool_call_flow
 
 __all__ = [
     "AgentInfo",
@@ -46,6 +46,7 @@ __all__ = [
     "Sleep",
     "StepBuilder",
     "ToolCall",
+    "arun_tool_call",
     "flush_flow",
     "guardrail_flow",
     "message_text",
@@ -55,6 +56,7 @@ __all__ = [
     "run_async",
     "run_in_daemon_thread",
     "run_sync",
+    "run_tool_call",
     "tool_call_flow",
     "tool_definition",
 ]

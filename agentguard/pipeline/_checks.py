@@ -114,7 +114,10 @@ def check(
     assertion: Assertion,
     capability: str,
     phase: Phase,
+    allowed: Decision | None = None,
 ) -> None:
+    """Check ``assertion`` on the record as it is now; its shared allow decision is ``allowed`` when the
+    caller has it at hand (:meth:`Runtime.allows`)."""
     variables = state.bindings(assertion.plan)
     passed, reason = assertion.check(variables)
     if not passed:
@@ -135,7 +138,9 @@ def check(
                     )
             raise error
         return
-    ctx.allow(state, step, ctx.allowed(Rule.RESTRICTION, phase, reason, capability, assertion.source))
+    if allowed is None:
+        allowed = ctx.allowed(Rule.RESTRICTION, phase, reason, capability, assertion.source)
+    ctx.allow(state, step, allowed)
 
 
 def run_rules(
@@ -379,13 +384,21 @@ def review(
     )
 
 
-def observed(ctx: Runtime, state: EngagementState, step: StepRecord, flow: Flow[T]) -> Flow[T]:
+def observed(
+    ctx: Runtime,
+    state: EngagementState,
+    step: StepRecord,
+    flow: Flow[T],
+    watchers: tuple[Observer, ...] | None = None,
+) -> Flow[T]:
     """``flow`` for ``step``, between the observers' ``step_started`` and ``step_ended`` when any watch it.
 
     A plain function, not a generator: an unwatched step (the common case) runs its flow with no extra
-    frame on the per-call path.
+    frame on the per-call path. ``watchers``: who watches, when the caller already asked.
     """
-    watchers = step.observed_by = ctx.observers.stepping() if ctx.observers else ()
+    if watchers is None:
+        watchers = ctx.observers.stepping() if ctx.observers else ()
+    step.observed_by = watchers
     return _watched(watchers, state, step, flow) if watchers else flow
 
 

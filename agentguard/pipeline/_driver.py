@@ -35,7 +35,7 @@ from agentguard.pipeline._effects import (
 from agentguard.policy._identity import reset_credentials, set_credentials
 from agentguard.record import Appended, EngagementState, Journal, Pipelined, Snapshot
 
-__all__ = ["run_async", "run_in_daemon_thread", "run_sync"]
+__all__ = ["call_async", "call_sync", "run_async", "run_in_daemon_thread", "run_sync"]
 
 
 def run_in_daemon_thread(fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
@@ -72,7 +72,13 @@ def _call(effect: Invoke) -> Any:
         reset_credentials(token)
 
 
-async def _acall(effect: Invoke) -> Any:
+def call_sync(effect: Invoke) -> Any:
+    """Perform an :class:`Invoke` without a timeout in this thread (an async tool is run to completion when
+    no event loop runs here): what the sync driver does with one, for a call run without the trampoline."""
+    return _resolve_sync(_call(effect), "the tool")
+
+
+async def call_async(effect: Invoke) -> Any:
     """``_call`` for the async driver: the credentials stay set while the coroutine body runs."""
     token = set_credentials(effect.credentials)
     try:
@@ -132,7 +138,7 @@ def _within(
 def _perform_sync(effect: Effect) -> Any:
     if isinstance(effect, Invoke):
         if effect.timeout_ms is None:  # the per-call path: no closures, no thread
-            return _resolve_sync(_call(effect), "the tool")
+            return call_sync(effect)
         return _within(
             lambda: _resolve_sync(_call(effect), "the tool"),
             effect.timeout_ms,
@@ -166,7 +172,7 @@ def _perform_sync(effect: Effect) -> Any:
 async def _perform_async(effect: Effect) -> Any:
     if isinstance(effect, Invoke):
         if effect.timeout_ms is None:
-            return await _acall(effect)
+            return await call_async(effect)
         return await _invoke_with_timeout(effect, effect.timeout_ms)
     if isinstance(effect, CallUser):
         value = effect.fn(*effect.args)
@@ -334,7 +340,7 @@ async def _invoke_with_timeout(effect: Invoke, timeout_ms: int) -> Any:
     """An async tool runs as a task (cancelled on timeout unless it must keep running); a sync tool runs in
     a worker thread (which cannot be cancelled: its late outcome is reported through ``on_late``)."""
     if inspect.iscoroutinefunction(effect.fn):
-        task: asyncio.Future[Any] = asyncio.ensure_future(_acall(effect))
+        task: asyncio.Future[Any] = asyncio.ensure_future(call_async(effect))
         done, _ = await asyncio.wait({task}, timeout=timeout_ms / 1000)
         if done:
             return task.result()

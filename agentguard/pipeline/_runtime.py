@@ -16,7 +16,7 @@ from agentguard.errors import Phase, Rule
 from agentguard.observers import Observers
 from agentguard.pipeline._steps import StepBuilder
 from agentguard.policy._identity import CredentialResolver
-from agentguard.policy._policy import Policy, UnknownCapability
+from agentguard.policy._policy import HOLDS, CapabilityRule, Policy, UnknownCapability
 from agentguard.policy._review import ApprovalConfig, Reviewer
 from agentguard.policy._rules import Rules, SeverityMap
 from agentguard.record import Decision, EngagementState, Outcome, StepRecord
@@ -26,9 +26,26 @@ if TYPE_CHECKING:
     from agentguard.record import Journal
     from agentguard.stores import MemoryStore
 
-__all__ = ["Runtime"]
+__all__ = ["NO_LOOP", "Allows", "Runtime"]
 
 _SHARED_LIMIT = 4096
+
+NO_LOOP = "no block of calls repeated short_circuit times"
+"""The reason of the short-circuit rule's allow decision."""
+
+
+@dataclass(frozen=True, slots=True)
+class Allows:
+    """The shared allow decisions an allowed call of one capability takes, looked up once per call.
+
+    ``input`` / ``output`` are ``None`` when the capability has no such assertion.
+    """
+
+    rule: CapabilityRule
+    capability: Decision
+    short_circuit: Decision
+    input: Decision | None
+    output: Decision | None
 
 
 @dataclass(eq=False)
@@ -71,6 +88,7 @@ class Runtime:
     _chains: dict[tuple[tuple[Decision, ...], Decision], tuple[Decision, ...]] = field(
         default_factory=dict, repr=False
     )
+    _allows: dict[str, Allows] = field(default_factory=dict, repr=False)
 
     def decide(self, state: EngagementState, step: StepRecord, decision: Decision) -> Decision:
         """Record ``decision`` on ``step`` and tell the observers watching the step."""
@@ -101,3 +119,19 @@ class Runtime:
             if len(self._shared) < _SHARED_LIMIT:  # names come from agents: the cache must not grow unbounded
                 self._shared[key] = shared
         return shared
+
+    def allows(self, rule: CapabilityRule, name: str) -> Allows:
+        """The shared allow decisions of a call of ``name`` under ``rule`` (one dict look-up once built)."""
+        allows = self._allows.get(name)
+        if allows is None or allows.rule is not rule:
+            inp, out = rule.input_assertion, rule.output_assertion
+            allows = Allows(
+                rule,
+                self.allowed(Rule.CAPABILITY, Phase.INPUT, rule.allow_reason, name),
+                self.allowed(Rule.SHORT_CIRCUIT, Phase.INPUT, NO_LOOP, name),
+                self.allowed(Rule.RESTRICTION, Phase.INPUT, HOLDS, name, inp.source) if inp else None,
+                self.allowed(Rule.RESTRICTION, Phase.OUTPUT, HOLDS, name, out.source) if out else None,
+            )
+            if len(self._allows) < _SHARED_LIMIT:
+                self._allows[name] = allows
+        return allows

@@ -41,6 +41,7 @@ from agentguard.errors import (
     Rule,
     ShortCircuitViolation,
 )
+from agentguard.observers import Observer
 from agentguard.pipeline._checks import (
     ask_guardian,
     blocks,
@@ -52,8 +53,9 @@ from agentguard.pipeline._checks import (
     run_rules,
     undecided,
 )
+from agentguard.pipeline._driver import call_async, call_sync, run_async, run_sync
 from agentguard.pipeline._effects import AwaitLate, CallUser, Flow, Invoke, InvokeTimedOut, Sleep
-from agentguard.pipeline._runtime import Runtime
+from agentguard.pipeline._runtime import NO_LOOP, Allows, Runtime
 from agentguard.pipeline._shared import begin_shared, claim_resume, flushed, shared
 from agentguard.pipeline._steps import new_step
 from agentguard.policy._identity import CredentialRequest, Credentials, identity_for
@@ -174,12 +176,15 @@ def _outputs_from(params: Mapping[str, Any], original: Any) -> tuple[bool, Any]:
 
 def _capability(
     ctx: Runtime, state: EngagementState, step: StepRecord, name: str, kind: str
-) -> CapabilityRule | None:
+) -> Allows | None:
+    """Decision 6: the capability a call falls under, with its shared allow decisions (``None``: a guardrail
+    tool, or an unknown capability that ``unknown_capability`` lets through)."""
     policy = ctx.policy
     rule = policy.capability_for(name, kind, ctx.tools)
     if rule is not None:
-        ctx.allow(state, step, ctx.allowed(Rule.CAPABILITY, Phase.INPUT, rule.allow_reason, name))
-        return rule
+        allows = ctx.allows(rule, name)
+        ctx.allow(state, step, allows.capability)
+        return allows
     if name in policy.guardrail_tools:
         ctx.allow(state, step, ctx.allowed(Rule.CAPABILITY, Phase.INPUT, "guardrail tool", name))
         return None
@@ -262,24 +267,111 @@ def _resolved_credentials(
     return resolved
 
 
-def tool_call_flow(ctx: Runtime, state: EngagementState, call: ToolCall) -> Flow[Any]:
-    """The whole life of one guarded tool or sub-agent call. Returns the output the caller may use."""
+def tool_call_flow(
+    ctx: Runtime, state: EngagementState, call: ToolCall, watchers: tuple[Observer, ...] | None = None
+) -> Flow[Any]:
+    """The whole life of one guarded tool or sub-agent call. Returns the output the caller may use.
+
+    ``watchers``: the observers watching the step, when the caller already asked (:func:`run_tool_call`).
+    """
     call_id = call.call_id
     if call_id is not None and call_id in state.awaiting_review:
         # The host re-ran a call paused in output review: do not run the tool again.
         if state.journal is not None:
             step = new_step(state, "steps/toolCallRequest", name=call.name, call_id=call_id)
             return observed(
-                ctx, state, step, flushed(ctx, state, step, _resume_shared(ctx, state, step, call))
+                ctx,
+                state,
+                step,
+                flushed(ctx, state, step, _resume_shared(ctx, state, step, call)),
+                watchers,
             )
         resumed = state.resume_review(call_id)
         if resumed is not None:
             step, record, rule, output = resumed
             return observed(
-                ctx, state, step, _after_invoke(ctx, state, step, record, rule, call, output, resumed=True)
+                ctx,
+                state,
+                step,
+                _after_invoke(ctx, state, step, record, rule, call, output, resumed=True),
+                watchers,
             )
     step = new_step(state, "steps/toolCallRequest", name=call.name, call_id=call_id)
-    return observed(ctx, state, step, shared(ctx, state, step, _tool_call(ctx, state, step, call)))
+    return observed(ctx, state, step, shared(ctx, state, step, _tool_call(ctx, state, step, call)), watchers)
+
+
+def _direct(
+    ctx: Runtime, state: EngagementState, call: ToolCall, watchers: tuple[Observer, ...]
+) -> Allows | None:
+    """The capability of a call whose flow would yield no effect but the tool's run, which can then run it
+    directly, without the trampoline: no observer watches, no guardian, shared store, Python rule, credential
+    resolver or reviewer is involved, the call has no run control and is not one paused in review, and its
+    capability is in the spec. ``None``: run the flow. Read live on every call (a rule or gate added later
+    counts at once)."""
+    if (
+        watchers
+        or ctx.guardian is not None
+        or state.journal is not None
+        or ctx.rules
+        or ctx.credential_resolver is not None
+        or call.retry is not None
+        or call.timeout is not None
+        or (call.call_id is not None and call.call_id in state.awaiting_review)
+    ):
+        return None
+    name = call.name
+    rule = ctx.policy.capability_for(name, call.kind, ctx.tools)
+    if rule is None or rule.input_review or rule.output_review or name in ctx.review_gates:
+        return None
+    return ctx.allows(rule, name)
+
+
+def run_tool_call(ctx: Runtime, state: EngagementState, call: ToolCall) -> Any:
+    """One guarded call in this thread: :func:`tool_call_flow` under the sync driver, or, when the flow would
+    yield nothing but the tool's run (:func:`_direct`), the same checks with the tool called in place."""
+    watchers = ctx.observers.stepping() if ctx.observers else ()
+    allows = _direct(ctx, state, call, watchers)
+    if allows is None:
+        return run_sync(tool_call_flow(ctx, state, call, watchers))
+    step, record, invoke = _direct_begin(ctx, state, call, allows)
+    try:
+        output = call_sync(invoke)
+    except BaseException as exc:
+        run_sync(_failed(ctx, state, step, record, allows.rule, exc))  # no guardian: yields nothing
+        raise
+    return _settle(ctx, state, step, record, allows.rule, output)
+
+
+async def arun_tool_call(ctx: Runtime, state: EngagementState, call: ToolCall) -> Any:
+    """:func:`run_tool_call` under asyncio."""
+    watchers = ctx.observers.stepping() if ctx.observers else ()
+    allows = _direct(ctx, state, call, watchers)
+    if allows is None:
+        return await run_async(tool_call_flow(ctx, state, call, watchers))
+    step, record, invoke = _direct_begin(ctx, state, call, allows)
+    try:
+        output = await call_async(invoke)
+    except BaseException as exc:
+        run_sync(_failed(ctx, state, step, record, allows.rule, exc))
+        raise
+    return _settle(ctx, state, step, record, allows.rule, output)
+
+
+def _direct_begin(
+    ctx: Runtime, state: EngagementState, call: ToolCall, allows: Allows
+) -> tuple[StepRecord, CallRecord, Invoke]:
+    """Steps 1-4 and 7 of a direct call (there is no guardian, rule or review to ask): what to invoke."""
+    step = new_step(state, "steps/toolCallRequest", name=call.name, call_id=call.call_id)
+    record = _begin(ctx, state, step, call, allows)[1]
+    rule = allows.rule
+    try:
+        _checked_inputs(ctx, state, step, allows, record, call.inputs)
+        credentials = _credentials_for(ctx, state, step, call, _identity_credentials(state, rule))
+        args, kwargs = call.to_args(call.inputs)
+    except BaseException as exc:
+        _roll_back(ctx, state, record, exc)
+        raise
+    return step, record, Invoke(call.fn, args, kwargs, credentials)
 
 
 def _resume_shared(ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall) -> Flow[Any]:
@@ -298,15 +390,19 @@ def _resume_shared(ctx: Runtime, state: EngagementState, step: StepRecord, call:
     return (yield from _after_invoke(ctx, state, step, record, rule, call, output, resumed=True))
 
 
-_NO_LOOP = "no block of calls repeated short_circuit times"
-
-
 def _short_circuit(
-    ctx: Runtime, state: EngagementState, step: StepRecord, name: str, *, refused: bool
+    ctx: Runtime,
+    state: EngagementState,
+    step: StepRecord,
+    name: str,
+    *,
+    refused: bool,
+    allowed: Decision | None = None,
 ) -> None:
     """Decision 5: stop the engagement when this attempt repeats a block of attempts ``short_circuit`` times.
 
     Checked for attempts another rule refuses too, so that an agent retrying a refused call is stopped.
+    ``allowed``: the rule's shared allow decision for ``name``, when the caller has it at hand.
     """
     k = ctx.policy.short_circuit
     if k is None:
@@ -314,7 +410,9 @@ def _short_circuit(
     block = state.would_short_circuit(name, k, ctx.short_circuit_max_block)
     if block is None:
         if not refused:
-            ctx.allow(state, step, ctx.allowed(Rule.SHORT_CIRCUIT, Phase.INPUT, _NO_LOOP, name))
+            if allowed is None:
+                allowed = ctx.allowed(Rule.SHORT_CIRCUIT, Phase.INPUT, NO_LOOP, name)
+            ctx.allow(state, step, allowed)
         return
     loop = " -> ".join([*state.attempts(block - 1), name])
     reason = (
@@ -328,19 +426,30 @@ def _short_circuit(
 
 
 def _begin(
-    ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall
-) -> tuple[CapabilityRule | None, CallRecord]:
-    """The checks before a call becomes the pending most-recent one (steps 1-3), then step 4's beginning."""
+    ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall, known: Allows | None = None
+) -> tuple[Allows | None, CallRecord]:
+    """The checks before a call becomes the pending most-recent one (steps 1-3), then step 4's beginning.
+
+    ``known``: the capability, when the caller has already looked it up (a direct call).
+    """
     name = call.name
     if not state.active:
         raise deny(ctx, state, step, closed_error(state, name, Phase.INPUT))
-    try:
-        rule = _capability(ctx, state, step, name, call.kind)
-    except PolicyViolation:
-        _short_circuit(ctx, state, step, name, refused=True)  # a refused attempt is an attempt (decision 5)
-        state.attempted(name)
-        raise
-    _short_circuit(ctx, state, step, name, refused=False)
+    if known is not None:
+        allows: Allows | None = known
+        ctx.allow(state, step, known.capability)
+    else:
+        try:
+            allows = _capability(ctx, state, step, name, call.kind)
+        except PolicyViolation:
+            _short_circuit(
+                ctx, state, step, name, refused=True
+            )  # a refused attempt is an attempt (decision 5)
+            state.attempted(name)
+            raise
+    _short_circuit(
+        ctx, state, step, name, refused=False, allowed=allows.short_circuit if allows is not None else None
+    )
     # The record holds JSON-like inputs for CEL and AOS; the tool gets the caller's own objects unless a
     # guardian rewrote them.
     # ``call.inputs`` was built for this call (by the binder, or copied by Guard.call): nobody else holds it;
@@ -352,34 +461,70 @@ def _begin(
         call_id=call.call_id,
         started_at=step.at,
     )
-    return rule, record
+    return allows, record
+
+
+def _checked_inputs(
+    ctx: Runtime,
+    state: EngagementState,
+    step: StepRecord,
+    allows: Allows | None,
+    record: CallRecord,
+    inputs: Mapping[str, Any],
+) -> None:
+    """The local checks of a call's inputs (step 4): faithfully recorded, then the input restriction."""
+    name = record.name
+    # A flat dict of primitives comes back from to_plain as itself and holds nothing consumable once.
+    problem = one_shot(inputs) if record.inputs is not inputs else None
+    if problem is not None:
+        error = RestrictionViolation(
+            f"an input {problem}: what the checks would see is not what the tool would get",
+            capability=name,
+            phase=Phase.INPUT,
+        )
+        raise deny(ctx, state, step, error)
+    if allows is not None:
+        assertion = allows.rule.input_assertion
+        if assertion is not None:
+            check(ctx, state, step, assertion, name, Phase.INPUT, allows.input)
+
+
+def _credentials_for(
+    ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall, credentials: Credentials | None
+) -> Credentials | None:
+    """``credentials``, unless the tool needs some and there are none (step 7: denied)."""
+    if call.needs_credentials and credentials is None:
+        error = IdentityError(
+            "the tool needs credentials and none could be resolved (no user identity, no static_identity)",
+            capability=call.name,
+            phase=Phase.INPUT,
+        )
+        raise deny(ctx, state, step, error)
+    return credentials
+
+
+def _roll_back(ctx: Runtime, state: EngagementState, record: CallRecord, exc: BaseException) -> None:
+    """A call refused before it ran leaves ``recent``/``history`` (a host's pause is not an attempt)."""
+    reason = exc.reason if isinstance(exc, PolicyViolation) else type(exc).__name__
+    state.rollback_call(record, reason=reason, attempted=not isinstance(exc, ctx.passthrough))
 
 
 def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall) -> Flow[Any]:
     name = call.name
     if state.journal is None:
-        rule, record = _begin(ctx, state, step, call)
+        allows, record = _begin(ctx, state, step, call)
     else:
         begun = yield from begin_shared(
             ctx, state, step, name, lambda: _begin(ctx, state, step, call), call.call_id
         )
         if begun is None:
             return (yield from _resume_shared(ctx, state, step, call))
-        rule, record = begun
+        allows, record = begun
+    rule = allows.rule if allows is not None else None
     call_inputs: Mapping[str, Any] = call.inputs
     credentials: Credentials | None = None
     try:
-        # A flat dict of primitives comes back from to_plain as itself and holds nothing consumable once.
-        problem = one_shot(call_inputs) if record.inputs is not call_inputs else None
-        if problem is not None:
-            error = RestrictionViolation(
-                f"an input {problem}: what the checks would see is not what the tool would get",
-                capability=name,
-                phase=Phase.INPUT,
-            )
-            raise deny(ctx, state, step, error)
-        if rule is not None and rule.input_assertion is not None:
-            check(ctx, state, step, rule.input_assertion, name, Phase.INPUT)
+        _checked_inputs(ctx, state, step, allows, record, call_inputs)
         if ctx.guardian is not None:
             request = ctx.steps.tool_call_request(state, step, name, record.inputs, call.reasoning)
             params = yield from ask_guardian(ctx, state, step, request, name, Phase.INPUT)
@@ -390,33 +535,25 @@ def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: Too
                     undecided(ctx, state, step, unfit, name, Phase.INPUT)
                 elif new_inputs is not None:
                     record.entry["inputs"] = call_inputs = new_inputs
-                    if rule is not None and rule.input_assertion is not None:
-                        check(ctx, state, step, rule.input_assertion, name, Phase.INPUT)
+                    if allows is not None and allows.rule.input_assertion is not None:
+                        check(ctx, state, step, allows.rule.input_assertion, name, Phase.INPUT, allows.input)
         if ctx.rules:  # no Python rules registered: the common case, without a lookup
             yield from run_rules(ctx, state, step, name, Phase.INPUT, record.inputs)
         reviewer = (rule.input_review if rule is not None else None) or ctx.review_gates.get(name)
         if reviewer:
             yield from review(ctx, state, step, reviewer, name, Phase.INPUT, record, None)
-        credentials = (
+        credentials = _credentials_for(
+            ctx,
+            state,
+            step,
+            call,
             _identity_credentials(state, rule)
             if ctx.credential_resolver is None
-            else (yield from _resolved_credentials(ctx, state, step, rule, call))
+            else (yield from _resolved_credentials(ctx, state, step, rule, call)),
         )
-        if call.needs_credentials and credentials is None:
-            raise deny(
-                ctx,
-                state,
-                step,
-                IdentityError(
-                    "the tool needs credentials and none could be resolved (no user identity, no static_identity)",
-                    capability=name,
-                    phase=Phase.INPUT,
-                ),
-            )
         args, kwargs = call.to_args(call_inputs)
     except BaseException as exc:
-        reason = exc.reason if isinstance(exc, PolicyViolation) else type(exc).__name__
-        state.rollback_call(record, reason=reason, attempted=not isinstance(exc, ctx.passthrough))
+        _roll_back(ctx, state, record, exc)
         raise
     invoke = Invoke(call.fn, args, kwargs, credentials)
     try:
@@ -519,7 +656,8 @@ def _record_output(
     """Keep the output in the record (``null`` unless ``collect_results``) and check the output restriction."""
     state.complete_call(record, to_plain(output), collect=rule.collect_results if rule is not None else True)
     if rule is not None and rule.output_assertion is not None:
-        check(ctx, state, step, rule.output_assertion, record.name, Phase.OUTPUT)
+        name = record.name
+        check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT, ctx.allows(rule, name).output)
 
 
 def _withhold(

@@ -14,7 +14,10 @@ from agentguard.cel import CelEvaluationError, CelProgram
 from agentguard.record import ViewPlan
 from agentguard.spec import CompiledSpec, Guardrail, Reference
 
-__all__ = ["Assertion", "CapabilityRule", "GuardrailRule", "Policy", "UnknownCapability"]
+__all__ = ["HOLDS", "Assertion", "CapabilityRule", "GuardrailRule", "Policy", "UnknownCapability"]
+
+HOLDS = "assertion holds"
+"""The reason an assertion that passed gives (the same every time: its allow decision is shared)."""
 
 UnknownCapability = Literal["deny", "allow", "observe"]
 
@@ -48,7 +51,7 @@ class Assertion:
         except Exception as exc:  # an engine bug must not let a step through
             return False, f"assertion could not be evaluated: {type(exc).__name__}"
         if value is True:
-            return True, "assertion holds"
+            return True, HOLDS
         if value is not False:
             return False, f"assertion yielded {type(value).__name__}, not a boolean"
         try:

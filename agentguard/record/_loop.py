@@ -20,12 +20,16 @@ class LoopDetector:
     Not locked: the :class:`~agentguard.record.EngagementState` that owns it holds its lock around each use.
     """
 
-    __slots__ = ("_chars", "_reversed", "window")
+    __slots__ = ("_chars", "_next", "_pattern", "_reversed", "window")
 
     def __init__(self, window: int) -> None:
         self._chars: dict[str, str] = {}
         self._reversed = ""
         self.window = window
+        # The sequence would_repeat last looked at (the attempted name prepended to ``_reversed``), with the
+        # name and the ``_reversed`` it was made from: the attempt that usually follows reuses it.
+        self._next: tuple[str, str, str] | None = None
+        self._pattern: tuple[int, int, re.Pattern[str]] | None = None  # (k, max_block, its regex)
 
     def _char(self, name: str) -> str:
         char = self._chars.get(name)
@@ -35,7 +39,12 @@ class LoopDetector:
 
     def attempt(self, name: str) -> None:
         """Count one attempt at ``name``."""
-        self._reversed = (self._char(name) + self._reversed)[: self.window]
+        following = self._next
+        if following is not None and following[0] == name and following[1] is self._reversed:
+            self._reversed = following[2][: self.window]
+        else:
+            self._reversed = (self._char(name) + self._reversed)[: self.window]
+        self._next = None
 
     def take_back(self, name: str) -> None:
         """Forget the latest attempt at ``name`` (a host paused the run and will attempt it again)."""
@@ -50,7 +59,14 @@ class LoopDetector:
         """
         if k * max_block > self.window:
             self.window = k * max_block
-        return repeated_block(self._char(name) + self._reversed, k, max_block)
+        pattern = self._pattern
+        if pattern is None or pattern[0] != k or pattern[1] != max_block:
+            pattern = self._pattern = (k, max_block, _loop_pattern(k, max_block))
+        base = self._reversed
+        sequence = self._char(name) + base
+        self._next = (name, base, sequence)
+        match = pattern[2].match(sequence)
+        return len(match.group(1)) if match else None
 
     def last(self, count: int) -> list[str]:
         """The last ``count`` attempted names, oldest first (to explain a loop)."""

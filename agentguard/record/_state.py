@@ -33,7 +33,14 @@ from agentguard.record._journal import (
     untag,
 )
 from agentguard.record._loop import LoopDetector
-from agentguard.record._types import CallRecord, EngagementStatus, StepRecord, User, new_entry
+from agentguard.record._types import (
+    CallRecord,
+    EngagementStatus,
+    SharedCallRecord,
+    StepRecord,
+    User,
+    new_entry,
+)
 from agentguard.record._values import new_id
 from agentguard.record._view import ViewPlan
 
@@ -129,44 +136,43 @@ class EngagementState:
             }
 
     def bindings(self, plan: ViewPlan) -> dict[str, Any]:
-        """The variables ``plan`` reads, and only the parts of ``history`` it reads."""
+        """The variables ``plan`` reads, and only the parts of ``recent`` and ``history`` it reads."""
         out: dict[str, Any] = {}
-        for var in plan.variables:
-            if var == "recent":
-                rkeys = plan.recent_keys
-                if rkeys is None:
-                    out["recent"] = self._recent
-                else:
-                    recent, parts = self._recent, plan.recent_fields
-                    selected: dict[str, Any] = {}
-                    for key in rkeys:
-                        entry = recent.get(key)
-                        if entry is None:
-                            continue
-                        wanted = parts.get(key)
-                        selected[key] = (
-                            {p: entry[p] for p in wanted}
-                            if wanted is not None and type(entry) is dict
-                            else entry
-                        )
-                    out["recent"] = selected
-            elif var == "user":
-                out["user"] = self._user_view
-            elif var == "started_at":
-                out["started_at"] = self.started_at
-            elif var == "history":
-                keys = plan.history_keys
-                if keys is None:
-                    self._history["_total"] = self._offset + len(self._names)
-                    out["history"] = self._history
-                else:
-                    part: dict[str, Any] = {}
-                    for key in keys:
-                        if key == "_total":
-                            part["_total"] = self._offset + len(self._names)
-                        elif key in self._history:
-                            part[key] = self._history[key]
-                    out["history"] = part
+        if plan.reads_recent:
+            if plan.recent_keys is None:
+                out["recent"] = self._recent
+            else:
+                recent = self._recent
+                selected: dict[str, Any] = {}
+                for key, wanted in plan.recent_parts:
+                    entry = recent.get(key)
+                    if entry is None:
+                        continue
+                    if wanted is None or type(entry) is not dict:
+                        selected[key] = entry
+                    elif len(wanted) == 1:
+                        part = wanted[0]
+                        selected[key] = {part: entry[part]}
+                    else:
+                        selected[key] = {part: entry[part] for part in wanted}
+                out["recent"] = selected
+        if plan.reads_user:
+            out["user"] = self._user_view
+        if plan.reads_started_at:
+            out["started_at"] = self.started_at
+        if plan.reads_history:
+            keys = plan.history_keys
+            if keys is None:
+                self._history["_total"] = self._offset + len(self._names)
+                out["history"] = self._history
+            else:
+                members: dict[str, Any] = {}
+                for key in keys:
+                    if key == "_total":
+                        members["_total"] = self._offset + len(self._names)
+                    elif key in self._history:
+                        members[key] = self._history[key]
+                out["history"] = members
         return out
 
     # -- calls ----------------------------------------------------------------------------------------
@@ -184,14 +190,17 @@ class EngagementState:
 
         ``started_at``: when the call began (``time.time()``; default now), e.g. its step's time.
         """
-        record = CallRecord(
-            name, kind, call_id, new_entry(inputs), time.time() if started_at is None else started_at
+        at = time.time() if started_at is None else started_at
+        token = None if self.journal is None else secrets.token_hex(8)
+        record = (
+            CallRecord(name, kind, call_id, new_entry(inputs), at)
+            if token is None
+            else SharedCallRecord(name, kind, call_id, new_entry(inputs), at, token)
         )
         with self._lock:
             self._add_call(record)
             self._in_flight.add(id(record))
-            if self.journal is not None:
-                record.token = token = secrets.token_hex(8)
+            if token is not None:
                 self._by_token[token] = record
                 self._unsent.append((len(self._outbox), record))
                 self._emit(["b", token, name, kind, call_id, inputs, record.started_at], 1)
@@ -519,8 +528,9 @@ class EngagementState:
             if record is None:
                 entry = new_entry(inputs)
                 at = float(started) if type(started) in (int, float) else 0.0
-                record = CallRecord(str(name), str(call_kind), str(call_id) if call_id else None, entry, at)
-                record.token = token
+                record = SharedCallRecord(
+                    str(name), str(call_kind), str(call_id) if call_id else None, entry, at, token
+                )
             self._by_token[token] = record
             self._add_call(record)
         elif kind == "a" and len(event) == 2:

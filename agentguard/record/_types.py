@@ -18,7 +18,7 @@ from typing import Any
 from agentguard.errors import Phase, Rule
 from agentguard.record._values import new_id
 
-__all__ = ["CallRecord", "Decision", "EngagementStatus", "Outcome", "StepRecord", "User"]
+__all__ = ["CallRecord", "Decision", "EngagementStatus", "Outcome", "SharedCallRecord", "StepRecord", "User"]
 
 _UNTIMED = -1.0  # Decision.at of a shared decision: the time of the step it is read from
 
@@ -131,7 +131,11 @@ class CallRecord:
     updates the view in place. ``call_id`` is the host's id for the call, else one minted when first read.
     """
 
-    __slots__ = ("_call_id", "ended_at", "entry", "error", "kind", "name", "started_at", "status", "token")
+    __slots__ = ("_call_id", "ended_at", "entry", "error", "kind", "name", "started_at", "status")
+
+    token: str | None = None
+    """The call's name in a shared store's journal (its events point at it by this): only a
+    :class:`SharedCallRecord` has one."""
 
     def __init__(
         self,
@@ -152,8 +156,6 @@ class CallRecord:
         self.ended_at = ended_at
         self.status = status
         self.error = error
-        self.token: str | None = None
-        """The call's name in a shared store's journal (its events point at it by this), when shared."""
 
     @property
     def call_id(self) -> str:
@@ -175,6 +177,18 @@ class CallRecord:
         return f"CallRecord({self.name!r}, {self.kind!r}, call_id={self.call_id!r}, status={self.status!r})"
 
 
+class SharedCallRecord(CallRecord):
+    """A call of a record kept in a store: it has a :attr:`token` (a slot only these calls pay for)."""
+
+    __slots__ = ("token",)  # shadows CallRecord.token, the None of unshared calls
+
+    def __init__(
+        self, name: str, kind: str, call_id: str | None, entry: dict[str, Any], started_at: float, token: str
+    ) -> None:
+        super().__init__(name, kind, call_id, entry, started_at)
+        self.token = token
+
+
 class StepRecord:
     """What happened at one step and every decision taken on it; kept whether or not a guardian is set.
 
@@ -184,13 +198,11 @@ class StepRecord:
     """
 
     __slots__ = (
-        "_aos",
-        "_call_id",
+        "_call",
         "_decisions",
-        "_payload",
+        "_more",
         "_step_id",
         "at",
-        "call",
         "kind",
         "name",
         "observed_by",
@@ -215,13 +227,14 @@ class StepRecord:
         self.at = time.time() if timestamp is None else timestamp.timestamp()
         """When the step started, as ``time.time()`` (the clock of :attr:`Decision.at`)."""
         self.name = name
-        self._call_id = call_id
-        self.call: CallRecord | None = None
+        # The step's call once it got that far; until then the host's id for it, if any (one slot for both:
+        # a step is kept for as long as its engagement).
+        self._call: CallRecord | str | None = call_id
         # A tuple of shared untimed decisions (see add_shared) until the step takes one of its own; then a
         # list of its own, every decision in it timed.
         self._decisions: list[Decision] | tuple[Decision, ...] = decisions if decisions is not None else ()
-        self._aos = aos
-        self._payload = payload
+        # [aos, payload] once either is asked for (most steps never need them).
+        self._more: list[Any] | None = None if aos is None and payload is None else [aos, payload]
         # The observers watching this step (chosen when it started); decisions are dispatched to them only.
         self.observed_by: tuple[Any, ...] = ()
 
@@ -233,9 +246,22 @@ class StepRecord:
         return step_id
 
     @property
+    def call(self) -> CallRecord | None:
+        """The call this step made, once it got that far."""
+        call = self._call
+        return call if isinstance(call, CallRecord) else None
+
+    @call.setter
+    def call(self, record: CallRecord | None) -> None:
+        if record is not None:
+            self._call = record
+        elif isinstance(self._call, CallRecord):
+            self._call = None
+
+    @property
     def call_id(self) -> str | None:
-        call = self.call
-        return call.call_id if call is not None else self._call_id
+        call = self._call
+        return call.call_id if isinstance(call, CallRecord) else call
 
     @property
     def timestamp(self) -> datetime:
@@ -283,18 +309,26 @@ class StepRecord:
             return
         self.add(decision)
 
+    def _extra(self) -> list[Any]:
+        more = self._more
+        if more is None:
+            more = self._more = [None, None]
+        return more
+
     @property
     def aos(self) -> list[dict[str, Any]]:
-        aos = self._aos
+        more = self._extra()
+        aos: list[dict[str, Any]] | None = more[0]
         if aos is None:
-            aos = self._aos = []
+            aos = more[0] = []
         return aos
 
     @property
     def payload(self) -> dict[str, Any]:
-        payload = self._payload
+        more = self._extra()
+        payload: dict[str, Any] | None = more[1]
         if payload is None:
-            payload = self._payload = {}
+            payload = more[1] = {}
         return payload
 
     @property

@@ -68,6 +68,12 @@ def to_plain(value: Any, *, owned: bool = False) -> Any:
 def is_plain(value: Any) -> bool:
     """Whether ``value`` is already a JSON-like value (exact ``dict`` with ``str`` keys, ``list``, ``str``,
     ``int``, ``float``, ``bool``, ``None``, all the way down): then it is delivered as it is."""
+    if type(value) is dict:  # fast path: a flat dict of primitives with str keys (most tool outputs)
+        for key, item in value.items():
+            if type(item) not in _PRIMITIVE or type(key) is not str:
+                break
+        else:
+            return True
     pending = [value]
     while pending:
         item = pending.pop()

@@ -27,6 +27,28 @@ class ViewPlan:
     # For each name in ``recent_keys``: the parts of its entry read (``inputs`` / ``outputs``), or ``None``
     # for the whole entry. An input assertion on ``recent["x"].inputs`` is not given ``x``'s outputs.
     recent_fields: Mapping[str, frozenset[str] | None] = field(default_factory=dict)
+    # The same, laid out for the per-call binding (EngagementState.bindings): which variables are read, and
+    # each selected recent entry with the parts read of it, in a fixed order.
+    reads_recent: bool = field(init=False, repr=False, compare=False)
+    reads_user: bool = field(init=False, repr=False, compare=False)
+    reads_started_at: bool = field(init=False, repr=False, compare=False)
+    reads_history: bool = field(init=False, repr=False, compare=False)
+    recent_parts: tuple[tuple[str, tuple[str, ...] | None], ...] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        variables = self.variables
+        object.__setattr__(self, "reads_recent", "recent" in variables)
+        object.__setattr__(self, "reads_user", "user" in variables)
+        object.__setattr__(self, "reads_started_at", "started_at" in variables)
+        object.__setattr__(self, "reads_history", "history" in variables)
+        parts = self.recent_fields
+        layout = tuple(
+            (key, tuple(sorted(wanted)) if (wanted := parts.get(key)) is not None else None)
+            for key in sorted(self.recent_keys or ())
+        )
+        object.__setattr__(self, "recent_parts", layout)
 
     @classmethod
     def of(cls, program: CelProgram) -> ViewPlan:

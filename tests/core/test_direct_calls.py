@@ -1,0 +1,231 @@
+"""Calls run directly, without the trampoline, when their flow would yield nothing but the tool's run.
+
+The direct path (``agentguard.pipeline._tool.run_tool_call``) must decide exactly what the flow decides: the
+same outputs, errors, records and decisions, for every sequence of calls. Each test runs the same calls
+through a guard that takes the direct path and through one that cannot (an observer watches every step),
+and compares everything the two recorded. Whether a call may go direct is read live, call by call: a rule,
+a review gate or an observer added between two calls applies to the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import agentguard.pipeline._tool as tool_module
+from agentguard import (
+    Approval,
+    CheckResult,
+    Guard,
+    PolicyViolation,
+    ReviewDenied,
+    RuleViolation,
+    User,
+)
+from agentguard.observers import Observer
+from tests.conftest import spec_text
+
+SPEC = spec_text(
+    """
+    capabilities:
+      send-email:
+        input_restriction:
+          assertion: recent["send-email"].inputs.to.endsWith("@corp.com")
+      web-search:
+        output_restriction:
+          assertion: '!recent["web-search"].outputs.exists(r, r.contains("secret"))'
+      boom:
+      lazy:
+      quiet:
+        collect_results: false
+    lifespan:
+      short_circuit: 3
+    """
+)
+
+
+class Watching(Observer):
+    """An observer that watches every step and does nothing: its guard runs every call as a flow."""
+
+    def decision(self, state: Any, step: Any, decision: Any) -> None:
+        return None
+
+
+def send_email(to: str) -> dict[str, str]:
+    return {"status": "sent", "to": to}
+
+
+def web_search(q: str) -> list[str]:
+    return [f"a page about {q}"]
+
+
+def boom(x: str) -> str:
+    raise ValueError(f"boom {x}")
+
+
+def lazy(x: str) -> Iterator[str]:
+    return iter([x])
+
+
+def quiet(x: str) -> dict[str, str]:
+    return {"x": x}
+
+
+async def asend_email(to: str) -> dict[str, str]:
+    await asyncio.sleep(0)
+    return send_email(to)
+
+
+TOOLS = {"send-email": send_email, "web-search": web_search, "boom": boom, "lazy": lazy, "quiet": quiet}
+ARGUMENT = {"send-email": "to", "web-search": "q", "boom": "x", "lazy": "x", "quiet": "x", "nope": "x"}
+VALUES = st.sampled_from(["a@corp.com", "b@evil.com", "secret", "x", ""])
+CALLS = st.lists(st.tuples(st.sampled_from([*TOOLS, "nope"]), VALUES), max_size=12)
+
+
+def _guard(*, watched: bool) -> Guard:
+    guard = Guard.from_yaml(SPEC, observers=[Watching()] if watched else [], telemetry=False)
+    for name, fn in TOOLS.items():
+        guard.register(name, fn)
+    return guard
+
+
+def _outcome(run: Any) -> tuple[Any, ...]:
+    try:
+        return ("returned", run())
+    except PolicyViolation as exc:
+        return ("denied", type(exc).__name__, str(exc))
+    except Exception as exc:
+        return ("raised", type(exc).__name__, str(exc))
+
+
+def _recorded(eng: Any) -> dict[str, Any]:
+    """Everything an engagement recorded, without the times and ids that differ from run to run."""
+    view = eng.view()
+    del view["started_at"]
+    return {
+        "view": view,
+        "status": (eng.state.status, eng.state.status_reason),
+        "calls": [(c.name, c.status, c.error, c.inputs, c.outputs) for c in eng.state.calls],
+        "steps": [
+            (
+                s.kind,
+                s.name,
+                s.outcome,
+                [(d.rule, d.outcome, d.phase, d.reason, d.capability, d.expression) for d in s.decisions],
+            )
+            for s in eng.steps
+        ],
+    }
+
+
+def _run(guard: Guard, calls: list[tuple[str, str]]) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+    with guard.engagement(user=User(id="u1")) as eng:
+        outcomes = [
+            _outcome(
+                lambda name=name, value=value: guard.call(
+                    name, {ARGUMENT[name]: value}, TOOLS.get(name, quiet)
+                )
+            )
+            for name, value in calls
+        ]
+        return outcomes, _recorded(eng)
+
+
+@pytest.fixture
+def flows(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the calls that went through the flow (and not directly)."""
+    seen: list[str] = []
+    flow = tool_module.tool_call_flow
+
+    def counted(ctx: Any, state: Any, call: Any, watchers: Any = None) -> Any:
+        seen.append(call.name)
+        return flow(ctx, state, call, watchers)
+
+    monkeypatch.setattr(tool_module, "tool_call_flow", counted)
+    return seen
+
+
+@settings(max_examples=150, deadline=None)
+@given(calls=CALLS)
+def test_a_direct_call_decides_and_records_what_the_flow_does(calls: list[tuple[str, str]]) -> None:
+    direct, flowing = _run(_guard(watched=False), calls), _run(_guard(watched=True), calls)
+    assert direct == flowing
+
+
+def test_calls_go_direct_only_when_nothing_but_the_tool_has_to_happen(flows: list[str]) -> None:
+    outcomes, _ = _run(_guard(watched=False), [("send-email", "a@corp.com"), ("nope", "x"), ("boom", "x")])
+    assert [o[0] for o in outcomes] == ["returned", "denied", "raised"]
+    assert flows == ["nope"]  # an unknown capability takes the flow (it has no rule to go direct with)
+    flows.clear()
+    _run(_guard(watched=True), [("send-email", "a@corp.com")])
+    assert flows == ["send-email"]
+
+
+def test_a_rule_added_between_calls_applies_to_the_next_one(flows: list[str]) -> None:
+    guard = _guard(watched=False)
+    with guard.engagement(user=User(id="u1")):
+        assert guard.call("quiet", {"x": "1"}, quiet) == {"x": "1"}
+        guard.rules.add("never", lambda context: CheckResult(False, "never"), capabilities={"quiet"})
+        with pytest.raises(RuleViolation, match="never"):
+            guard.call("quiet", {"x": "2"}, quiet)
+    assert flows == ["quiet"]
+
+
+def test_a_review_gate_added_between_calls_applies_to_the_next_one(flows: list[str]) -> None:
+    guard = _guard(watched=False)
+    guard.add_reviewer("nobody", lambda request: Approval(False, "no"))
+    with guard.engagement(user=User(id="u1")):
+        guard.call("quiet", {"x": "1"}, quiet)
+        guard.add_review_gate("quiet", "nobody")
+        with pytest.raises(ReviewDenied):
+            guard.call("quiet", {"x": "2"}, quiet)
+    assert flows == ["quiet"]
+
+
+def test_an_observer_added_between_calls_sees_the_next_one(flows: list[str]) -> None:
+    guard = _guard(watched=False)
+
+    class Steps(Observer):
+        def __init__(self) -> None:
+            self.names: list[str | None] = []
+
+        def step_started(self, state: Any, step: Any) -> None:
+            self.names.append(step.name)
+
+    steps = Steps()
+    with guard.engagement(user=User(id="u1")):
+        guard.call("quiet", {"x": "1"}, quiet)
+        guard.add_observer(steps)
+        guard.call("quiet", {"x": "2"}, quiet)
+    assert steps.names == ["quiet"]
+    assert flows == ["quiet"]
+
+
+def test_an_async_direct_call_decides_what_the_flow_does(flows: list[str]) -> None:
+    calls = [("send-email", "a@corp.com"), ("send-email", "b@evil.com"), ("send-email", "c@corp.com")]
+
+    async def run(guard: Guard) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+        outcomes: list[tuple[Any, ...]] = []
+        async with guard.engagement(user=User(id="u1")) as eng:
+            for name, value in calls:
+                try:
+                    outcomes.append(("returned", await guard.acall(name, {"to": value}, asend_email)))
+                except PolicyViolation as exc:
+                    outcomes.append(("denied", type(exc).__name__, str(exc)))
+            return outcomes, _recorded(eng)
+
+    direct = asyncio.run(run(_guard(watched=False)))
+    assert flows == []
+    flowing = asyncio.run(run(_guard(watched=True)))
+    assert direct == flowing
+    # a refused attempt is an attempt: the third send-email repeats [send-email] three times
+    assert [o[:2] for o in direct[0]] == [
+        ("returned", {"status": "sent", "to": "a@corp.com"}),
+        ("denied", "RestrictionViolation"),
+        ("denied", "ShortCircuitViolation"),
+    ]
