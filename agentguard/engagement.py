@@ -169,7 +169,9 @@ class Engagement:
         the step records, and an observe-mode guardian is told. A call that raised is recorded with
         ``outputs: null``. Use :meth:`Guard.call` to *guard* a call.
         """
-        step = record_flow(self.runtime, self.state, name, dict(inputs), outputs, error, call_id, kind)
+        step = run_sync(
+            record_flow(self.runtime, self.state, name, dict(inputs), outputs, error, call_id, kind)
+        )
         if self.state.journal is not None:
             run_sync(flush_flow(self.runtime, self.state, step))
         return step

@@ -22,6 +22,7 @@ from agentguard.pipeline._effects import (
     Flow,
     Invoke,
     InvokeTimedOut,
+    Observe,
     Sleep,
 )
 from agentguard.pipeline._messages import guardrail_flow, message_text, record_flow, report_flow
@@ -42,6 +43,7 @@ __all__ = [
     "Flow",
     "Invoke",
     "InvokeTimedOut",
+    "Observe",
     "Runtime",
     "Sleep",
     "StepBuilder",

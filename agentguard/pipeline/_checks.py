@@ -22,7 +22,7 @@ from agentguard.errors import (
     ShortCircuitViolation,
 )
 from agentguard.observers import Observer, Observers
-from agentguard.pipeline._effects import AskGuardian, AskReviewer, CallUser, Effect, Flow, T
+from agentguard.pipeline._effects import AskGuardian, AskReviewer, CallUser, Effect, Flow, Observe, T
 from agentguard.pipeline._runtime import Runtime
 from agentguard.policy._policy import Assertion
 from agentguard.policy._review import (
@@ -221,7 +221,7 @@ def ask_guardian(
         return None
     step.aos.append(request)
     if client.mode == "observe":
-        client.submit(request)
+        yield Observe(client, request)
         return None
     try:
         verdict: GuardianVerdict = yield AskGuardian(client, request)

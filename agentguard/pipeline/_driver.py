@@ -29,6 +29,7 @@ from agentguard.pipeline._effects import (
     Flow,
     Invoke,
     InvokeTimedOut,
+    Observe,
     Sleep,
     T,
 )
@@ -156,6 +157,9 @@ def _perform_sync(effect: Effect) -> Any:
         )
     if isinstance(effect, AskGuardian):
         return effect.client.decide(effect.request)
+    if isinstance(effect, Observe):
+        effect.client.submit(effect.request)
+        return None
     if isinstance(effect, AwaitLate):
         return effect.handle.result()
     if isinstance(effect, Sleep):
@@ -198,6 +202,9 @@ async def _perform_async(effect: Effect) -> Any:
             raise _reviewer_timed_out(timeout_ms) from None
     if isinstance(effect, AskGuardian):
         return await effect.client.adecide(effect.request)
+    if isinstance(effect, Observe):
+        effect.client.submit(effect.request)  # enqueues: never waits, so the same under asyncio
+        return None
     if isinstance(effect, AwaitLate):
         handle = effect.handle
         return await (

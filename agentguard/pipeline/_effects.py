@@ -93,6 +93,18 @@ class AskGuardian:
 
 
 @dataclass(slots=True)
+class Observe:
+    """Effect: hand an AOS request to an observe-mode guardian, which delivers it later and decides nothing.
+
+    The driver enqueues it (constant time, never waits); a full queue or a closed client is the client's to
+    record (its listeners hear of the drop), not the step's.
+    """
+
+    client: GuardianClient
+    request: dict[str, Any]
+
+
+@dataclass(slots=True)
 class Commit:
     """Effect: append the record's unsent events to its store, one round trip, and apply the answer.
 
@@ -121,7 +133,7 @@ class Claim:
     owner: str
 
 
-Effect = Invoke | CallUser | AskReviewer | AskGuardian | AwaitLate | Sleep | Commit | Claim
+Effect = Invoke | CallUser | AskReviewer | AskGuardian | Observe | AwaitLate | Sleep | Commit | Claim
 T = TypeVar("T")
 Flow = Generator[Effect, Any, T]
 """A policy flow that yields effects and returns a ``T``."""

@@ -14,7 +14,7 @@ from agentguard.errors import (
 )
 from agentguard.observers import Observers
 from agentguard.pipeline._checks import ask_guardian, blocks, closed_error, deny, observed, undecided
-from agentguard.pipeline._effects import Flow, Invoke
+from agentguard.pipeline._effects import Flow, Invoke, Observe
 from agentguard.pipeline._runtime import Runtime
 from agentguard.pipeline._shared import shared
 from agentguard.pipeline._steps import new_step
@@ -151,8 +151,9 @@ def record_flow(
     error: BaseException | str | None,
     call_id: str | None,
     kind: str,
-) -> StepRecord:
-    """Record a call a host observed after the fact (no checks: it already happened)."""
+) -> Flow[StepRecord]:
+    """Record a call a host observed after the fact (no checks: it already happened); an observe-mode
+    guardian is handed its requests (the driver's :class:`Observe` effects)."""
     step = new_step(state, "steps/toolCallRequest", name=name, call_id=call_id)
     watchers = step.observed_by = ctx.observers.stepping() if ctx.observers else ()
     tokens = Observers.step_started(watchers, state, step)
@@ -168,8 +169,14 @@ def record_flow(
     ctx.decide(state, step, Decision(Rule.ENGAGEMENT, Outcome.ALLOW, Phase.OUTPUT, reason, name))
     step.aos.append(ctx.steps.tool_call_request(state, step, name, record.inputs, None))
     step.aos.append(ctx.steps.tool_call_result(state, step, None if failed else outputs, is_error=failed))
-    if ctx.guardian is not None and ctx.guardian.mode == "observe":
-        for request in step.aos:
-            ctx.guardian.submit(request)
-    Observers.step_ended(watchers, state, step, tokens, None)
+    error_seen: BaseException | None = None
+    try:
+        if ctx.guardian is not None and ctx.guardian.mode == "observe":
+            for request in step.aos:
+                yield Observe(ctx.guardian, request)
+    except BaseException as exc:
+        error_seen = exc
+        raise
+    finally:
+        Observers.step_ended(watchers, state, step, tokens, error_seen)
     return step

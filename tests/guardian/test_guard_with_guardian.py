@@ -253,3 +253,35 @@ def test_observe_mode_never_blocks_and_delivers_everything(guardian: RunningServ
     assert client.stats.delivered == 40  # request + result of each call, flushed at engagement end
     assert client.stats.dropped == 0
     _check_wire([r for s in eng.steps for r in s.aos])
+
+
+def test_observe_mode_requests_are_handed_over_by_the_driver_sync_async_and_after_the_fact(
+    guardian: RunningServer,
+) -> None:
+    """The observe-mode hand-over is an effect the driver performs (agentguard.pipeline.Observe), so that
+    the client's own code -- its queue, its drop listeners -- never runs inside a policy flow; under the sync
+    API, the async API, and for a call recorded after the fact."""
+    client = GuardianClient(guardian.url, mode="observe")
+    guard = Guard.from_yaml(SPEC, guardian=client)
+    handed: list[str] = []
+    submit = client.submit
+
+    def counted(request: dict[str, object]) -> None:
+        handed.append(str(request["method"]))
+        submit(request)
+
+    client.submit = counted  # type: ignore[method-assign]
+
+    @guard.tool
+    async def shell(cmd: str) -> str:
+        return "ran"
+
+    async def main() -> None:
+        async with guard.engagement() as eng:
+            assert await shell(cmd="ls") == "ran"
+            eng.record_call("shell", {"cmd": "pwd"}, "ran before")
+            assert guard.call("send-email", {"to": "a@corp.com"}, lambda to: "sent") == "sent"
+
+    asyncio.run(main())
+    assert handed == ["steps/toolCallRequest", "steps/toolCallResult"] * 3
+    assert client.stats.delivered == 6
