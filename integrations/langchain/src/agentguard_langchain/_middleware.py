@@ -323,6 +323,12 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             self._continued_mid_run(session, state)
         return session
 
+    def _open_session(self, state: Mapping[str, Any]) -> Session | None:
+        """The run's session when this worker has it open, as at almost every hook call: the rest of
+        :meth:`_session` is for the other cases (and under asyncio, awaiting :meth:`_asession` costs a
+        coroutine per call)."""
+        return self._sessions.get(_engagement_id(state))
+
     async def _asession(self, state: Mapping[str, Any], context: object) -> Session:
         session, thread, engagement_id = self._known(state)
         if session is None:
@@ -461,7 +467,9 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResult:
-        session = await self._asession(request.state, request.runtime.context)
+        session = self._open_session(request.state) or await self._asession(
+            request.state, request.runtime.context
+        )
         eng = session.engagement
         messages, pending = self._visible(request, session)
         if pending or session.replaced or messages is not request.messages:
@@ -550,16 +558,21 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], ToolResult],
     ) -> ToolResult:
-        """Run the call through ``guard.call``; LangChain's handler is what runs the tool."""
-        session = self._session(request.state, request.runtime.context)
+        """Run the call through ``guard.call``; LangChain's handler is what runs the tool.
+
+        Only a call that may wait in the graph's store (``call.stored``: output review by interrupt, with a
+        store and a thread) has a stored result to adopt or release: the others skip those calls (under
+        asyncio, each would cost a coroutine).
+        """
+        session = self._open_session(request.state) or self._session(request.state, request.runtime.context)
         call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed)
-        with session.engagement.activate(), Scope(call.lc_name, call.call_id) as scope:
+        with session.engagement.activate(), call:
             replay_interrupts(call.interrupts_to_replay())
             try:
                 output = self.guard.call(
-                    call.name,
+                    call.capability,
                     call.inputs,
-                    call.runner(handler, scope),
+                    call.runner(handler),
                     call_id=call.call_id,
                     reasoning=call.reasoning,
                 )
@@ -569,9 +582,11 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             except Exception as exc:
                 result = call.fail(exc, self.on_denied)
             else:
-                call.adopt()  # resumed from the shared record: the tool's own result, if a worker kept it
+                if call.stored is not None:  # resumed from the shared record: the tool's own result, if kept
+                    call.adopt()
                 result = call.finish(output)
-        call.release()
+        if call.stored is not None:  # only a result kept in the graph's store has anything to release
+            call.release()
         return result
 
     async def awrap_tool_call(
@@ -579,15 +594,17 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
-        session = await self._asession(request.state, request.runtime.context)
+        session = self._open_session(request.state) or await self._asession(
+            request.state, request.runtime.context
+        )
         call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed)
-        with session.engagement.activate(), Scope(call.lc_name, call.call_id) as scope:
+        with session.engagement.activate(), call:
             replay_interrupts(call.interrupts_to_replay())
             try:
                 output = await self.guard.acall(
-                    call.name,
+                    call.capability,
                     call.inputs,
-                    call.arunner(handler, scope),
+                    call.arunner(handler),
                     call_id=call.call_id,
                     reasoning=call.reasoning,
                 )
@@ -597,9 +614,11 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             except Exception as exc:
                 result = call.fail(exc, self.on_denied)
             else:
-                await call.aadopt()
+                if call.stored is not None:
+                    await call.aadopt()
                 result = call.finish(output)
-        await call.arelease()
+        if call.stored is not None:
+            await call.arelease()
         return result
 
 

@@ -51,6 +51,9 @@ class HeldResult:
     content: object
     stored: bool = False
     """Also kept in the graph's store, for a resume on another worker (see ``_toolcall``)."""
+    interrupts: int = 0
+    """How many interrupts had been answered before the tool ran: a re-run of the node replays as many
+    (see ``_review``)."""
 
 
 @dataclass(eq=False, slots=True)
@@ -65,8 +68,6 @@ class Session:
     """Message id -> the text a guardrail or guardian put in its place."""
     held: dict[str, HeldResult] = field(default_factory=dict)
     """Tool call id -> the result of a tool that ran and whose output review is paused (an interrupt)."""
-    replays: dict[str, int] = field(default_factory=dict)
-    """Tool call id -> how many interrupts were answered before that tool ran (see ``_review``)."""
 
 
 def thread_of(config: Mapping[str, Any] | None) -> str | None:

@@ -138,17 +138,22 @@ class StoredResult:
         await self._store.adelete(self._namespace, self._key)
 
 
-class ToolCallTranslation:
-    """Everything about one tool call the middleware needs before and after ``guard.call``."""
+class ToolCallTranslation(Scope):
+    """Everything about one tool call the middleware needs before and after ``guard.call``, and the call's
+    :class:`~agentguard_langchain._scope.Scope` while it runs (``name`` is LangChain's tool name,
+    ``capability`` the spec's).
+
+    Built for every tool call, so it only reads the request: the inputs are not copied (``Guard.call`` copies
+    them), and the tool's result stays here while the pipeline decides about it; only a run that pauses
+    leaves it in the session, for the node's re-run (:meth:`persist`).
+    """
 
     __slots__ = (
-        "_anonymous",
         "_done",
+        "_held",
         "_ran",
-        "call_id",
+        "capability",
         "inputs",
-        "lc_name",
-        "name",
         "reasoning",
         "request",
         "session",
@@ -164,24 +169,26 @@ class ToolCallTranslation:
         output_reviewed: frozenset[str] = frozenset(),
     ) -> None:
         tool_call = request.tool_call
+        call_id: str | None = tool_call.get("id") or None
+        name: str = tool_call["name"]
+        super().__init__(name, call_id)
         self.request = request
         self.session = session
-        self.lc_name: str = tool_call["name"]
-        self.call_id: str | None = tool_call.get("id") or None
-        self.inputs: dict[str, Any] = dict(tool_call.get("args") or {})
-        self.name, self.tool = resolver.resolve(self.lc_name, request.tool)
-        self.reasoning = _reasoning(request.state, self.call_id)
-        self._anonymous: HeldResult | None = None
+        self.inputs: Mapping[str, Any] = tool_call.get("args") or {}
+        self.capability, self.tool = resolver.resolve(name, request.tool)
+        self.reasoning = _reasoning(request.state, call_id)
+        self._held: HeldResult | None = None
+        """The tool's result, once the pipeline has asked for it here."""
         self._done: HeldResult | None = None
+        """The result the call ended with (see :meth:`_pop`)."""
         self._ran = False
         """The pipeline asked for the tool's result here (the tool ran, or its stored result was used)."""
-        store = request.runtime.store if self.name in output_reviewed else None
-        self.stored = (
-            StoredResult(store, session.thread, self.call_id)
-            if store is not None and session.thread is not None and self.call_id is not None
-            else None
-        )
+        self.stored: StoredResult | None = None
         """Where the result waits across workers, for a call whose output review may pause the run."""
+        if self.capability in output_reviewed:
+            store = request.runtime.store
+            if store is not None and session.thread is not None and call_id is not None:
+                self.stored = StoredResult(store, session.thread, call_id)
 
     # -- the function the pipeline invokes -------------------------------------------------------------
 
@@ -194,61 +201,68 @@ class ToolCallTranslation:
             return self.request.override(tool_call=tool_call, tool=self.tool)
         return self.request.override(tool_call=tool_call)
 
-    def runner(self, handler: Callable[[ToolCallRequest], ToolResult], scope: Scope) -> Callable[..., Any]:
-        """The function ``guard.call`` runs: LangChain's handler; ``scope`` counts the interrupts answered."""
+    def runner(self, handler: Callable[[ToolCallRequest], ToolResult]) -> Callable[..., Any]:
+        """The function ``guard.call`` runs: LangChain's handler."""
 
         def run(**inputs: Any) -> Any:
             self._ran = True
             result = self.stored.get() if self.stored is not None else None
             if result is not None:  # the tool ran on another worker before the run paused
-                return self.accept(result, scope.interrupts, stored=True)
-            return self.accept(handler(self._request(inputs)), scope.interrupts)
+                return self.accept(result, stored=True)
+            return self.accept(handler(self._request(inputs)))
 
         return run
 
     def arunner(
-        self, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]], scope: Scope
+        self, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]
     ) -> Callable[..., Awaitable[Any]]:
         async def run(**inputs: Any) -> Any:
             self._ran = True
             result = await self.stored.aget() if self.stored is not None else None
             if result is not None:
-                return self.accept(result, scope.interrupts, stored=True)
-            return self.accept(await handler(self._request(inputs)), scope.interrupts)
+                return self.accept(result, stored=True)
+            return self.accept(await handler(self._request(inputs)))
 
         return run
 
-    def accept(self, result: ToolResult, interrupts_before: int, *, stored: bool = False) -> Any:
-        """The tool's output for the pipeline; the LangChain result is held until the pipeline lets it out."""
+    def accept(self, result: ToolResult, *, stored: bool = False) -> Any:
+        """The tool's output for the pipeline; the LangChain result is held until the pipeline lets it out,
+        with the number of interrupts answered before the tool ran (see :meth:`interrupts_to_replay`)."""
         message = result if isinstance(result, ToolMessage) else _tool_message(result, self.call_id)
-        if message is not None and message.status == "error":
-            raise ToolFailed(message)
-        content = message.content if message is not None else None
+        content = None
+        if message is not None:
+            if message.status == "error":
+                raise ToolFailed(message)
+            content = message.content
         output = decode_output(content)
-        held = HeldResult(result, output, content, stored)
-        if self.call_id is not None:
-            self.session.held[self.call_id] = held
-            self.session.replays[self.call_id] = interrupts_before
-        else:
-            self._anonymous = held
+        self._held = HeldResult(result, output, content, stored, self.interrupts)
         return output
 
     # -- a run paused for review ------------------------------------------------------------------------
 
-    def _to_store(self) -> HeldResult | None:
-        held = self.session.held.get(self.call_id) if self.stored and self.call_id else None
-        return held if held is not None and not held.stored else None
+    def _pause(self) -> HeldResult | None:
+        """The run pauses (LangGraph re-runs the node when it resumes): the result the tool gave, if it ran,
+        waits in the session for the re-run, where the pipeline resumes the call without running the tool."""
+        call_id = self.call_id
+        if call_id is None:
+            return None
+        held = self._held
+        if held is None:  # a re-run that paused again: the result of the run that ran the tool
+            return self.session.held.get(call_id)
+        self.session.held[call_id] = held
+        return held
 
     def persist(self) -> None:
-        """The run pauses: a result held for output review goes to the store too, for any worker to resume."""
-        held = self._to_store()
-        if held is not None and self.stored is not None:
+        """The run pauses: the held result waits in the session, and one held for output review goes to the
+        graph's store too, for any worker to resume."""
+        held = self._pause()
+        if held is not None and self.stored is not None and not held.stored:
             self.stored.put(held.result)
             held.stored = True
 
     async def apersist(self) -> None:
-        held = self._to_store()
-        if held is not None and self.stored is not None:
+        held = self._pause()
+        if held is not None and self.stored is not None and not held.stored:
             await self.stored.aput(held.result)
             held.stored = True
 
@@ -272,7 +286,7 @@ class ToolCallTranslation:
             return
         message = result if isinstance(result, ToolMessage) else _tool_message(result, self.call_id)
         content = message.content if message is not None else None
-        self.session.held[self.call_id] = HeldResult(result, decode_output(content), content, True)
+        self._held = HeldResult(result, decode_output(content), content, True)
 
     def _to_release(self) -> bool:
         if self.stored is None:
@@ -283,7 +297,7 @@ class ToolCallTranslation:
 
     def release(self) -> None:
         """The call is over: its stored result, if any, is deleted (only a result kept in the graph's store
-        has anything to release: the common case is one attribute test)."""
+        has anything to release: the middleware calls this only for a call that has ``stored``)."""
         if self._to_release() and self.stored is not None:
             self.stored.delete()
 
@@ -295,9 +309,9 @@ class ToolCallTranslation:
 
     def interrupts_to_replay(self) -> int:
         """How many interrupts were answered before this call's tool ran in an earlier run of the node."""
-        if self.call_id is None or self.call_id not in self.session.held:
-            return 0
-        return self.session.replays.get(self.call_id, 0)
+        held = self.session.held
+        earlier = held.get(self.call_id) if held and self.call_id is not None else None
+        return earlier.interrupts if earlier is not None else 0
 
     def finish(self, output: Any) -> ToolResult:
         """The result the pipeline let out: the tool's own message, or one carrying the replaced output."""
@@ -306,7 +320,7 @@ class ToolCallTranslation:
             return held.result
         content = encode_output(output, held.content if held is not None else "")
         if held is None:
-            return ToolMessage(content=content, name=self.lc_name, tool_call_id=self.call_id or "")
+            return ToolMessage(content=content, name=self.name, tool_call_id=self.call_id or "")
         if isinstance(held.result, ToolMessage):
             return held.result.model_copy(update={"content": content})
         return _replace_in_command(held.result, self.call_id, content)
@@ -331,18 +345,21 @@ class ToolCallTranslation:
         )
         return ToolMessage(
             content=f"agentguard denied this tool call: {exc}. {after}",
-            name=self.lc_name,
+            name=self.name,
             tool_call_id=self.call_id or "",
             status="error",
         )
 
     def _pop(self) -> HeldResult | None:
-        if self.call_id is None:
-            self._done = self._anonymous
-        else:
-            self.session.replays.pop(self.call_id, None)
-            self._done = self.session.held.pop(self.call_id, None)
-        return self._done
+        """The call is over: the result it holds, else the one an earlier run of the node left in the session
+        (which is forgotten either way)."""
+        done = self._held
+        if self.call_id is not None and self.session.held:
+            earlier = self.session.held.pop(self.call_id, None)
+            if done is None:
+                done = earlier
+        self._done = done
+        return done
 
 
 def _tool_message(command: Command[Any], call_id: str | None) -> ToolMessage | None:
