@@ -48,7 +48,7 @@ class Binder:
 
         A host adapter hands ``Guard.call`` a fresh closure for every tool call; reading its signature each
         time would cost more than the rest of the call's checks, and the signature of a plain function
-        depends only on its code, defaults and annotations.
+        depends only on its code and defaults.
         """
         if (
             type(fn) is not types.FunctionType
@@ -56,7 +56,8 @@ class Binder:
             or "__wrapped__" in fn.__dict__
         ):
             return cls(fn)
-        key = (fn.__code__, fn.__defaults__, _frozen(fn.__kwdefaults__), _frozen(fn.__annotations__))
+        # Not the annotations: binding never reads them, and a closure's are a fresh dict on every call.
+        key = (fn.__code__, fn.__defaults__, _frozen(fn.__kwdefaults__))
         try:
             binder = _CACHE.get(key)
         except TypeError:  # an unhashable default value
