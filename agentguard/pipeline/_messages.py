@@ -12,7 +12,6 @@ from agentguard.errors import (
     Phase,
     Rule,
 )
-from agentguard.observers import Observers
 from agentguard.pipeline._checks import ask_guardian, blocks, closed_error, deny, observed, undecided
 from agentguard.pipeline._effects import Flow, Invoke, Observe
 from agentguard.pipeline._runtime import Runtime
@@ -155,8 +154,22 @@ def record_flow(
     """Record a call a host observed after the fact (no checks: it already happened); an observe-mode
     guardian is handed its requests (the driver's :class:`Observe` effects)."""
     step = new_step(state, "steps/toolCallRequest", name=name, call_id=call_id)
-    watchers = step.observed_by = ctx.observers.stepping() if ctx.observers else ()
-    tokens = Observers.step_started(watchers, state, step)
+    return observed(
+        ctx, state, step, _recorded(ctx, state, step, name, inputs, outputs, error, call_id, kind)
+    )
+
+
+def _recorded(
+    ctx: Runtime,
+    state: EngagementState,
+    step: StepRecord,
+    name: str,
+    inputs: dict[str, Any],
+    outputs: Any,
+    error: BaseException | str | None,
+    call_id: str | None,
+    kind: str,
+) -> Flow[StepRecord]:
     record = state.begin_call(name, to_plain(inputs), kind=kind, call_id=call_id)
     step.call = record
     failed = error is not None
@@ -169,14 +182,7 @@ def record_flow(
     ctx.decide(state, step, Decision(Rule.ENGAGEMENT, Outcome.ALLOW, Phase.OUTPUT, reason, name))
     step.aos.append(ctx.steps.tool_call_request(state, step, name, record.inputs, None))
     step.aos.append(ctx.steps.tool_call_result(state, step, None if failed else outputs, is_error=failed))
-    error_seen: BaseException | None = None
-    try:
-        if ctx.guardian is not None and ctx.guardian.mode == "observe":
-            for request in step.aos:
-                yield Observe(ctx.guardian, request)
-    except BaseException as exc:
-        error_seen = exc
-        raise
-    finally:
-        Observers.step_ended(watchers, state, step, tokens, error_seen)
+    if ctx.guardian is not None and ctx.guardian.mode == "observe":
+        for request in step.aos:
+            yield Observe(ctx.guardian, request)
     return step

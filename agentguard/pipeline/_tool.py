@@ -268,11 +268,11 @@ def _resolved_credentials(
 
 
 def tool_call_flow(
-    ctx: Runtime, state: EngagementState, call: ToolCall, watchers: tuple[Observer, ...] | None = None
+    ctx: Runtime, state: EngagementState, call: ToolCall, watchers: tuple[Observer, ...]
 ) -> Flow[Any]:
     """The whole life of one guarded tool or sub-agent call. Returns the output the caller may use.
 
-    ``watchers``: the observers watching the step, when the caller already asked (:func:`run_tool_call`).
+    ``watchers``: the observers watching the step (:func:`run_tool_call` asked them).
     """
     call_id = call.call_id
     if call_id is not None and call_id in state.awaiting_review:
@@ -289,11 +289,12 @@ def tool_call_flow(
         resumed = state.resume_review(call_id)
         if resumed is not None:
             step, record, rule, output = resumed
+            allows = ctx.allows(rule, record.name) if rule is not None else None
             return observed(
                 ctx,
                 state,
                 step,
-                _after_invoke(ctx, state, step, record, rule, call, output, resumed=True),
+                _after_invoke(ctx, state, step, record, allows, call, output, resumed=True),
                 watchers,
             )
     step = new_step(state, "steps/toolCallRequest", name=call.name, call_id=call_id)
@@ -339,7 +340,7 @@ def run_tool_call(ctx: Runtime, state: EngagementState, call: ToolCall) -> Any:
     except BaseException as exc:
         run_sync(_failed(ctx, state, step, record, allows.rule, exc))  # no guardian: yields nothing
         raise
-    return _settle(ctx, state, step, record, allows.rule, output)
+    return _settle(ctx, state, step, record, allows, output)
 
 
 async def arun_tool_call(ctx: Runtime, state: EngagementState, call: ToolCall) -> Any:
@@ -354,7 +355,7 @@ async def arun_tool_call(ctx: Runtime, state: EngagementState, call: ToolCall) -
     except BaseException as exc:
         run_sync(_failed(ctx, state, step, record, allows.rule, exc))
         raise
-    return _settle(ctx, state, step, record, allows.rule, output)
+    return _settle(ctx, state, step, record, allows, output)
 
 
 def _direct_begin(
@@ -387,7 +388,8 @@ def _resume_shared(ctx: Runtime, state: EngagementState, step: StepRecord, call:
     step.call = record
     if rule is None:
         rule = ctx.policy.capability_for(record.name, record.kind, ctx.tools)
-    return (yield from _after_invoke(ctx, state, step, record, rule, call, output, resumed=True))
+    allows = ctx.allows(rule, record.name) if rule is not None else None
+    return (yield from _after_invoke(ctx, state, step, record, allows, call, output, resumed=True))
 
 
 def _short_circuit(
@@ -442,9 +444,8 @@ def _begin(
         try:
             allows = _capability(ctx, state, step, name, call.kind)
         except PolicyViolation:
-            _short_circuit(
-                ctx, state, step, name, refused=True
-            )  # a refused attempt is an attempt (decision 5)
+            # A refused attempt is an attempt (decision 5).
+            _short_circuit(ctx, state, step, name, refused=True)
             state.attempted(name)
             raise
     _short_circuit(
@@ -565,8 +566,8 @@ def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: Too
         yield from _failed(ctx, state, step, record, rule, exc)
         raise
     if ctx.guardian is None and not ctx.rules and (rule is None or not rule.output_review):
-        return _settle(ctx, state, step, record, rule, output)  # nothing to wait for: no generator frame
-    return (yield from _after_invoke(ctx, state, step, record, rule, call, output, resumed=False))
+        return _settle(ctx, state, step, record, allows, output)  # nothing to wait for: no generator frame
+    return (yield from _after_invoke(ctx, state, step, record, allows, call, output, resumed=False))
 
 
 def _invoke(
@@ -634,14 +635,14 @@ def _checked_output(
     state: EngagementState,
     step: StepRecord,
     record: CallRecord,
-    rule: CapabilityRule | None,
+    allows: Allows | None,
     output: Any,
 ) -> Any:
     """The local checks of a call's output (decision 3): recorded, then the output restriction. Returns the
     output to deliver."""
     _not_cancelled(ctx, state, step, record.name)
     output = _deliverable(ctx, state, step, record.name, output)
-    _record_output(ctx, state, step, record, rule, output)
+    _record_output(ctx, state, step, record, allows, output)
     return output
 
 
@@ -650,14 +651,17 @@ def _record_output(
     state: EngagementState,
     step: StepRecord,
     record: CallRecord,
-    rule: CapabilityRule | None,
+    allows: Allows | None,
     output: Any,
 ) -> None:
     """Keep the output in the record (``null`` unless ``collect_results``) and check the output restriction."""
-    state.complete_call(record, to_plain(output), collect=rule.collect_results if rule is not None else True)
-    if rule is not None and rule.output_assertion is not None:
-        name = record.name
-        check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT, ctx.allows(rule, name).output)
+    if allows is None:
+        state.complete_call(record, to_plain(output))
+        return
+    rule = allows.rule
+    state.complete_call(record, to_plain(output), collect=rule.collect_results)
+    if rule.output_assertion is not None:
+        check(ctx, state, step, rule.output_assertion, record.name, Phase.OUTPUT, allows.output)
 
 
 def _withhold(
@@ -675,15 +679,15 @@ def _settle(
     state: EngagementState,
     step: StepRecord,
     record: CallRecord,
-    rule: CapabilityRule | None,
+    allows: Allows | None,
     output: Any,
 ) -> Any:
     """:func:`_after_invoke` for a call with nothing to wait for after it ran (no guardian, no Python rules,
     no output review)."""
     try:
-        output = _checked_output(ctx, state, step, record, rule, output)
+        output = _checked_output(ctx, state, step, record, allows, output)
     except BaseException as exc:
-        _withhold(state, record, rule, exc)
+        _withhold(state, record, allows.rule if allows is not None else None, exc)
         raise
     return output
 
@@ -693,18 +697,19 @@ def _after_invoke(
     state: EngagementState,
     step: StepRecord,
     record: CallRecord,
-    rule: CapabilityRule | None,
+    allows: Allows | None,
     call: ToolCall,
     output: Any,
     *,
     resumed: bool,
 ) -> Flow[Any]:
     name = record.name
+    rule = allows.rule if allows is not None else None
     try:
         if resumed:
             _not_cancelled(ctx, state, step, name)
         else:
-            output = _checked_output(ctx, state, step, record, rule, output)
+            output = _checked_output(ctx, state, step, record, allows, output)
             if ctx.guardian is not None:
                 request = ctx.steps.tool_call_result(state, step, output, is_error=False)
                 params = yield from ask_guardian(ctx, state, step, request, name, Phase.OUTPUT)
@@ -716,7 +721,7 @@ def _after_invoke(
                         )
                     else:
                         output = new_output
-                        _record_output(ctx, state, step, record, rule, output)
+                        _record_output(ctx, state, step, record, allows, output)
             if ctx.rules:
                 yield from run_rules(ctx, state, step, name, Phase.OUTPUT, record.inputs, output)
         if rule is not None and rule.output_review:

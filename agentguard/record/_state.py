@@ -191,11 +191,12 @@ class EngagementState:
         ``started_at``: when the call began (``time.time()``; default now), e.g. its step's time.
         """
         at = time.time() if started_at is None else started_at
+        entry = new_entry(inputs)
         token = None if self.journal is None else secrets.token_hex(8)
         record = (
-            CallRecord(name, kind, call_id, new_entry(inputs), at)
+            CallRecord(name, kind, call_id, entry, at)
             if token is None
-            else SharedCallRecord(name, kind, call_id, new_entry(inputs), at, token)
+            else SharedCallRecord(name, kind, call_id, entry, at, token)
         )
         with self._lock:
             self._add_call(record)

@@ -564,7 +564,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         store and a thread) has a stored result to adopt or release: the others skip those calls (under
         asyncio, each would cost a coroutine).
         """
-        session = self._open_session(request.state) or self._session(request.state, request.runtime.context)
+        session = self._session(request.state, request.runtime.context)
         call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed)
         with session.engagement.activate(), call:
             replay_interrupts(call.interrupts_to_replay())
