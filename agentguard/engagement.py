@@ -40,7 +40,7 @@ from agentguard.stores import MemoryStore
 if TYPE_CHECKING:  # the record's names only annotate here, so that the deprecated re-exports below warn
     from agentguard.guard import Guard
     from agentguard.pipeline import Runtime
-    from agentguard.record import Decision, EngagementState, EngagementStatus, StepRecord, User
+    from agentguard.record import Decision, EngagementState, EngagementStatus, StepRecord, Steps, User
 
 __all__ = ["Engagement"]
 
@@ -80,8 +80,9 @@ class Engagement:
         return self.state.status
 
     @property
-    def steps(self) -> list[StepRecord]:
-        """Every step taken in this engagement, with its decisions and AOS records (guardian or not)."""
+    def steps(self) -> Steps:
+        """Every step taken in this engagement, with its decisions and AOS records (guardian or not): a
+        read-only sequence that sees later steps as they are taken."""
         return self.state.steps
 
     @property

@@ -39,6 +39,7 @@ from agentguard.record import (
     EngagementStatus,
     Outcome,
     StepRecord,
+    StepRef,
     to_plain,
 )
 
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 def deny(
     ctx: Runtime,
     state: EngagementState,
-    step: StepRecord,
+    step: StepRef,
     error: PolicyViolation,
     *,
     outcome: Outcome = Outcome.DENY,
@@ -69,7 +70,7 @@ def deny(
 def blocks(
     ctx: Runtime,
     state: EngagementState,
-    step: StepRecord,
+    step: StepRef,
     error: PolicyViolation,
     *,
     name: str | None = None,
@@ -110,7 +111,7 @@ def closed_error(state: EngagementState, capability: str | None, phase: Phase) -
 def check(
     ctx: Runtime,
     state: EngagementState,
-    step: StepRecord,
+    step: StepRef,
     assertion: Assertion,
     capability: str,
     phase: Phase,

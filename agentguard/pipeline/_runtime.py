@@ -19,7 +19,8 @@ from agentguard.policy._identity import CredentialResolver
 from agentguard.policy._policy import HOLDS, CapabilityRule, Policy, UnknownCapability
 from agentguard.policy._review import ApprovalConfig, Reviewer
 from agentguard.policy._rules import Rules, SeverityMap
-from agentguard.record import Decision, EngagementState, Outcome, StepRecord
+from agentguard.record import Decision, EngagementState, Outcome, StepRecord, StepRef
+from agentguard.record._types import CHAINS_LIMIT, Chains
 
 if TYPE_CHECKING:
     from agentguard.guardian import GuardianClient
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["NO_LOOP", "Allows", "Runtime"]
 
-_SHARED_LIMIT = 4096
+_SHARED_LIMIT = CHAINS_LIMIT
 
 NO_LOOP = "no block of calls repeated short_circuit times"
 """The reason of the short-circuit rule's allow decision."""
@@ -38,7 +39,9 @@ NO_LOOP = "no block of calls repeated short_circuit times"
 class Allows:
     """The shared allow decisions an allowed call of one capability takes, looked up once per call.
 
-    ``input`` / ``output`` are ``None`` when the capability has no such assertion.
+    ``input`` / ``output`` are ``None`` when the capability has no such assertion. ``begun``: the decisions
+    an allowed call has when it becomes the pending one (the capability, and the short-circuit rule's when
+    the spec has one), in order.
     """
 
     rule: CapabilityRule
@@ -46,6 +49,7 @@ class Allows:
     short_circuit: Decision
     input: Decision | None
     output: Decision | None
+    begun: tuple[Decision, ...]
 
 
 @dataclass(eq=False)
@@ -85,25 +89,26 @@ class Runtime:
     _shared: dict[tuple[Rule, Phase, str, str, str | None], Decision] = field(
         default_factory=dict, repr=False
     )
-    _chains: dict[tuple[tuple[Decision, ...], Decision], tuple[Decision, ...]] = field(
-        default_factory=dict, repr=False
-    )
+    _chains: Chains = field(default_factory=dict, repr=False)
     _allows: dict[str, Allows] = field(default_factory=dict, repr=False)
 
-    def decide(self, state: EngagementState, step: StepRecord, decision: Decision) -> Decision:
+    def decide(self, state: EngagementState, step: StepRef, decision: Decision) -> Decision:
         """Record ``decision`` on ``step`` and tell the observers watching the step."""
+        step = state.step_of(step)
         step.add(decision)
         if step.observed_by:
             Observers.decision(step.observed_by, state, step, decision)
         return decision
 
-    def allow(self, state: EngagementState, step: StepRecord, shared: Decision) -> None:
+    def allow(self, state: EngagementState, step: StepRef, shared: Decision) -> None:
         """Record a :meth:`~agentguard.record.Decision.untimed` allow decision taken the same way on every call.
 
         Unwatched, the shared object itself is recorded (no allocation, no clock read); observers are given a
         copy timed now, since they measure the time between decisions.
         """
-        if step.observed_by:
+        if not isinstance(step, StepRecord):  # a direct call's record: nobody watches it
+            state.add_shared(step, shared, self._chains)
+        elif step.observed_by:
             self.decide(state, step, shared.timed())
         else:
             step.add_shared(shared, self._chains)
@@ -125,12 +130,15 @@ class Runtime:
         allows = self._allows.get(name)
         if allows is None or allows.rule is not rule:
             inp, out = rule.input_assertion, rule.output_assertion
+            capability = self.allowed(Rule.CAPABILITY, Phase.INPUT, rule.allow_reason, name)
+            short_circuit = self.allowed(Rule.SHORT_CIRCUIT, Phase.INPUT, NO_LOOP, name)
             allows = Allows(
                 rule,
-                self.allowed(Rule.CAPABILITY, Phase.INPUT, rule.allow_reason, name),
-                self.allowed(Rule.SHORT_CIRCUIT, Phase.INPUT, NO_LOOP, name),
+                capability,
+                short_circuit,
                 self.allowed(Rule.RESTRICTION, Phase.INPUT, HOLDS, name, inp.source) if inp else None,
                 self.allowed(Rule.RESTRICTION, Phase.OUTPUT, HOLDS, name, out.source) if out else None,
+                (capability,) if self.policy.short_circuit is None else (capability, short_circuit),
             )
             if len(self._allows) < _SHARED_LIMIT:
                 self._allows[name] = allows

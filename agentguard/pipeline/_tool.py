@@ -67,8 +67,10 @@ from agentguard.record import (
     EngagementStatus,
     Outcome,
     StepRecord,
+    StepRef,
     is_plain,
     one_shot,
+    owned_plain,
     to_plain,
 )
 from agentguard.runs import Retry, Timeout, ToolTimeout
@@ -121,7 +123,7 @@ def _unfit(call: ToolCall, inputs: dict[str, Any] | None) -> str | None:
 def _failed(
     ctx: Runtime,
     state: EngagementState,
-    step: StepRecord,
+    step: StepRef,
     record: CallRecord,
     rule: CapabilityRule | None,
     error: BaseException,
@@ -142,16 +144,17 @@ def _failed(
             record.entry["outputs"] = text
             check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
         if ctx.guardian is not None:
-            request = ctx.steps.tool_call_result(state, step, text, is_error=True)
-            params = yield from ask_guardian(ctx, state, step, request, name, Phase.OUTPUT)
+            held = state.step_of(step)
+            request = ctx.steps.tool_call_result(state, held, text, is_error=True)
+            params = yield from ask_guardian(ctx, state, held, request, name, Phase.OUTPUT)
             if params is not None:
-                undecided(ctx, state, step, "a failed call's error cannot be modified", name, Phase.OUTPUT)
+                undecided(ctx, state, held, "a failed call's error cannot be modified", name, Phase.OUTPUT)
     except PolicyViolation as violation:
         state.withhold_call(record, reason=violation.reason)
         raise violation from None
     described = f"{type(error).__name__}: {text}"
     state.withhold_call(record, reason=described, status="failed")
-    step.payload["error"] = described
+    state.step_of(step).payload["error"] = described
 
 
 def _outputs_from(params: Mapping[str, Any], original: Any) -> tuple[bool, Any]:
@@ -360,10 +363,33 @@ async def arun_tool_call(ctx: Runtime, state: EngagementState, call: ToolCall) -
 
 def _direct_begin(
     ctx: Runtime, state: EngagementState, call: ToolCall, allows: Allows
-) -> tuple[StepRecord, CallRecord, Invoke]:
-    """Steps 1-4 and 7 of a direct call (there is no guardian, rule or review to ask): what to invoke."""
-    step = new_step(state, "steps/toolCallRequest", name=call.name, call_id=call.call_id)
-    record = _begin(ctx, state, step, call, allows)[1]
+) -> tuple[StepRef, CallRecord, Invoke]:
+    """Steps 1-4 and 7 of a direct call (there is no guardian, rule or review to ask): what to invoke.
+
+    An allowed call whose inputs are JSON-like already is begun in one go, its record standing for its step
+    (:meth:`~agentguard.record.EngagementState.begin_direct`); any other takes the checks one by one.
+    """
+    name = call.name
+    plain = owned_plain(call.inputs)
+    direct = (
+        None
+        if plain is None
+        else state.begin_direct(
+            name,
+            plain,
+            call.kind,
+            call.call_id,
+            allows.begun,
+            ctx.policy.short_circuit,
+            ctx.short_circuit_max_block,
+        )
+    )
+    step: StepRef
+    if direct is None:
+        step = new_step(state, "steps/toolCallRequest", name=name, call_id=call.call_id)
+        record = _begin(ctx, state, step, call, allows)[1]
+    else:
+        step = record = direct
     rule = allows.rule
     try:
         _checked_inputs(ctx, state, step, allows, record, call.inputs)
@@ -468,7 +494,7 @@ def _begin(
 def _checked_inputs(
     ctx: Runtime,
     state: EngagementState,
-    step: StepRecord,
+    step: StepRef,
     allows: Allows | None,
     record: CallRecord,
     inputs: Mapping[str, Any],
@@ -491,7 +517,7 @@ def _checked_inputs(
 
 
 def _credentials_for(
-    ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall, credentials: Credentials | None
+    ctx: Runtime, state: EngagementState, step: StepRef, call: ToolCall, credentials: Credentials | None
 ) -> Credentials | None:
     """``credentials``, unless the tool needs some and there are none (step 7: denied)."""
     if call.needs_credentials and credentials is None:
@@ -622,7 +648,7 @@ def _invoke_once(
         raise ToolTimeout(call.name, timeout.ms, engagement_id=state.id) from None
 
 
-def _not_cancelled(ctx: Runtime, state: EngagementState, step: StepRecord, name: str) -> None:
+def _not_cancelled(ctx: Runtime, state: EngagementState, step: StepRef, name: str) -> None:
     if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
         error = EngagementClosed(
             f"engagement was cancelled while the call ran: {state.status_reason}", capability=name
@@ -633,7 +659,7 @@ def _not_cancelled(ctx: Runtime, state: EngagementState, step: StepRecord, name:
 def _checked_output(
     ctx: Runtime,
     state: EngagementState,
-    step: StepRecord,
+    step: StepRef,
     record: CallRecord,
     allows: Allows | None,
     output: Any,
@@ -649,7 +675,7 @@ def _checked_output(
 def _record_output(
     ctx: Runtime,
     state: EngagementState,
-    step: StepRecord,
+    step: StepRef,
     record: CallRecord,
     allows: Allows | None,
     output: Any,
@@ -677,7 +703,7 @@ def _withhold(
 def _settle(
     ctx: Runtime,
     state: EngagementState,
-    step: StepRecord,
+    step: StepRef,
     record: CallRecord,
     allows: Allows | None,
     output: Any,
@@ -739,7 +765,7 @@ def _after_invoke(
     return output
 
 
-def _deliverable(ctx: Runtime, state: EngagementState, step: StepRecord, name: str, output: Any) -> Any:
+def _deliverable(ctx: Runtime, state: EngagementState, step: StepRef, name: str, output: Any) -> Any:
     """What is checked is what is delivered: a JSON-like output as it is, anything else converted once and
     the converted value handed on. An output that can be consumed only once (a generator, an iterator) has no
     faithful form -- checks would see its ``str()``, the caller its items -- and is withheld."""

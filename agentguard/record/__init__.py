@@ -25,14 +25,25 @@ from agentguard.record._journal import (
 )
 from agentguard.record._loop import LoopDetector, find_short_circuit, repeated_block
 from agentguard.record._state import EngagementState
-from agentguard.record._types import CallRecord, Decision, EngagementStatus, Outcome, StepRecord, User
-from agentguard.record._values import is_plain, new_id, one_shot, to_plain
+from agentguard.record._types import (
+    CallRecord,
+    Decision,
+    DirectCallRecord,
+    EngagementStatus,
+    Outcome,
+    StepRecord,
+    StepRef,
+    Steps,
+    User,
+)
+from agentguard.record._values import is_plain, new_id, one_shot, owned_plain, to_plain
 from agentguard.record._view import ViewPlan
 
 __all__ = [
     "Appended",
     "CallRecord",
     "Decision",
+    "DirectCallRecord",
     "EngagementState",
     "EngagementStatus",
     "Journal",
@@ -42,6 +53,8 @@ __all__ = [
     "Posted",
     "Snapshot",
     "StepRecord",
+    "StepRef",
+    "Steps",
     "User",
     "ViewPlan",
     "decode_event",
@@ -50,6 +63,7 @@ __all__ = [
     "is_plain",
     "new_id",
     "one_shot",
+    "owned_plain",
     "repeated_block",
     "to_plain",
 ]

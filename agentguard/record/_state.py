@@ -35,9 +35,14 @@ from agentguard.record._journal import (
 from agentguard.record._loop import LoopDetector
 from agentguard.record._types import (
     CallRecord,
+    Chains,
+    Decision,
+    DirectCallRecord,
     EngagementStatus,
     SharedCallRecord,
     StepRecord,
+    StepRef,
+    Steps,
     User,
     new_entry,
 )
@@ -70,14 +75,14 @@ class EngagementState:
         self.status = EngagementStatus.ACTIVE
         self.status_reason: str | None = None
         self.turn_id = new_id()
+        self._lock = threading.RLock()
         self.calls: list[CallRecord] = []
-        self.steps: list[StepRecord] = []
+        self.steps = Steps(self._lock)
         # Calls paused in output review by a host that re-runs the step on resume (LangGraph interrupt):
         # call id -> what the pipeline needs to finish the review without running the tool again.
         self.awaiting_review: dict[str, tuple[Any, CallRecord, Any, Any]] = {}
         # Identity-only credentials by (kind, subject), built once per engagement (see agentguard.policy).
         self.credentials: dict[tuple[str, str], Any] = {}
-        self._lock = threading.RLock()
         self._recent: dict[str, Any] = {}
         self._names: list[str] = []
         self._history: dict[str, Any] = {"_list": self._names, "_total": 0}
@@ -206,6 +211,53 @@ class EngagementState:
                 self._unsent.append((len(self._outbox), record))
                 self._emit(["b", token, name, kind, call_id, inputs, record.started_at], 1)
         return record
+
+    def begin_direct(
+        self,
+        name: str,
+        inputs: dict[str, Any],
+        kind: str,
+        call_id: str | None,
+        decisions: tuple[Decision, ...],
+        short_circuit: int | None,
+        max_block: int,
+    ) -> DirectCallRecord | None:
+        """:meth:`begin_call` for a call its pipeline runs directly, whose record stands for its step (a
+        :class:`~agentguard.record.DirectCallRecord` with the step's shared ``decisions`` so far).
+
+        ``None``, with nothing recorded, when the call cannot begin this way: the engagement is not active,
+        attempting ``name`` now would repeat a block ``short_circuit`` times (as :meth:`would_short_circuit`),
+        or the record is shared through a store. The pipeline's general path then decides, and records why.
+        """
+        entry = new_entry(inputs)
+        with self._lock:
+            if (
+                self.status is not EngagementStatus.ACTIVE
+                or self.journal is not None
+                or (
+                    short_circuit is not None
+                    and self._loop.would_repeat(name, short_circuit, max_block) is not None
+                )
+            ):
+                return None
+            record = DirectCallRecord(name, kind, call_id, entry, time.time(), self.turn_id, decisions)
+            self._add_call(record)
+            self._in_flight.add(id(record))
+            self.steps.append(record)
+        return record
+
+    def add_shared(self, step: DirectCallRecord, decision: Decision, chains: Chains) -> None:
+        """Record a shared allow ``decision`` on a direct call's step (under the lock: the step may be being
+        read)."""
+        with self._lock:
+            step.add_shared(decision, chains)
+
+    def step_of(self, step: StepRef) -> StepRecord:
+        """The :class:`StepRecord` ``step`` is or stands for (a direct call's is made, once, here)."""
+        if isinstance(step, StepRecord):
+            return step
+        with self._lock:
+            return step.step()
 
     def _add_call(self, record: CallRecord) -> None:
         name, entry = record.name, record.entry

@@ -10,17 +10,34 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 from agentguard.errors import Phase, Rule
 from agentguard.record._values import new_id
 
-__all__ = ["CallRecord", "Decision", "EngagementStatus", "Outcome", "SharedCallRecord", "StepRecord", "User"]
+__all__ = [
+    "CallRecord",
+    "Decision",
+    "DirectCallRecord",
+    "EngagementStatus",
+    "Outcome",
+    "SharedCallRecord",
+    "StepRecord",
+    "StepRef",
+    "Steps",
+    "User",
+]
 
 _UNTIMED = -1.0  # Decision.at of a shared decision: the time of the step it is read from
+
+Chains = dict[tuple[tuple["Decision", ...], "Decision"], tuple["Decision", ...]]
+"""(decisions so far, next shared decision) -> the longer tuple (see :meth:`StepRecord.add_shared`)."""
+
+CHAINS_LIMIT = 4096
+"""How many chains a Guard keeps; past it a step keeps a list of its own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +206,19 @@ class SharedCallRecord(CallRecord):
         self.token = token
 
 
+def chained(
+    decisions: tuple[Decision, ...], decision: Decision, chains: Chains, limit: int = CHAINS_LIMIT
+) -> tuple[Decision, ...] | None:
+    """``decisions`` followed by ``decision``, as the tuple ``chains`` shares (``None``: ``chains`` holds
+    ``limit`` tuples and this one is not among them)."""
+    longer = chains.get((decisions, decision))
+    if longer is None:
+        if len(chains) >= limit:
+            return None
+        longer = chains[decisions, decision] = (*decisions, decision)
+    return longer
+
+
 class StepRecord:
     """What happened at one step and every decision taken on it; kept whether or not a guardian is set.
 
@@ -283,12 +313,7 @@ class StepRecord:
         """Record ``decision`` (an :meth:`~Decision.untimed` one takes the step's time)."""
         self.decisions.append(self._stamped(decision))
 
-    def add_shared(
-        self,
-        decision: Decision,
-        chains: dict[tuple[tuple[Decision, ...], Decision], tuple[Decision, ...]],
-        limit: int = 4096,
-    ) -> None:
+    def add_shared(self, decision: Decision, chains: Chains, limit: int = CHAINS_LIMIT) -> None:
         """Record an untimed shared ``decision`` without allocating: the step's decisions so far and this
         one are a tuple from ``chains``, which every step that took the same decisions in the same order
         shares (an allowed call of one capability takes the same four every time).
@@ -298,16 +323,11 @@ class StepRecord:
         appended to a list of the step's own.
         """
         decisions = self._decisions
-        if type(decisions) is tuple:
-            longer = chains.get((decisions, decision))
-            if longer is None:
-                if len(chains) >= limit:
-                    self.add(decision)
-                    return
-                longer = chains[decisions, decision] = (*decisions, decision)
+        longer = chained(decisions, decision, chains, limit) if type(decisions) is tuple else None
+        if longer is None:
+            self.add(decision)
+        else:
             self._decisions = longer
-            return
-        self.add(decision)
 
     def _extra(self) -> list[Any]:
         more = self._more
@@ -350,3 +370,117 @@ class StepRecord:
 
     def __repr__(self) -> str:
         return f"StepRecord({self.kind!r}, name={self.name!r}, outcome={self.outcome.value!r})"
+
+
+class DirectCallRecord(CallRecord):
+    """A call its pipeline ran directly (no observer watched it, and nothing but shared allow decisions was
+    taken on it so far): the record stands for its own step, holding the step's turn and decisions, until
+    somebody reads that step (:class:`Steps`). A step costs as much memory as its call; most are never read.
+
+    Not locked: the :class:`~agentguard.record.EngagementState` that owns it holds its lock around each use.
+    """
+
+    __slots__ = ("_step", "turn_id")
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        call_id: str | None,
+        entry: dict[str, Any],
+        started_at: float,
+        turn_id: str,
+        decisions: tuple[Decision, ...],
+    ) -> None:
+        super().__init__(name, kind, call_id, entry, started_at)
+        self.turn_id = turn_id
+        # The step's decisions (shared, untimed) until the step is read; then the StepRecord itself.
+        self._step: tuple[Decision, ...] | StepRecord = decisions
+
+    def add_shared(self, decision: Decision, chains: Chains) -> None:
+        """:meth:`StepRecord.add_shared` on the step, whether it is still kept here or was read."""
+        held = self._step
+        longer = chained(held, decision, chains) if type(held) is tuple else None
+        if longer is None:
+            self.step().add_shared(decision, chains)
+        else:
+            self._step = longer
+
+    def step(self) -> StepRecord:
+        """The step of this call (a ``steps/toolCallRequest`` started when the call did), made once."""
+        held = self._step
+        if isinstance(held, StepRecord):
+            return held
+        step = StepRecord("steps/toolCallRequest", turn_id=self.turn_id, name=self.name)
+        step.at = self.started_at
+        step._call = self
+        step._decisions = held
+        self._step = step
+        return step
+
+
+StepRef = StepRecord | DirectCallRecord
+"""A step as the pipeline holds it: its record, or a direct call's record standing for it."""
+
+
+class Steps(Sequence[StepRecord]):
+    """The steps of one engagement in order, as a read-only sequence that sees later steps as they come.
+
+    A directly run call's record (:class:`DirectCallRecord`) stands in it for the call's step until the step
+    is first read here; reading makes the :class:`StepRecord`, once, under the engagement's lock.
+    """
+
+    __slots__ = ("_items", "_lock")
+
+    def __init__(self, lock: Any) -> None:
+        self._items: list[StepRecord | DirectCallRecord] = []
+        self._lock = lock
+
+    def append(self, step: StepRecord | DirectCallRecord) -> None:
+        """Add the newest step (the pipeline's; a direct call's record adds itself under the lock)."""
+        self._items.append(step)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> StepRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[StepRecord]: ...
+
+    def __getitem__(self, index: int | slice) -> StepRecord | list[StepRecord]:
+        if isinstance(index, slice):
+            return [self._read(i) for i in range(*index.indices(len(self._items)))]
+        return self._read(index)
+
+    def _read(self, index: int) -> StepRecord:
+        item = self._items[index]
+        if isinstance(item, StepRecord):
+            return item
+        with self._lock:
+            item = self._items[index]
+            if isinstance(item, StepRecord):
+                return item
+            step = self._items[index] = item.step()
+            return step
+
+    def __iter__(self) -> Iterator[StepRecord]:
+        index = 0
+        while index < len(self._items):  # a step added meanwhile is seen, as a list's iterator sees it
+            yield self._read(index)
+            index += 1
+
+    def __reversed__(self) -> Iterator[StepRecord]:
+        for index in range(len(self._items) - 1, -1, -1):
+            yield self._read(index)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Steps | list | tuple):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=False))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a list
+
+    def __repr__(self) -> str:
+        return f"Steps({list(self)!r})"

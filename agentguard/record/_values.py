@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-__all__ = ["is_plain", "new_id", "one_shot", "to_plain"]
+__all__ = ["is_plain", "new_id", "one_shot", "owned_plain", "to_plain"]
 
 _PLAIN = (str, int, float, bool, type(None))
 _PRIMITIVE = frozenset(_PLAIN)
@@ -90,6 +90,21 @@ def is_plain(value: Any) -> bool:
         else:
             return False
     return True
+
+
+def owned_plain(value: Any) -> Any:
+    """What the record keeps of ``value``, a dict built for this call that nobody else holds, when it is
+    JSON-like (``value`` itself when flat, else a copy); ``None`` when it is not (then :func:`to_plain`, which
+    may call the value's own code, converts it).
+    """
+    if type(value) is not dict:
+        return None
+    for key, item in value.items():
+        if type(item) not in _PRIMITIVE or type(key) is not str:
+            break
+    else:
+        return value
+    return to_plain(value, owned=True) if is_plain(value) else None
 
 
 def one_shot(value: Any) -> str | None:

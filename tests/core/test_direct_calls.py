@@ -10,6 +10,7 @@ a review gate or an observer added between two calls applies to the next one.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,6 +44,7 @@ SPEC = spec_text(
       lazy:
       quiet:
         collect_results: false
+      keyed:
     lifespan:
       short_circuit: 3
     """
@@ -81,16 +83,35 @@ async def asend_email(to: str) -> dict[str, str]:
     return send_email(to)
 
 
-TOOLS = {"send-email": send_email, "web-search": web_search, "boom": boom, "lazy": lazy, "quiet": quiet}
-ARGUMENT = {"send-email": "to", "web-search": "q", "boom": "x", "lazy": "x", "quiet": "x", "nope": "x"}
-VALUES = st.sampled_from(["a@corp.com", "b@evil.com", "secret", "x", ""])
+def keyed(x: Any) -> dict[str, Any]:
+    """A tool that needs credentials: it runs only for a user (or a static identity)."""
+    return {"x": str(x)}
+
+
+TOOLS = {
+    "send-email": send_email,
+    "web-search": web_search,
+    "boom": boom,
+    "lazy": lazy,
+    "quiet": quiet,
+    "keyed": keyed,
+}
+ARGUMENT = {name: "x" for name in [*TOOLS, "nope"]} | {"send-email": "to", "web-search": "q"}
+# Inputs that are not JSON-like (a tuple, a set, an object) are converted before they are checked.
+VALUES = st.sampled_from(["a@corp.com", "b@evil.com", "secret", "x", "", ("a@corp.com",), {"x"}, Watching()])
 CALLS = st.lists(st.tuples(st.sampled_from([*TOOLS, "nope"]), VALUES), max_size=12)
+# Shadow mode: a check that fails records a warning and lets the call go on.
+SEVERITIES = st.sampled_from(
+    [{}, {"restriction": "warning"}, {"short-circuit": "info"}, {"restriction:output": "warning"}]
+)
 
 
-def _guard(*, watched: bool) -> Guard:
-    guard = Guard.from_yaml(SPEC, observers=[Watching()] if watched else [], telemetry=False)
+def _guard(*, watched: bool, severity: dict[str, Any] | None = None) -> Guard:
+    guard = Guard.from_yaml(
+        SPEC, observers=[Watching()] if watched else [], telemetry=False, severity=severity
+    )
     for name, fn in TOOLS.items():
-        guard.register(name, fn)
+        guard.register(name, fn, needs_credentials=name == "keyed")
     return guard
 
 
@@ -123,8 +144,13 @@ def _recorded(eng: Any) -> dict[str, Any]:
     }
 
 
-def _run(guard: Guard, calls: list[tuple[str, str]]) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
-    with guard.engagement(user=User(id="u1")) as eng:
+U1 = User(id="u1")
+
+
+def _run(
+    guard: Guard, calls: list[tuple[str, Any]], user: User | None = U1
+) -> tuple[list[tuple[Any, ...]], dict[str, Any]]:
+    with guard.engagement(user=user) as eng:
         outcomes = [
             _outcome(
                 lambda name=name, value=value: guard.call(
@@ -150,11 +176,85 @@ def flows(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-@settings(max_examples=150, deadline=None)
-@given(calls=CALLS)
-def test_a_direct_call_decides_and_records_what_the_flow_does(calls: list[tuple[str, str]]) -> None:
-    direct, flowing = _run(_guard(watched=False), calls), _run(_guard(watched=True), calls)
+@settings(max_examples=200, deadline=None)
+@given(calls=CALLS, severity=SEVERITIES, user=st.sampled_from([User(id="u1"), None]))
+def test_a_direct_call_decides_and_records_what_the_flow_does(
+    calls: list[tuple[str, Any]], severity: dict[str, Any], user: User | None
+) -> None:
+    direct = _run(_guard(watched=False, severity=severity), calls, user)
+    flowing = _run(_guard(watched=True, severity=severity), calls, user)
     assert direct == flowing
+
+
+def test_the_step_of_a_call_read_while_it_runs_is_the_step_it_finishes_on() -> None:
+    """A direct call's record stands for its step until the step is read; read mid-call (here by the tool
+    itself), the step is made then, and the decisions taken after land on that same object."""
+    guard = _guard(watched=False)
+    seen: list[Any] = []
+
+    def reading(q: str) -> list[str]:
+        step = guard.current_engagement().steps[-1]  # type: ignore[union-attr]
+        seen.append((step, [d.rule for d in step.decisions]))
+        return [q]
+
+    with guard.engagement(user=User(id="u1")) as eng:
+        guard.call("web-search", {"q": "news"}, reading)
+        step, during = seen[0]
+        assert during == ["capability", "short-circuit"]  # web-search has no input assertion
+        assert eng.steps[-1] is step
+        assert [d.rule for d in step.decisions] == ["capability", "short-circuit", "restriction"]
+        assert step.call is eng.state.calls[-1]
+        assert step.call_id == eng.state.calls[-1].call_id
+        assert step.at == step.call.started_at
+        assert step.turn_id == eng.state.turn_id
+
+
+def test_steps_read_from_another_thread_lose_no_decision() -> None:
+    """Calls made directly in one thread while another reads (and so makes) their steps: every step ends
+    with every decision its call took."""
+    guard = _guard(watched=False)
+    done = threading.Event()
+
+    def read(eng: Any) -> None:
+        while not done.is_set():
+            for step in eng.steps:
+                step.decisions  # noqa: B018  # reading is what makes the step
+
+    with guard.engagement(user=User(id="u1")) as eng:
+        reader = threading.Thread(target=read, args=(eng,))
+        reader.start()
+        try:
+            for number in range(3000):
+                odd = bin(number).count("1") % 2  # Thue-Morse: never a block three times in a row
+                name, argument = ("web-search", "q") if odd else ("send-email", "to")
+                guard.call(name, {argument: f"{number}@corp.com"}, TOOLS[name])
+        finally:
+            done.set()
+            reader.join()
+        rules = {tuple(d.rule for d in step.decisions) for step in eng.steps}
+    assert rules == {("capability", "short-circuit", "restriction")}  # both tools have one assertion
+    assert len(eng.steps) == 3000
+
+
+def test_steps_is_a_live_read_only_sequence() -> None:
+    guard = _guard(watched=False)
+    with guard.engagement(user=User(id="u1")) as eng:
+        steps = eng.steps
+        assert len(steps) == 0
+        assert list(steps) == []
+        assert steps == []
+        guard.call("quiet", {"x": "1"}, quiet)
+        guard.call("web-search", {"q": "a"}, web_search)
+        assert [s.name for s in steps] == ["quiet", "web-search"]  # the same object sees later steps
+        assert [s.name for s in reversed(steps)] == ["web-search", "quiet"]
+        assert steps[0:1] == [steps[0]]
+        assert steps[-1] is steps[1]
+        assert steps == list(steps)
+        assert steps != [steps[0]]
+        with pytest.raises(IndexError):
+            steps[2]
+        with pytest.raises(TypeError):
+            hash(steps)
 
 
 def test_calls_go_direct_only_when_nothing_but_the_tool_has_to_happen(flows: list[str]) -> None:
