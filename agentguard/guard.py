@@ -44,7 +44,6 @@ from agentguard.pipeline import (
     AgentInfo,
     Runtime,
     StepBuilder,
-    ToolCall,
     arun_tool_call,
     run_tool_call,
     tool_definition,
@@ -577,28 +576,12 @@ class Guard:
 
     # -- calls ----------------------------------------------------------------------------------------
 
-    def _tool_call(
-        self, reg: Registered, inputs: dict[str, Any], call_id: str | None, reasoning: str | None
-    ) -> ToolCall:
-        return ToolCall(
-            reg.name,
-            reg.kind,
-            inputs,
-            reg.fn,
-            reg.binder.to_args,
-            call_id,
-            reg.needs_credentials,
-            reasoning,
-            reg.timeout,
-            reg.retry,
-        )
-
     def _call_registered(
         self, reg: Registered, inputs: dict[str, Any], call_id: str | None, reasoning: str | None
     ) -> Any:
         eng, own = self._engagement_for_call(reg.name)
         try:
-            return run_tool_call(self._runtime, eng.state, self._tool_call(reg, inputs, call_id, reasoning))
+            return run_tool_call(self._runtime, eng.state, reg, inputs, call_id, reasoning)
         finally:
             if own:
                 eng.close()
@@ -608,8 +591,7 @@ class Guard:
     ) -> Any:
         eng, own = self._engagement_for_call(reg.name)
         try:
-            call = self._tool_call(reg, inputs, call_id, reasoning)
-            return await arun_tool_call(self._runtime, eng.state, call)
+            return await arun_tool_call(self._runtime, eng.state, reg, inputs, call_id, reasoning)
         finally:
             if own:
                 eng.close()

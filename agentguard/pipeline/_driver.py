@@ -33,7 +33,7 @@ from agentguard.pipeline._effects import (
     Sleep,
     T,
 )
-from agentguard.policy._identity import reset_credentials, set_credentials
+from agentguard.policy._identity import Credentials, reset_credentials, set_credentials
 from agentguard.record import Appended, EngagementState, Journal, Pipelined, Snapshot
 
 __all__ = ["call_async", "call_sync", "run_async", "run_in_daemon_thread", "run_sync"]
@@ -65,25 +65,26 @@ def _outcome(future: concurrent.futures.Future[Any]) -> str:
     return "returned" if error is None else f"raised {type(error).__name__}: {error}"
 
 
-def _call(effect: Invoke) -> Any:
-    token = set_credentials(effect.credentials)
+def call_sync(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], credentials: Credentials | None
+) -> Any:
+    """What the sync driver does with an :class:`Invoke` without a timeout, in this thread (an async tool is
+    run to completion when no event loop runs here, its body with the credentials set too), for a call run
+    without the trampoline."""
+    token = set_credentials(credentials)
     try:
-        return effect.fn(*effect.args, **effect.kwargs)
+        return _resolve_sync(fn(*args, **kwargs), "the tool")
     finally:
         reset_credentials(token)
 
 
-def call_sync(effect: Invoke) -> Any:
-    """Perform an :class:`Invoke` without a timeout in this thread (an async tool is run to completion when
-    no event loop runs here): what the sync driver does with one, for a call run without the trampoline."""
-    return _resolve_sync(_call(effect), "the tool")
-
-
-async def call_async(effect: Invoke) -> Any:
-    """``_call`` for the async driver: the credentials stay set while the coroutine body runs."""
-    token = set_credentials(effect.credentials)
+async def call_async(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], credentials: Credentials | None
+) -> Any:
+    """:func:`call_sync` for the async driver: the credentials stay set while the coroutine body runs."""
+    token = set_credentials(credentials)
     try:
-        value = effect.fn(*effect.args, **effect.kwargs)
+        value = fn(*args, **kwargs)
         return await value if inspect.isawaitable(value) else value
     finally:
         reset_credentials(token)
@@ -139,9 +140,9 @@ def _within(
 def _perform_sync(effect: Effect) -> Any:
     if isinstance(effect, Invoke):
         if effect.timeout_ms is None:  # the per-call path: no closures, no thread
-            return call_sync(effect)
+            return call_sync(effect.fn, effect.args, effect.kwargs, effect.credentials)
         return _within(
-            lambda: _resolve_sync(_call(effect), "the tool"),
+            lambda: call_sync(effect.fn, effect.args, effect.kwargs, effect.credentials),
             effect.timeout_ms,
             lambda late, _: _overran(effect, late),
         )
@@ -176,7 +177,7 @@ def _perform_sync(effect: Effect) -> Any:
 async def _perform_async(effect: Effect) -> Any:
     if isinstance(effect, Invoke):
         if effect.timeout_ms is None:
-            return await call_async(effect)
+            return await call_async(effect.fn, effect.args, effect.kwargs, effect.credentials)
         return await _invoke_with_timeout(effect, effect.timeout_ms)
     if isinstance(effect, CallUser):
         value = effect.fn(*effect.args)
@@ -347,14 +348,18 @@ async def _invoke_with_timeout(effect: Invoke, timeout_ms: int) -> Any:
     """An async tool runs as a task (cancelled on timeout unless it must keep running); a sync tool runs in
     a worker thread (which cannot be cancelled: its late outcome is reported through ``on_late``)."""
     if inspect.iscoroutinefunction(effect.fn):
-        task: asyncio.Future[Any] = asyncio.ensure_future(call_async(effect))
+        task: asyncio.Future[Any] = asyncio.ensure_future(
+            call_async(effect.fn, effect.args, effect.kwargs, effect.credentials)
+        )
         done, _ = await asyncio.wait({task}, timeout=timeout_ms / 1000)
         if done:
             return task.result()
         if not effect.keep_running:
             task.cancel()
         raise InvokeTimedOut(task)
-    future = run_in_daemon_thread(lambda: _resolve_sync(_call(effect), "the tool"))
+    future = run_in_daemon_thread(
+        lambda: call_sync(effect.fn, effect.args, effect.kwargs, effect.credentials)
+    )
     try:
         return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout_ms / 1000)
     except TimeoutError:

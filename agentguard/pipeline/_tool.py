@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agentguard._binding import Registered
 from agentguard.errors import (
     CapabilityDenied,
     EngagementClosed,
@@ -90,6 +91,24 @@ class ToolCall:
     reasoning: str | None = None
     timeout: Timeout | None = None
     retry: Retry | None = None
+
+    @classmethod
+    def of(
+        cls, reg: Registered, inputs: dict[str, Any], call_id: str | None, reasoning: str | None
+    ) -> ToolCall:
+        """A call of the registered tool or agent ``reg`` with ``inputs``."""
+        return cls(
+            reg.name,
+            reg.kind,
+            inputs,
+            reg.fn,
+            reg.binder.to_args,
+            call_id,
+            reg.needs_credentials,
+            reasoning,
+            reg.timeout,
+            reg.retry,
+        )
 
 
 def _inputs_from(params: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -305,7 +324,7 @@ def tool_call_flow(
 
 
 def _direct(
-    ctx: Runtime, state: EngagementState, call: ToolCall, watchers: tuple[Observer, ...]
+    ctx: Runtime, state: EngagementState, reg: Registered, call_id: str | None, watchers: tuple[Observer, ...]
 ) -> Allows | None:
     """The capability of a call whose flow would yield no effect but the tool's run, which can then run it
     directly, without the trampoline: no observer watches, no guardian, shared store, Python rule, credential
@@ -318,43 +337,59 @@ def _direct(
         or state.journal is not None
         or ctx.rules
         or ctx.credential_resolver is not None
-        or call.retry is not None
-        or call.timeout is not None
-        or (call.call_id is not None and call.call_id in state.awaiting_review)
+        or reg.retry is not None
+        or reg.timeout is not None
+        or (call_id is not None and call_id in state.awaiting_review)
     ):
         return None
-    name = call.name
-    rule = ctx.policy.capability_for(name, call.kind, ctx.tools)
+    name = reg.name
+    rule = ctx.policy.capability_for(name, reg.kind, ctx.tools)
     if rule is None or rule.input_review or rule.output_review or name in ctx.review_gates:
         return None
     return ctx.allows(rule, name)
 
 
-def run_tool_call(ctx: Runtime, state: EngagementState, call: ToolCall) -> Any:
-    """One guarded call in this thread: :func:`tool_call_flow` under the sync driver, or, when the flow would
-    yield nothing but the tool's run (:func:`_direct`), the same checks with the tool called in place."""
+def run_tool_call(
+    ctx: Runtime,
+    state: EngagementState,
+    reg: Registered,
+    inputs: dict[str, Any],
+    call_id: str | None = None,
+    reasoning: str | None = None,
+) -> Any:
+    """One guarded call of ``reg`` in this thread, with ``inputs`` (by parameter name, a dict built for this
+    call): :func:`tool_call_flow` under the sync driver, or, when the flow would yield nothing but the tool's
+    run (:func:`_direct`), the same checks with the tool called in place."""
     watchers = ctx.observers.stepping() if ctx.observers else ()
-    allows = _direct(ctx, state, call, watchers)
+    allows = _direct(ctx, state, reg, call_id, watchers)
     if allows is None:
-        return run_sync(tool_call_flow(ctx, state, call, watchers))
-    step, record, invoke = _direct_begin(ctx, state, call, allows)
+        return run_sync(tool_call_flow(ctx, state, ToolCall.of(reg, inputs, call_id, reasoning), watchers))
+    step, record, args, kwargs, credentials = _direct_begin(ctx, state, reg, inputs, call_id, allows)
     try:
-        output = call_sync(invoke)
+        output = call_sync(reg.fn, args, kwargs, credentials)
     except BaseException as exc:
         run_sync(_failed(ctx, state, step, record, allows.rule, exc))  # no guardian: yields nothing
         raise
     return _settle(ctx, state, step, record, allows, output)
 
 
-async def arun_tool_call(ctx: Runtime, state: EngagementState, call: ToolCall) -> Any:
+async def arun_tool_call(
+    ctx: Runtime,
+    state: EngagementState,
+    reg: Registered,
+    inputs: dict[str, Any],
+    call_id: str | None = None,
+    reasoning: str | None = None,
+) -> Any:
     """:func:`run_tool_call` under asyncio."""
     watchers = ctx.observers.stepping() if ctx.observers else ()
-    allows = _direct(ctx, state, call, watchers)
+    allows = _direct(ctx, state, reg, call_id, watchers)
     if allows is None:
+        call = ToolCall.of(reg, inputs, call_id, reasoning)
         return await run_async(tool_call_flow(ctx, state, call, watchers))
-    step, record, invoke = _direct_begin(ctx, state, call, allows)
+    step, record, args, kwargs, credentials = _direct_begin(ctx, state, reg, inputs, call_id, allows)
     try:
-        output = await call_async(invoke)
+        output = await call_async(reg.fn, args, kwargs, credentials)
     except BaseException as exc:
         run_sync(_failed(ctx, state, step, record, allows.rule, exc))
         raise
@@ -362,23 +397,29 @@ async def arun_tool_call(ctx: Runtime, state: EngagementState, call: ToolCall) -
 
 
 def _direct_begin(
-    ctx: Runtime, state: EngagementState, call: ToolCall, allows: Allows
-) -> tuple[StepRef, CallRecord, Invoke]:
-    """Steps 1-4 and 7 of a direct call (there is no guardian, rule or review to ask): what to invoke.
+    ctx: Runtime,
+    state: EngagementState,
+    reg: Registered,
+    inputs: dict[str, Any],
+    call_id: str | None,
+    allows: Allows,
+) -> tuple[StepRef, CallRecord, tuple[Any, ...], dict[str, Any], Credentials | None]:
+    """Steps 1-4 and 7 of a direct call (there is no guardian, rule or review to ask): its step and record,
+    and what to invoke the tool with.
 
     An allowed call whose inputs are JSON-like already is begun in one go, its record standing for its step
     (:meth:`~agentguard.record.EngagementState.begin_direct`); any other takes the checks one by one.
     """
-    name = call.name
-    plain = owned_plain(call.inputs)
+    name = reg.name
+    plain = owned_plain(inputs)
     direct = (
         None
         if plain is None
         else state.begin_direct(
             name,
             plain,
-            call.kind,
-            call.call_id,
+            reg.kind,
+            call_id,
             allows.begun,
             ctx.policy.short_circuit,
             ctx.short_circuit_max_block,
@@ -386,19 +427,20 @@ def _direct_begin(
     )
     step: StepRef
     if direct is None:
-        step = new_step(state, "steps/toolCallRequest", name=name, call_id=call.call_id)
-        record = _begin(ctx, state, step, call, allows)[1]
+        step = new_step(state, "steps/toolCallRequest", name=name, call_id=call_id)
+        record = _begin(ctx, state, step, ToolCall.of(reg, inputs, call_id, None), allows)[1]
     else:
         step = record = direct
-    rule = allows.rule
     try:
-        _checked_inputs(ctx, state, step, allows, record, call.inputs)
-        credentials = _credentials_for(ctx, state, step, call, _identity_credentials(state, rule))
-        args, kwargs = call.to_args(call.inputs)
+        _checked_inputs(ctx, state, step, allows, record, inputs)
+        credentials = _identity_credentials(state, allows.rule)
+        if reg.needs_credentials and credentials is None:
+            raise _no_credentials(ctx, state, step, name)
+        args, kwargs = reg.binder.to_args(inputs)
     except BaseException as exc:
         _roll_back(ctx, state, record, exc)
         raise
-    return step, record, Invoke(call.fn, args, kwargs, credentials)
+    return step, record, args, kwargs, credentials
 
 
 def _resume_shared(ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall) -> Flow[Any]:
@@ -516,18 +558,14 @@ def _checked_inputs(
             check(ctx, state, step, assertion, name, Phase.INPUT, allows.input)
 
 
-def _credentials_for(
-    ctx: Runtime, state: EngagementState, step: StepRef, call: ToolCall, credentials: Credentials | None
-) -> Credentials | None:
-    """``credentials``, unless the tool needs some and there are none (step 7: denied)."""
-    if call.needs_credentials and credentials is None:
-        error = IdentityError(
-            "the tool needs credentials and none could be resolved (no user identity, no static_identity)",
-            capability=call.name,
-            phase=Phase.INPUT,
-        )
-        raise deny(ctx, state, step, error)
-    return credentials
+def _no_credentials(ctx: Runtime, state: EngagementState, step: StepRef, name: str) -> PolicyViolation:
+    """Step 7: the tool needs credentials and there are none (recorded; the error to raise)."""
+    error = IdentityError(
+        "the tool needs credentials and none could be resolved (no user identity, no static_identity)",
+        capability=name,
+        phase=Phase.INPUT,
+    )
+    return deny(ctx, state, step, error)
 
 
 def _roll_back(ctx: Runtime, state: EngagementState, record: CallRecord, exc: BaseException) -> None:
@@ -569,15 +607,12 @@ def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: Too
         reviewer = (rule.input_review if rule is not None else None) or ctx.review_gates.get(name)
         if reviewer:
             yield from review(ctx, state, step, reviewer, name, Phase.INPUT, record, None)
-        credentials = _credentials_for(
-            ctx,
-            state,
-            step,
-            call,
-            _identity_credentials(state, rule)
-            if ctx.credential_resolver is None
-            else (yield from _resolved_credentials(ctx, state, step, rule, call)),
-        )
+        if ctx.credential_resolver is None:
+            credentials = _identity_credentials(state, rule)
+        else:
+            credentials = yield from _resolved_credentials(ctx, state, step, rule, call)
+        if call.needs_credentials and credentials is None:
+            raise _no_credentials(ctx, state, step, name)
         args, kwargs = call.to_args(call_inputs)
     except BaseException as exc:
         _roll_back(ctx, state, record, exc)

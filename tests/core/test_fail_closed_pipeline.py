@@ -271,6 +271,28 @@ def test_credentials_reach_async_tools_with_a_timeout() -> None:
     assert [c.secret if c else None for c in seen] == ["s3"]
 
 
+@pytest.mark.parametrize("resolver", [True, False], ids=["resolver", "identity"])
+def test_credentials_reach_async_tools_run_by_the_sync_api(resolver: bool) -> None:
+    """Under the sync API an async tool is run to completion in place; its body runs with the credentials
+    set, whether the call went through the flow (a resolver) or directly."""
+    guard = Guard.from_yaml(
+        IDENTIFIED,
+        credential_resolver=(lambda request: Credentials("user", request.subject, secret="s3"))
+        if resolver
+        else None,
+    )
+    seen: list[Credentials | None] = []
+
+    async def mail() -> None:
+        await asyncio.sleep(0)
+        seen.append(current_credentials())
+
+    with guard.engagement(user=User(id="u1")):
+        guard.call("mail", {}, mail)
+    assert [(c.subject, c.secret) if c else None for c in seen] == [("u1", "s3" if resolver else None)]
+    assert current_credentials() is None
+
+
 # -- sibling: names the Engagement reserves ---------------------------------------------------------------
 
 
