@@ -19,8 +19,7 @@ from agentguard.policy._identity import CredentialResolver
 from agentguard.policy._policy import HOLDS, CapabilityRule, Policy, UnknownCapability
 from agentguard.policy._review import ApprovalConfig, Reviewer
 from agentguard.policy._rules import Rules, SeverityMap
-from agentguard.record import Decision, EngagementState, Outcome, StepRecord, StepRef
-from agentguard.record._types import CHAINS_LIMIT, Chains
+from agentguard.record import Chains, Decision, EngagementState, Outcome, StepRecord, StepRef
 
 if TYPE_CHECKING:
     from agentguard.guardian import GuardianClient
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["NO_LOOP", "Allows", "Runtime"]
 
-_SHARED_LIMIT = CHAINS_LIMIT
+_SHARED_LIMIT = 4096
 
 NO_LOOP = "no block of calls repeated short_circuit times"
 """The reason of the short-circuit rule's allow decision."""

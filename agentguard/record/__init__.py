@@ -27,6 +27,7 @@ from agentguard.record._loop import LoopDetector, find_short_circuit, repeated_b
 from agentguard.record._state import EngagementState
 from agentguard.record._types import (
     CallRecord,
+    Chains,
     Decision,
     DirectCallRecord,
     EngagementStatus,
@@ -42,6 +43,7 @@ from agentguard.record._view import ViewPlan
 __all__ = [
     "Appended",
     "CallRecord",
+    "Chains",
     "Decision",
     "DirectCallRecord",
     "EngagementState",

@@ -20,6 +20,7 @@ from agentguard.record._values import new_id
 
 __all__ = [
     "CallRecord",
+    "Chains",
     "Decision",
     "DirectCallRecord",
     "EngagementStatus",
@@ -375,7 +376,8 @@ class StepRecord:
 class DirectCallRecord(CallRecord):
     """A call its pipeline ran directly (no observer watched it, and nothing but shared allow decisions was
     taken on it so far): the record stands for its own step, holding the step's turn and decisions, until
-    somebody reads that step (:class:`Steps`). A step costs as much memory as its call; most are never read.
+    somebody reads that step (:class:`Steps`). Most steps are never read, and a StepRecord costs about as
+    much memory as the call it made.
 
     Not locked: the :class:`~agentguard.record.EngagementState` that owns it holds its lock around each use.
     """
@@ -433,10 +435,10 @@ class Steps(Sequence[StepRecord]):
     __slots__ = ("_items", "_lock")
 
     def __init__(self, lock: Any) -> None:
-        self._items: list[StepRecord | DirectCallRecord] = []
+        self._items: list[StepRef] = []
         self._lock = lock
 
-    def append(self, step: StepRecord | DirectCallRecord) -> None:
+    def append(self, step: StepRef) -> None:
         """Add the newest step (the pipeline's; a direct call's record adds itself under the lock)."""
         self._items.append(step)
 

@@ -97,14 +97,7 @@ def owned_plain(value: Any) -> Any:
     JSON-like (``value`` itself when flat, else a copy); ``None`` when it is not (then :func:`to_plain`, which
     may call the value's own code, converts it).
     """
-    if type(value) is not dict:
-        return None
-    for key, item in value.items():
-        if type(item) not in _PRIMITIVE or type(key) is not str:
-            break
-    else:
-        return value
-    return to_plain(value, owned=True) if is_plain(value) else None
+    return to_plain(value, owned=True) if type(value) is dict and is_plain(value) else None
 
 
 def one_shot(value: Any) -> str | None:
