@@ -32,11 +32,12 @@ class Binder:
     times cheaper than ``inspect.Signature.bind`` on the per-call path. Other signatures use ``bind``.
     """
 
-    __slots__ = ("_defaults", "_names", "_required", "_signature", "_simple")
+    __slots__ = ("_count", "_defaults", "_names", "_required", "_signature", "_simple")
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self._signature = inspect.signature(fn)
         params = list(self._signature.parameters.values())
+        self._count = len(params)  # ``Signature.parameters`` is a Python property: read once, not per call
         self._simple = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
         self._names = tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
         self._defaults = {p.name: p.default for p in params if p.default is not p.empty}
@@ -84,7 +85,7 @@ class Binder:
             inputs.update(positional)
         if inputs is not kwargs:
             inputs.update(kwargs)
-        if not self._required <= inputs.keys() or len(inputs) > len(self._signature.parameters):
+        if not self._required <= inputs.keys() or len(inputs) > self._count:
             self._signature.bind(*args, **kwargs)  # raises the precise TypeError
         return inputs
 

@@ -72,12 +72,10 @@ def current_credentials() -> Credentials | None:
     return _current.get()
 
 
-def set_credentials(credentials: Credentials | None) -> contextvars.Token[Credentials | None]:
-    return _current.set(credentials)
-
-
-def reset_credentials(token: contextvars.Token[Credentials | None]) -> None:
-    _current.reset(token)
+# The pipeline sets the credentials around every tool call: the context variable's own methods, no Python
+# frame of ours around them.
+set_credentials: Callable[[Credentials | None], contextvars.Token[Credentials | None]] = _current.set
+reset_credentials: Callable[[contextvars.Token[Credentials | None]], None] = _current.reset
 
 
 def identity_for(

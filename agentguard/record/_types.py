@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, overload
@@ -432,15 +432,14 @@ class Steps(Sequence[StepRecord]):
     is first read here; reading makes the :class:`StepRecord`, once, under the engagement's lock.
     """
 
-    __slots__ = ("_items", "_lock")
+    __slots__ = ("_items", "_lock", "append")
 
     def __init__(self, lock: Any) -> None:
         self._items: list[StepRef] = []
         self._lock = lock
-
-    def append(self, step: StepRef) -> None:
-        """Add the newest step (the pipeline's; a direct call's record adds itself under the lock)."""
-        self._items.append(step)
+        # Add the newest step (the pipeline's; a direct call's record adds itself under the lock): the list's
+        # own method, called on every step.
+        self.append: Callable[[StepRef], None] = self._items.append
 
     def __len__(self) -> int:
         return len(self._items)
