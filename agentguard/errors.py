@@ -229,7 +229,8 @@ class EngagementClosed(PolicyViolation):
 
 
 class StoreUnavailable(AgentGuardError):
-    """The engagement store (:mod:`agentguard.stores`) could not be reached, or did not answer in time.
+    """The engagement store (:mod:`agentguard.stores`) could not be reached, did not answer in time, or keeps
+    a record of the engagement that cannot be read (raised when the engagement is opened).
 
     Stores raise it; the pipeline never lets it through: the store's ``on_failure`` turns it into a
     :class:`StoreDenied` (``deny``, the default) or a recorded warning (``allow``).

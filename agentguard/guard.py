@@ -494,7 +494,8 @@ class Guard:
         ``metadata`` are kept when the engagement is created; continuing someone else's engagement raises.
 
         Raises :class:`~agentguard.ConfigurationError` listing every :meth:`missing_configuration` piece,
-        :class:`~agentguard.StoreUnavailable` when a shared store cannot answer.
+        :class:`~agentguard.StoreUnavailable` when a shared store cannot answer, or its record of the
+        engagement is malformed.
         """
         state, store = self._new_state(user, engagement_id, metadata)
         if isinstance(store, MemoryStore):

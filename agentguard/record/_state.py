@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from agentguard.errors import StoreUnavailable
 from agentguard.record._journal import (
     Appended,
     Event,
@@ -431,30 +432,27 @@ class EngagementState:
     def shared(
         cls, engagement_id: str, snapshot: Snapshot, journal: Journal, *, loop_window: int = 300
     ) -> EngagementState:
-        """The record of a store's engagement, rebuilt from its ``snapshot``, and kept in ``journal``."""
-        meta = snapshot.meta
-        user_meta = untag(meta.get("user"))
-        user = (
-            User(
-                str(user_meta["id"]),
-                user_meta.get("email"),
-                user_meta.get("name"),
-                user_meta.get("organization"),
-                dict(user_meta.get("metadata") or {}),
-            )
-            if isinstance(user_meta, dict) and "id" in user_meta
-            else None
-        )
-        started = meta.get("started_at")
+        """The record of a store's engagement, rebuilt from its ``snapshot``, and kept in ``journal``.
+
+        Raises :class:`~agentguard.StoreUnavailable` when the snapshot is not what this library writes: a
+        user, start time or metadata of another shape, or an event that does not decode.
+        """
+        user, started_at, metadata = _from_meta(engagement_id, snapshot.meta)
         state = cls(
             user=user,
             engagement_id=engagement_id,
-            started_at=datetime.fromisoformat(started) if isinstance(started, str) else None,
-            metadata=untag(meta.get("metadata")) or {},
+            started_at=started_at,
+            metadata=metadata,
             loop_window=loop_window,
         )
         state.journal = journal
-        state.reload(snapshot)
+        try:
+            state.reload(snapshot)
+        except ValueError as exc:  # not events this library wrote: fail closed, as an append's answer does
+            raise StoreUnavailable(
+                f"the store's record of engagement {engagement_id!r} is malformed: it holds an event "
+                f"agentguard did not write ({exc})"
+            ) from None
         return state
 
     def reload(self, snapshot: Snapshot) -> None:
@@ -612,3 +610,69 @@ class EngagementState:
                 self.awaiting_review[event[2]] = (None, target, None, event[3])
         elif kind == "u" and len(event) == 2 and isinstance(event[1], str):
             self.awaiting_review.pop(event[1], None)
+
+
+def _from_meta(
+    engagement_id: str, meta: Mapping[str, Any]
+) -> tuple[User | None, datetime | None, dict[str, Any]]:
+    """The user, start time and metadata a store keeps of an engagement (:meth:`EngagementState.meta`).
+
+    A field that is missing takes its default (no user, started now, no metadata); one that is there but
+    is not what ``meta()`` writes raises :class:`~agentguard.StoreUnavailable` naming it. Guessing would
+    be worse: a user quietly dropped runs the agent as nobody, a start time reset to now gives a
+    ``started_at`` assertion a fresh time budget.
+    """
+
+    def malformed(field: str, value: object, expected: str) -> StoreUnavailable:
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        return StoreUnavailable(
+            f"the store's record of engagement {engagement_id!r} is malformed: {field} is {shown}, "
+            f"not {expected}"
+        )
+
+    try:
+        user_meta, metadata = untag(meta.get("user")), untag(meta.get("metadata"))
+    except ValueError as exc:  # a value tagged as a time or as bytes that is not one
+        raise StoreUnavailable(
+            f"the store's record of engagement {engagement_id!r} is malformed: its user or metadata holds "
+            f"a value tagged as a time or bytes that is not one ({exc})"
+        ) from None
+    user = None
+    if user_meta is not None:
+        if type(user_meta) is not dict or type(user_meta.get("id")) is not str:
+            raise malformed("user", user_meta, "an object with a text id")
+        for key in ("email", "name", "organization"):
+            if not isinstance(user_meta.get(key), str | None):
+                raise malformed(f"user.{key}", user_meta[key], "text or null")
+        extra = user_meta.get("metadata")
+        if not isinstance(extra, dict | None):
+            raise malformed("user.metadata", extra, "an object or null")
+        user = User(
+            user_meta["id"],
+            user_meta.get("email"),
+            user_meta.get("name"),
+            user_meta.get("organization"),
+            dict(extra or {}),
+        )
+    if not isinstance(metadata, dict | None):
+        raise malformed("metadata", metadata, "an object or null")
+    started = meta.get("started_at")
+    if started is None:
+        return user, None, metadata or {}
+    started_at = _iso_time(started)
+    if started_at is None:
+        raise malformed("started_at", started, "an ISO 8601 time with its offset")
+    return user, started_at, metadata or {}
+
+
+def _iso_time(value: object) -> datetime | None:
+    """``value`` as the offset-aware time it spells (ISO 8601), else ``None``."""
+    if type(value) is not str:
+        return None
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else None

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentguard import StoreUnavailable, User
 from agentguard.record import EngagementState, decode_event, encode_event
 from agentguard.record._journal import Appended, Snapshot, tag
 
@@ -64,7 +65,12 @@ def test_decoding_anything_is_an_event_or_a_value_error(text: str) -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        # A key that starts with NUL is how the journal tags a datetime or bytes: foreign data that forges one
+        # is refused, not read (test_an_event_forging_a_tagged_value_is_refused_by_name).
+        | st.dictionaries(st.text(max_size=4).filter(lambda k: not k.startswith("\x00")), inner, max_size=3)
+    ),
 )
 events = st.lists(
     st.sampled_from(["b", "a", "r", "c", "s", "p", "u", "x", "?"]).flatmap(
@@ -90,7 +96,100 @@ def test_any_events_a_store_hands_back_leave_a_usable_record(sequence: list[list
     assert call.token is None or isinstance(call.token, str)
 
 
+@pytest.mark.parametrize(
+    "event",
+    [
+        ["a", {"\x00t": ""}],  # found by hypothesis: a value tagged as a time that is not one
+        ["b", "tok", "lookup", "tool", None, {"\x00b": "not base64!"}, 0],
+    ],
+)
+def test_an_event_forging_a_tagged_value_is_refused_by_name(event: list[Any]) -> None:
+    snapshot = Snapshot(meta={}, version=1, total=0, events=[json.dumps(event)])
+    with pytest.raises(
+        StoreUnavailable, match="engagement 'e' is malformed: it holds an event agentguard did"
+    ):
+        EngagementState.shared("e", snapshot, journal=None)  # type: ignore[arg-type]
+
+
+def test_an_event_that_is_not_json_is_refused_by_name() -> None:
+    snapshot = Snapshot(meta={}, version=1, total=0, events=["{{{"])
+    with pytest.raises(StoreUnavailable, match="engagement 'e' is malformed"):
+        EngagementState.shared("e", snapshot, journal=None)  # type: ignore[arg-type]
+
+
 def test_a_store_answer_that_is_not_a_journal_raises_value_error() -> None:
     state = EngagementState()
     with pytest.raises(ValueError, match="Expecting value"):
         state.settle(0, Appended(ok=True, version=1, total=0, missed=["not json"]))
+
+
+GOOD_META = {
+    "user": tag({"id": "u1", "email": "a@corp.com", "name": None, "organization": None, "metadata": {}}),
+    "started_at": "2026-01-02T03:04:05+00:00",
+    "metadata": tag({"ticket": "T-1"}),
+}
+meta_fields = st.fixed_dictionaries(
+    {},
+    optional={
+        "user": st.one_of(
+            json_values,
+            st.fixed_dictionaries(
+                {"id": json_values},
+                optional={k: json_values for k in ("email", "name", "organization", "metadata")},
+            ),
+        ),
+        "started_at": st.one_of(
+            json_values, st.sampled_from(["2026-01-02T03:04:05+00:00", "2026-01-02T03:04:05", "soon"])
+        ),
+        "metadata": json_values,
+    },
+)
+
+
+@given(meta_fields)
+@settings(max_examples=300)
+def test_any_meta_a_store_hands_back_is_read_as_written_or_refused_by_name(meta: dict[str, Any]) -> None:
+    try:
+        state = EngagementState.shared("e-42", Snapshot(meta=meta, version=0, total=0), journal=None)  # type: ignore[arg-type]
+    except StoreUnavailable as exc:
+        message = str(exc)
+        assert "'e-42' is malformed" in message
+        assert any(field in message for field in ("user", "started_at", "metadata"))
+        return
+    # Read: every field is what EngagementState.meta() writes, or its default when it is missing.
+    user = state.user
+    assert user is None or (type(user.id) is str and isinstance(user.metadata, dict))
+    assert user is not None or meta.get("user") is None
+    assert state.started_at.tzinfo is not None
+    assert isinstance(state.metadata, dict)
+    assert state.begin_call("lookup", {"q": 1}).name == "lookup"
+
+
+def test_the_meta_an_engagement_writes_is_read_back_as_it_was() -> None:
+    written = EngagementState(user=User("u1", "a@corp.com", metadata={"tier": 2}), metadata={"ticket": "T-1"})
+    read = EngagementState.shared("e", Snapshot(meta=written.meta(), version=0, total=0), journal=None)  # type: ignore[arg-type]
+    assert (read.user, read.started_at, read.metadata) == (written.user, written.started_at, written.metadata)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    [
+        ("started_at", "soon", "started_at is 'soon', not an ISO 8601 time with its offset"),
+        ("started_at", "2026-01-02T03:04:05", "started_at is '2026-01-02T03:04:05'"),  # no offset
+        ("started_at", 1767322800, "started_at is 1767322800"),
+        ("user", {"email": "a@corp.com"}, "user is {'email': 'a@corp.com'}, not an object with a text id"),
+        ("user", {"id": 7}, "user is {'id': 7}"),
+        ("user", ["u1"], "user is ['u1']"),
+        ("user", {"id": "u1", "email": ["a@corp.com"]}, "user.email is ['a@corp.com'], not text or null"),
+        ("user", {"id": "u1", "metadata": [["k", "v"]]}, "user.metadata is [['k', 'v']], not an object"),
+        ("metadata", ["ticket"], "metadata is ['ticket'], not an object or null"),
+        ("metadata", {"\x00t": "not a time"}, "a value tagged as a time or bytes that is not one"),
+        ("started_at", "x" * 10_000, "started_at is 'xxxxxxxx"),
+    ],
+)
+def test_a_malformed_meta_field_is_named_not_guessed(field: str, value: Any, named: str) -> None:
+    meta = {**GOOD_META, field: value}
+    with pytest.raises(StoreUnavailable, match="engagement 'e' is malformed") as caught:
+        EngagementState.shared("e", Snapshot(meta=meta, version=0, total=0), journal=None)  # type: ignore[arg-type]
+    assert named in str(caught.value)
+    assert len(str(caught.value)) < 300  # a megabyte of someone else's data is not repeated back

@@ -122,6 +122,32 @@ def test_an_engagement_cannot_change_hands(redis_url: str) -> None:
     assert make_guard(redis_url).engagement(engagement_id="mine").user == USER  # no user given: the owner's
 
 
+@pytest.mark.parametrize(
+    ("field", "value"), [("started_at", "yesterday"), ("user", {"email": "a@corp.com"}), ("metadata", [1])]
+)
+def test_a_spoiled_record_is_not_continued_with_a_guessed_user_or_start(
+    redis_url: str, field: str, value: Any
+) -> None:
+    import redis
+
+    from agentguard.record import decode_event, encode_event
+
+    make_guard(redis_url).engagement(USER, engagement_id="spoiled")
+    raw = redis.Redis.from_url(redis_url)
+    try:
+        key = next(iter(raw.scan_iter(match="agentguard:{spoiled}:meta")))
+        _, meta = decode_event(raw.hget(key, "meta"))
+        raw.hset(key, "meta", encode_event(["meta", {**meta, field: value}]))
+    finally:
+        raw.close()
+    guard = make_guard(redis_url)
+    with pytest.raises(StoreUnavailable, match=f"engagement 'spoiled' is malformed: {field} is "):
+        guard.engagement(USER, engagement_id="spoiled")
+    with pytest.raises(StoreUnavailable, match=f"{field} is "):
+        asyncio.run(guard.aengagement(USER, engagement_id="spoiled"))
+    _store(guard).close()
+
+
 def test_closing_closes_for_every_worker(redis_url: str) -> None:
     one, two = make_guard(redis_url), make_guard(redis_url)
     other = two.engagement(USER, engagement_id="closing")
