@@ -158,7 +158,6 @@ class Guard:
         )
         self.compiled = compiled
         self.policy = Policy(compiled)
-        self.guardian = guardian
         self._agent_info = agent or AgentInfo()
         self.auto_engagement = auto_engagement
         self._registry: dict[str, Registered] = {}
@@ -247,6 +246,19 @@ class Guard:
         if self.telemetry is not None and self._own_telemetry:  # spans name the agent as guardians see it
             self.telemetry.agent_name = info.name or self.compiled.spec.name
             self.telemetry.agent_id = info.id or self.compiled.spec.name
+
+    @property
+    def guardian(self) -> GuardianClient | None:
+        """The guardian asked about every step, if any.
+
+        Settable: a guardian set (or removed) after the guard was built is asked (or not) from the next step
+        on. A plain attribute here would let ``guard.guardian = client`` look configured and ask nobody.
+        """
+        return self._runtime.guardian
+
+    @guardian.setter
+    def guardian(self, client: GuardianClient | None) -> None:
+        self._runtime.guardian = client
 
     @property
     def spec(self) -> AgentSpec:

@@ -146,6 +146,21 @@ def test_deny_stops_the_call_before_it_runs(guardian: RunningServer) -> None:
     assert "shell" not in seen
 
 
+def test_a_guardian_set_after_the_guard_was_built_is_asked_from_the_next_step(
+    guardian: RunningServer,
+) -> None:
+    guard, seen = _guard(guardian.url)
+    client = guard.guardian
+    guard.guardian = None
+    with guard.engagement():
+        assert guard.call("shell", {"cmd": "ls"}) == "ran"  # no guardian: the spec allows it
+        guard.guardian = client
+        with pytest.raises(GuardianDenied, match="No shell access"):
+            guard.call("shell", {"cmd": "ls"})
+    assert seen["shell"] == ["ls"]
+    assert guard.guardian is client
+
+
 def test_modify_rewrites_the_inputs_the_tool_receives(guardian: RunningServer) -> None:
     guard, seen = _guard(guardian.url)
     with guard.engagement() as eng:
