@@ -28,9 +28,11 @@ try:
     )
     from langchain_core.outputs import ChatGeneration, LLMResult
     from langchain_core.runnables import RunnableConfig
+    from langchain_core.runnables.config import var_child_runnable_config
     from langchain_core.tools import BaseTool, tool
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
     from langgraph.config import get_config
+    from langgraph.constants import TAG_NOSTREAM
     from langgraph.errors import GraphBubbleUp
     from langgraph.runtime import Runtime
     from langgraph.store.base import BaseStore, GetOp, Op, PutOp, Result, SearchOp
@@ -43,6 +45,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the host
     ) from exc
 
 __all__ = [
+    "TAG_NOSTREAM",
     "AIMessage",
     "AgentMiddleware",
     "AgentState",
@@ -77,4 +80,5 @@ __all__ = [
     "interrupt",
     "langsmith_tracing",
     "tool",
+    "var_child_runnable_config",
 ]

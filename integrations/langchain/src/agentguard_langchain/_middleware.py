@@ -57,6 +57,7 @@ from agentguard import Engagement, Guard, GuardianDenied, StoreUnavailable, User
 from agentguard.stores import MemoryStore
 from agentguard_langchain._content import message_text, with_text
 from agentguard_langchain._host import (
+    TAG_NOSTREAM,
     AgentMiddleware,
     AgentState,
     AIMessage,
@@ -75,6 +76,7 @@ from agentguard_langchain._host import (
     ToolMessage,
     get_config,
     langsmith_tracing,
+    var_child_runnable_config,
 )
 from agentguard_langchain._review import install_interrupt_reviewers, replay_interrupts
 from agentguard_langchain._scope import Scope
@@ -108,7 +110,24 @@ def _hidden(state: Mapping[str, Any]) -> list[str]:
     return value if isinstance(value, list) else []
 
 
-_NO_SPAN: AbstractContextManager[None] = nullcontext()
+_NOTHING: AbstractContextManager[None] = nullcontext()
+
+
+class _Unstreamed(AbstractContextManager[None]):
+    """The runnable config of this thread or task, with LangGraph's ``nostream`` tag added: the chat model
+    run started inside inherits it, and LangGraph's "messages" stream then skips its tokens and its end."""
+
+    __slots__ = ("_token",)
+
+    def __enter__(self) -> None:
+        config = var_child_runnable_config.get() or RunnableConfig()
+        tags = [*(config.get("tags") or ()), TAG_NOSTREAM]
+        self._token = var_child_runnable_config.set(RunnableConfig(**{**config, "tags": tags}))
+
+    def __exit__(self, *exc: object) -> None:
+        var_child_runnable_config.reset(self._token)
+
+
 """What :meth:`AgentGuardMiddleware._chat_span` gives when no span is recorded (``nullcontext`` is reusable)."""
 
 ModelResult = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
@@ -430,10 +449,20 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         """The GenAI ``chat {model}`` span around the model call, when the guard's telemetry records spans."""
         telemetry = self.guard.telemetry
         if telemetry is None or not telemetry.tracing:
-            return _NO_SPAN
+            return _NOTHING
         model = request.model
         name = getattr(model, "model_name", None) or getattr(model, "model", None) or model._llm_type
         return telemetry.chat_span(eng.state, str(name), provider=getattr(model, "_llm_type", None))
+
+    def _unstreamed(self) -> AbstractContextManager[None]:
+        """While the model runs, when its answer is checked before the user sees it (an output guardrail, or a
+        guardian): LangGraph's ``stream_mode="messages"`` leaves the model's tokens alone, and streams the
+        answer whole when the model's node ends, as the checks let it out (or not at all, when they stop the
+        run). Otherwise the tokens reach the stream as the model makes them, before any check has seen them.
+        """
+        if self.guard.policy.output_guardrail is None and self.guard.guardian is None:
+            return _NOTHING
+        return _Unstreamed()
 
     def wrap_model_call(
         self,
@@ -449,7 +478,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         if pending or session.replaced or messages is not request.messages:
             checked = [eng.check_input(text) for _, text in pending]
             request = self._with_inputs(request, session, messages, pending, checked)
-        with Scope(), self._chat_span(eng, request):
+        with Scope(), self._chat_span(eng, request), self._unstreamed():
             result: ModelResult = handler(request)
         answers = _answers(result)
         if not answers:  # only tool calls: nothing reaches the user
@@ -475,7 +504,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         if pending or session.replaced or messages is not request.messages:
             checked = [await eng.acheck_input(text) for _, text in pending]
             request = self._with_inputs(request, session, messages, pending, checked)
-        with Scope(), self._chat_span(eng, request):
+        with Scope(), self._chat_span(eng, request), self._unstreamed():
             result: ModelResult = await handler(request)
         answers = _answers(result)
         if not answers:
