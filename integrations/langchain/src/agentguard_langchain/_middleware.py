@@ -111,6 +111,8 @@ def _hidden(state: Mapping[str, Any]) -> list[str]:
 
 
 _NOTHING: AbstractContextManager[None] = nullcontext()
+"""What :meth:`AgentGuardMiddleware._chat_span` and :meth:`~AgentGuardMiddleware._unstreamed` give when they
+have nothing to do (``nullcontext`` is reusable)."""
 
 
 class _Unstreamed(AbstractContextManager[None]):
@@ -127,8 +129,6 @@ class _Unstreamed(AbstractContextManager[None]):
     def __exit__(self, *exc: object) -> None:
         var_child_runnable_config.reset(self._token)
 
-
-"""What :meth:`AgentGuardMiddleware._chat_span` gives when no span is recorded (``nullcontext`` is reusable)."""
 
 ModelResult = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
 ToolResult = ToolMessage | Command[Any]
