@@ -44,6 +44,7 @@ from agentguard.pipeline import (
     AgentInfo,
     Runtime,
     StepBuilder,
+    answers_checked,
     arun_tool_call,
     run_tool_call,
     tool_definition,
@@ -259,6 +260,13 @@ class Guard:
     @guardian.setter
     def guardian(self, client: GuardianClient | None) -> None:
         self._runtime.guardian = client
+
+    @property
+    def checks_answers(self) -> bool:
+        """Whether :meth:`Engagement.check_output` may withhold or replace a model answer (an output
+        guardrail, a guardian). A host that streams answers to the user holds each one until that check has
+        let it out; when nothing checks answers, streaming them as they are made loses nothing."""
+        return answers_checked(self._runtime)
 
     @property
     def spec(self) -> AgentSpec:

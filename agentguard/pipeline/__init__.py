@@ -25,7 +25,13 @@ from agentguard.pipeline._effects import (
     Observe,
     Sleep,
 )
-from agentguard.pipeline._messages import guardrail_flow, message_text, record_flow, report_flow
+from agentguard.pipeline._messages import (
+    answers_checked,
+    guardrail_flow,
+    message_text,
+    record_flow,
+    report_flow,
+)
 from agentguard.pipeline._runtime import Runtime
 from agentguard.pipeline._shared import flush_flow
 from agentguard.pipeline._steps import AgentInfo, StepBuilder, new_step, tool_definition
@@ -48,6 +54,7 @@ __all__ = [
     "Sleep",
     "StepBuilder",
     "ToolCall",
+    "answers_checked",
     "arun_tool_call",
     "flush_flow",
     "guardrail_flow",

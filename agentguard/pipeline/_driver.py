@@ -246,17 +246,24 @@ def _settled(state: EngagementState, sent: int, appended: Appended, snapshot: Sn
     return ok
 
 
+def _to_send(effect: Commit) -> tuple[list[str], int] | None:
+    """The events (and the change to ``history._total``) a commit appends: the record's unsent ones, none
+    when only a fetch was asked for, ``None`` when there is nothing to do."""
+    batch = effect.state.batch()
+    if batch is None and effect.fetch:
+        return [], 0
+    return batch
+
+
 def _commit(effect: Commit) -> bool:
     """One append at a time per record (the lock), so that each is made against the version it saw."""
     state = effect.state
     journal = _journal(state)
     with state.commit_lock:
         _confirm(state, journal)
-        batch = state.batch()
+        batch = _to_send(effect)
         if batch is None:
-            if not effect.fetch:
-                return True
-            batch = [], 0
+            return True
         events, total = batch
         try:
             if effect.post and _pipelined(journal):
@@ -279,11 +286,9 @@ async def _acommit(effect: Commit) -> bool:
         state.acommit_lock = asyncio.Lock()
     async with state.acommit_lock:
         await _aconfirm(state, journal)
-        batch = state.batch()
+        batch = _to_send(effect)
         if batch is None:
-            if not effect.fetch:
-                return True
-            batch = [], 0
+            return True
         events, total = batch
         try:
             if effect.post and _pipelined(journal):

@@ -5,7 +5,7 @@ other steps (retrieval, memory, A2A, MCP, messages), and calls a host observed a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentguard.errors import (
     GuardrailViolation,
@@ -26,9 +26,6 @@ from agentguard.record import (
     to_plain,
 )
 
-if TYPE_CHECKING:
-    pass
-
 
 def message_text(params: Mapping[str, Any]) -> str | None:
     """The text of the message in ``steps/message`` params (``None`` when it has no text part)."""
@@ -38,6 +35,12 @@ def message_text(params: Mapping[str, Any]) -> str | None:
         return None
     texts = [p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)]
     return "".join(texts) if texts else None
+
+
+def answers_checked(ctx: Runtime) -> bool:
+    """Whether :func:`guardrail_flow` may withhold or replace a model answer (a guardian asked about it, an
+    output guardrail), so that a host streaming answers must hold each until the flow has let it out."""
+    return ctx.guardian is not None or ctx.policy.output_guardrail is not None
 
 
 def guardrail_flow(ctx: Runtime, state: EngagementState, phase: Phase, text: str) -> Flow[str]:

@@ -473,16 +473,21 @@ class RedisStore:
                 from redis.retry import Retry
 
                 self._client = redis.Redis.from_url(
-                    self._url,
-                    socket_timeout=self.timeout_seconds,
-                    socket_connect_timeout=self.timeout_seconds,
-                    decode_responses=False,
-                    retry=Retry(NoBackoff(), 0),
-                    protocol=2,
+                    self._url, retry=Retry(NoBackoff(), 0), **self._client_options()
                 )
                 self._own_client = True
                 self._scripts = _register(self._client)
             return self._scripts
+
+    def _client_options(self) -> dict[str, Any]:
+        """How the store's own clients talk to Redis, sync and async alike (each adds its own ``retry``: none,
+        the pipeline's failure policy decides what a failed round trip means)."""
+        return {
+            "socket_timeout": self.timeout_seconds,
+            "socket_connect_timeout": self.timeout_seconds,
+            "decode_responses": False,
+            "protocol": 2,
+        }
 
     def _async(self) -> tuple[AsyncScript, AsyncScript, AsyncScript, AsyncScript]:
         scripts = self._ascripts
@@ -496,12 +501,7 @@ class RedisStore:
 
         # Built for this loop; one built for another loop is dropped (its connections belong to that loop).
         self._aclient = redis.asyncio.Redis.from_url(
-            self._url,
-            socket_timeout=self.timeout_seconds,
-            socket_connect_timeout=self.timeout_seconds,
-            decode_responses=False,
-            retry=Retry(NoBackoff(), 0),
-            protocol=2,
+            self._url, retry=Retry(NoBackoff(), 0), **self._client_options()
         )
         self._own_aclient = True
         self._aloop = asyncio.get_running_loop()

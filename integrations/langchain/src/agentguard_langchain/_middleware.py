@@ -455,14 +455,13 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         return telemetry.chat_span(eng.state, str(name), provider=getattr(model, "_llm_type", None))
 
     def _unstreamed(self) -> AbstractContextManager[None]:
-        """While the model runs, when its answer is checked before the user sees it (an output guardrail, or a
-        guardian): LangGraph's ``stream_mode="messages"`` leaves the model's tokens alone, and streams the
-        answer whole when the model's node ends, as the checks let it out (or not at all, when they stop the
-        run). Otherwise the tokens reach the stream as the model makes them, before any check has seen them.
+        """While the model runs, when the guard checks its answer before the user sees it
+        (:attr:`~agentguard.Guard.checks_answers`): LangGraph's ``stream_mode="messages"`` leaves the model's
+        tokens alone, and streams the answer whole when the model's node ends, as the checks let it out (or not
+        at all, when they stop the run). Otherwise the tokens reach the stream as the model makes them, before
+        any check has seen them.
         """
-        if self.guard.policy.output_guardrail is None and self.guard.guardian is None:
-            return _NOTHING
-        return _Unstreamed()
+        return _Unstreamed() if self.guard.checks_answers else _NOTHING
 
     def wrap_model_call(
         self,
