@@ -65,6 +65,9 @@ def _outcome(future: concurrent.futures.Future[Any]) -> str:
     return "returned" if error is None else f"raised {type(error).__name__}: {error}"
 
 
+_NOT_AWAITABLE = frozenset({dict, list, tuple, str, int, float, bool, type(None), bytes})
+
+
 def call_sync(
     fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], credentials: Credentials | None
 ) -> Any:
@@ -73,7 +76,9 @@ def call_sync(
     without the trampoline."""
     token = set_credentials(credentials)
     try:
-        return _resolve_sync(fn(*args, **kwargs), "the tool")
+        value = fn(*args, **kwargs)
+        # Most tools return JSON-like values: only anything else may be an awaitable to run (one call less).
+        return value if type(value) in _NOT_AWAITABLE else _resolve_sync(value, "the tool")
     finally:
         reset_credentials(token)
 
@@ -95,9 +100,6 @@ def _overran(effect: Invoke, future: concurrent.futures.Future[Any]) -> InvokeTi
         on_late = effect.on_late
         future.add_done_callback(lambda done: on_late(_outcome(done)))
     return InvokeTimedOut(future)
-
-
-_NOT_AWAITABLE = frozenset({dict, list, tuple, str, int, float, bool, type(None), bytes})
 
 
 def _resolve_sync(value: Any, what: str) -> Any:

@@ -233,6 +233,10 @@ def _capability(
     return None
 
 
+_RULES_REMEMBERED = 1024
+"""How many rules' credentials an engagement remembers (a spec reloaded again and again makes new rules)."""
+
+
 def _identity(
     state: EngagementState, rule: CapabilityRule | None
 ) -> tuple[Literal["user", "static"], str] | None:
@@ -245,17 +249,22 @@ def _identity(
 
 
 def _identity_credentials(state: EngagementState, rule: CapabilityRule | None) -> Credentials | None:
-    """Without a resolver the credentials are the identity itself: one object per engagement and identity."""
+    """Without a resolver the credentials are the identity itself: one object per engagement and identity,
+    found by the call's rule after the first call under it (a look-up, on every call, instead of deciding)."""
+    held = state.rule_credentials.get(id(rule))
+    if held is not None and held[0] is rule:  # an id is reused only once its rule is gone
+        credentials: Credentials | None = held[1]
+        return credentials
     ident = _identity(state, rule)
-    if ident is None:
-        return None
-    cached: Credentials | None = state.credentials.get(ident)
-    if cached is None:
+    credentials = None if ident is None else state.credentials.get(ident)
+    if ident is not None and credentials is None:
         kind, subject = ident
-        cached = state.credentials[ident] = Credentials(
+        credentials = state.credentials[ident] = Credentials(
             kind, subject, user=state.user if kind == "user" else None
         )
-    return cached
+    if len(state.rule_credentials) < _RULES_REMEMBERED:
+        state.rule_credentials[id(rule)] = (rule, credentials)
+    return credentials
 
 
 def _resolved_credentials(
@@ -360,7 +369,7 @@ def run_tool_call(
     """One guarded call of ``reg`` in this thread, with ``inputs`` (by parameter name, a dict built for this
     call): :func:`tool_call_flow` under the sync driver, or, when the flow would yield nothing but the tool's
     run (:func:`_direct`), the same checks with the tool called in place."""
-    watchers = ctx.observers.stepping() if ctx.observers else ()
+    watchers = ctx.observers.stepping()
     allows = _direct(ctx, state, reg, call_id, watchers)
     if allows is None:
         return run_sync(tool_call_flow(ctx, state, ToolCall.of(reg, inputs, call_id, reasoning), watchers))
@@ -382,7 +391,7 @@ async def arun_tool_call(
     reasoning: str | None = None,
 ) -> Any:
     """:func:`run_tool_call` under asyncio."""
-    watchers = ctx.observers.stepping() if ctx.observers else ()
+    watchers = ctx.observers.stepping()
     allows = _direct(ctx, state, reg, call_id, watchers)
     if allows is None:
         call = ToolCall.of(reg, inputs, call_id, reasoning)
@@ -544,7 +553,7 @@ def _checked_inputs(
     """The local checks of a call's inputs (step 4): faithfully recorded, then the input restriction."""
     name = record.name
     # A flat dict of primitives comes back from to_plain as itself and holds nothing consumable once.
-    problem = one_shot(inputs) if record.inputs is not inputs else None
+    problem = one_shot(inputs) if record.entry["inputs"] is not inputs else None
     if problem is not None:
         error = RestrictionViolation(
             f"an input {problem}: what the checks would see is not what the tool would get",

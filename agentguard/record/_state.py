@@ -84,6 +84,8 @@ class EngagementState:
         self.awaiting_review: dict[str, tuple[Any, CallRecord, Any, Any]] = {}
         # Identity-only credentials by (kind, subject), built once per engagement (see agentguard.policy).
         self.credentials: dict[tuple[str, str], Any] = {}
+        # The same, by the id of the capability rule a call ran under: (the rule, its credentials or None).
+        self.rule_credentials: dict[int, tuple[Any, Any]] = {}
         self._recent: dict[str, Any] = {}
         self._names: list[str] = []
         self._history: dict[str, Any] = {"_list": self._names, "_total": 0}
@@ -231,7 +233,9 @@ class EngagementState:
         or the record is shared through a store. The pipeline's general path then decides, and records why.
         """
         entry = new_entry(inputs)
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not `with`: its protocol costs as much again as the lock, on the per-call path
+        try:
             if (
                 self.status is not EngagementStatus.ACTIVE
                 or self.journal is not None
@@ -245,13 +249,19 @@ class EngagementState:
             self._add_call(record)
             self._in_flight.add(id(record))
             self.steps.append(record)
+        finally:
+            lock.release()
         return record
 
     def add_shared(self, step: DirectCallRecord, decision: Decision, chains: Chains) -> None:
         """Record a shared allow ``decision`` on a direct call's step (under the lock: the step may be being
         read)."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # as in begin_direct
+        try:
             step.add_shared(decision, chains)
+        finally:
+            lock.release()
 
     def step_of(self, step: StepRef) -> StepRecord:
         """The :class:`StepRecord` ``step`` is or stands for (a direct call's is made, once, here)."""
@@ -345,13 +355,17 @@ class EngagementState:
 
     def complete_call(self, record: CallRecord, outputs: Any, *, collect: bool = True) -> None:
         """Store a call's outputs (``null`` when ``collect_results`` is false)."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # as in begin_direct
+        try:
             record.entry["outputs"] = kept = outputs if collect else None
             record.status = "completed"
             record.ended_at = time.time()
             self._settled(record)
             if self.journal is not None:
                 self._emit(["c", record.token, kept, "completed", None])
+        finally:
+            lock.release()
 
     def withhold_call(self, record: CallRecord, *, reason: str, status: str = "withheld") -> None:
         """The call happened but its outputs may not be used: keep it in history with ``outputs: null``."""

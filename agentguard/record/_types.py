@@ -402,11 +402,13 @@ class DirectCallRecord(CallRecord):
     def add_shared(self, decision: Decision, chains: Chains) -> None:
         """:meth:`StepRecord.add_shared` on the step, whether it is still kept here or was read."""
         held = self._step
-        longer = chained(held, decision, chains) if type(held) is tuple else None
-        if longer is None:
-            self.step().add_shared(decision, chains)
-        else:
-            self._step = longer
+        if type(held) is tuple:
+            # Twice per allowed call: the chain's look-up is written out, a call saved when it is there.
+            longer = chains.get((held, decision)) or chained(held, decision, chains)
+            if longer is not None:
+                self._step = longer
+                return
+        self.step().add_shared(decision, chains)
 
     def step(self) -> StepRecord:
         """The step of this call (a ``steps/toolCallRequest`` started when the call did), made once."""

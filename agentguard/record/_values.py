@@ -97,7 +97,12 @@ def owned_plain(value: Any) -> Any:
     JSON-like (``value`` itself when flat, else a copy); ``None`` when it is not (then :func:`to_plain`, which
     may call the value's own code, converts it).
     """
-    return to_plain(value, owned=True) if type(value) is dict and is_plain(value) else None
+    if type(value) is not dict:
+        return None
+    for key, item in value.items():  # one pass for the common flat dict, not is_plain's and to_plain's
+        if type(item) not in _PRIMITIVE or type(key) is not str:
+            return to_plain(value, owned=True) if is_plain(value) else None
+    return value
 
 
 def one_shot(value: Any) -> str | None:

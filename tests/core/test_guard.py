@@ -820,6 +820,41 @@ def test_user_identity_and_static_identity() -> None:
     assert current_credentials() is None
 
 
+def test_each_call_runs_under_its_own_capabilitys_identity_call_after_call() -> None:
+    """The identity is remembered per capability after a first call: later calls, interleaved, in another
+    engagement, or of another user, each still get their own capability's and user's credentials."""
+    guard = make_guard(IDENTITY)
+    seen: list[tuple[str, str, str | None]] = []
+
+    def tool(name: str) -> Any:
+        def body() -> None:
+            credentials = current_credentials()
+            assert credentials is not None
+            seen.append((name, credentials.kind, credentials.subject))
+
+        return guard.tool(name=name, needs_credentials=True)(body)
+
+    mailbox, crm, wiki = tool("mailbox"), tool("crm"), tool("wiki")
+    for user in ("ann", "bob"):
+        with guard.engagement(user=User(id=user)):
+            for _ in range(3):
+                mailbox()
+                crm()
+                with pytest.raises(IdentityError):
+                    wiki()
+    with guard.engagement():
+        crm()
+        with pytest.raises(IdentityError):
+            mailbox()
+    expected = [
+        ("mailbox", "user", u) if n == "mailbox" else ("crm", "static", "crm-service")
+        for u in ("ann", "bob")
+        for _ in range(3)
+        for n in ("mailbox", "crm")
+    ]
+    assert seen == [*expected, ("crm", "static", "crm-service")]
+
+
 def test_credential_resolver() -> None:
     tokens = {("user", "ann"): "tok-ann"}
 
