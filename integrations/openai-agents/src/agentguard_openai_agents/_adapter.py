@@ -13,8 +13,9 @@
 
 What goes where: every function tool's ``on_invoke_tool`` runs through ``guard.acall`` (see
 :mod:`agentguard_openai_agents._tools`); the spec's guardrails are the agent's blocking input guardrail and
-its output guardrail; handoffs are agent capabilities; :attr:`AgentGuard.hooks` records the model's messages
-and settles rejected reviews. The engagement is the one current in the calling context: a
+its output guardrail; the agent's model holds a streamed answer until it is checked (see
+:mod:`agentguard_openai_agents._streaming`); handoffs are agent capabilities; :attr:`AgentGuard.hooks` records
+the model's messages and settles rejected reviews. The engagement is the one current in the calling context: a
 :meth:`AgentGuard.session` block, or any ``with guard.engagement(...)`` block.
 """
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -33,6 +35,7 @@ from agentguard_openai_agents._host import (
     GuardrailFunctionOutput,
     Handoff,
     InputGuardrail,
+    Model,
     ModelResponse,
     OutputGuardrail,
     ResponseFunctionToolCall,
@@ -44,6 +47,7 @@ from agentguard_openai_agents._host import (
     handoff,
 )
 from agentguard_openai_agents._sessions import GuardedSession
+from agentguard_openai_agents._streaming import CheckedModel
 from agentguard_openai_agents._tools import (
     GuardedHandoff,
     GuardedTool,
@@ -73,6 +77,8 @@ class AgentGuard:
         self.pending: dict[str, Pending] = {}
         """Calls paused for the SDK's approval, by call id."""
         self._engagements: dict[str, Engagement] = {}
+        self._answered: weakref.WeakKeyDictionary[Engagement, str] = weakref.WeakKeyDictionary()
+        """The answer a streamed response was checked with, by engagement, until the output guardrail sees it."""
         self._reviews = _review_map(guard)
         guard.add_passthrough_exceptions(ReviewPending)
         with _lock:  # idempotent: a second AgentGuard on the same Guard reuses the SDK reviewers
@@ -104,7 +110,9 @@ class AgentGuard:
 
     def wrap(self, agent: Agent[Any]) -> Agent[Any]:
         """A copy of ``agent`` whose function tools, agents-as-tools and handoffs go through the guard, with
-        the spec's guardrails. Idempotent; handoff targets are wrapped too (cycles included).
+        the spec's guardrails. Idempotent; handoff targets are wrapped too (cycles included). A model object
+        (not a model name) is wrapped in a :class:`CheckedModel`, so that ``Runner.run_streamed`` holds each
+        answer until it is checked.
 
         Refuses (``ValueError``) what it cannot guard: hosted tools and MCP servers (their calls never pass
         through Python code the adapter could wrap).
@@ -138,6 +146,9 @@ class AgentGuard:
             output_guardrails=[*agent.output_guardrails, self.output_guardrail],
         )
         done[id(agent)] = clone
+        # A model named by a string is resolved per run by the run's provider, out of the adapter's reach.
+        if isinstance(agent.model, Model):
+            clone.model = CheckedModel(self, agent.model, clone)
         clone.handoffs = [self._handoff(h, done) for h in agent.handoffs]
         return clone
 
@@ -191,8 +202,33 @@ class AgentGuard:
     async def _check_output(
         self, ctx: RunContextWrapper[Any], agent: Agent[Any], output: Any
     ) -> GuardrailFunctionOutput:
-        text = output if isinstance(output, str) else json.dumps(output, default=str, ensure_ascii=False)
-        return await _guardrail(self._engagement(), text, Phase.OUTPUT)
+        eng = self._engagement()
+        text = _answer_text(output)
+        if self._answered.pop(eng, None) == text:  # checked while streamed, before the caller saw it
+            return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
+        return await _guardrail(eng, text, Phase.OUTPUT)
+
+    async def check_answer(self, output: Any) -> GuardrailFunctionOutput:
+        """The output guardrail's check of a final output, run by :class:`CheckedModel` before the answer is
+        streamed. A passed answer is remembered, so the output guardrail does not check (and record) it twice."""
+        eng = self._engagement()
+        text = _answer_text(output)
+        verdict = await _guardrail(eng, text, Phase.OUTPUT)
+        if not verdict.tripwire_triggered:
+            self._answered[eng] = text
+        return verdict
+
+    def forget_answer(self) -> None:
+        """Drop a streamed answer the output guardrail never saw (the run ended first): each model call starts
+        clean, so an earlier pass never excuses a later answer from its check."""
+        eng = self.guard.current_engagement()
+        if eng is not None:
+            self._answered.pop(eng, None)
+
+
+def _answer_text(output: Any) -> str:
+    """A final output as the text the output guardrail checks (structured output as JSON)."""
+    return output if isinstance(output, str) else json.dumps(output, default=str, ensure_ascii=False)
 
 
 async def _guardrail(eng: Engagement, text: str, phase: Phase) -> GuardrailFunctionOutput:

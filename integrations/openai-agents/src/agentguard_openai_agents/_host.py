@@ -6,14 +6,22 @@ from __future__ import annotations
 try:
     from agents import (
         Agent,
+        AgentOutputSchemaBase,
         AgentsException,
         FunctionTool,
         GuardrailFunctionOutput,
         Handoff,
         InputGuardrail,
         InputGuardrailTripwireTriggered,
+        ItemHelpers,
+        Model,
         ModelResponse,
+        ModelRetryAdvice,
+        ModelRetryAdviceRequest,
+        ModelSettings,
+        ModelTracing,
         OutputGuardrail,
+        OutputGuardrailResult,
         OutputGuardrailTripwireTriggered,
         RunContextWrapper,
         RunHooks,
@@ -22,9 +30,17 @@ try:
         TResponseInputItem,
         handoff,
     )
+    from agents.items import TResponseOutputItem, TResponseStreamEvent
     from agents.memory import SessionSettings
     from agents.tool_context import ToolContext
-    from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage
+    from openai.types.responses import (
+        Response,
+        ResponseCompletedEvent,
+        ResponseFunctionToolCall,
+        ResponseOutputItemDoneEvent,
+        ResponseOutputMessage,
+    )
+    from openai.types.responses.response_prompt_param import ResponsePromptParam
 except ImportError as exc:  # pragma: no cover - exercised only without the host installed
     raise ImportError(
         f"agentguard-openai-agents needs openai-agents>=0.24 ({exc}): pip install agentguard-openai-agents"
@@ -32,22 +48,36 @@ except ImportError as exc:  # pragma: no cover - exercised only without the host
 
 __all__ = [
     "Agent",
+    "AgentOutputSchemaBase",
     "AgentsException",
     "FunctionTool",
     "GuardrailFunctionOutput",
     "Handoff",
     "InputGuardrail",
     "InputGuardrailTripwireTriggered",
+    "ItemHelpers",
+    "Model",
     "ModelResponse",
+    "ModelRetryAdvice",
+    "ModelRetryAdviceRequest",
+    "ModelSettings",
+    "ModelTracing",
     "OutputGuardrail",
+    "OutputGuardrailResult",
     "OutputGuardrailTripwireTriggered",
+    "Response",
+    "ResponseCompletedEvent",
     "ResponseFunctionToolCall",
+    "ResponseOutputItemDoneEvent",
     "ResponseOutputMessage",
+    "ResponsePromptParam",
     "RunContextWrapper",
     "RunHooks",
     "Session",
     "SessionSettings",
     "TResponseInputItem",
+    "TResponseOutputItem",
+    "TResponseStreamEvent",
     "Tool",
     "ToolContext",
     "handoff",
