@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from agentguard_openai_agents import AgentGuard, violation_of
+from agentguard_openai_agents import AgentGuard, UncheckedStreamWarning, violation_of
 from agentguard_openai_agents.testing import ModelStep, ScriptedModel, answer, calls
 from agents import (
     Agent,
@@ -326,3 +327,21 @@ async def test_a_guardian_set_after_wrapping_holds_the_next_answer(guardian: Run
     await run.stream()
     assert isinstance(violation_of(run.error or Exception()), GuardianDenied)
     assert [text for text in run.carried() if "guarantee" in text] == []
+
+
+@pytest.mark.parametrize("model", ["gpt-4.1", None])
+def test_wrapping_an_agent_whose_model_is_a_name_says_its_streamed_answers_are_unchecked(
+    model: str | None,
+) -> None:
+    """The adapter cannot reach a model the run's provider resolves from a name: rather than leave streamed
+    runs of such an agent silently unchecked, ``wrap`` says so (non-streamed runs are checked as always)."""
+    guarded = AgentGuard(make_guard())
+    with pytest.warns(UncheckedStreamWarning, match="run_streamed hands out its answers' tokens"):
+        guarded.wrap(Agent(name="named", model=model))
+
+
+def test_wrapping_a_model_object_or_an_unchecked_spec_says_nothing() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        AgentGuard(make_guard()).wrap(Agent(name="held", model=ScriptedModel([])))
+        AgentGuard(Guard.from_yaml(UNCHECKED)).wrap(Agent(name="named", model="gpt-4.1"))

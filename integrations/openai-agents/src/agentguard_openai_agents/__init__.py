@@ -22,7 +22,7 @@ either.
 """
 
 from agentguard.timeline import format_timeline, print_timeline
-from agentguard_openai_agents._adapter import AgentGuard, GuardHooks
+from agentguard_openai_agents._adapter import AgentGuard, GuardHooks, UncheckedStreamWarning
 from agentguard_openai_agents._sessions import GuardedSession
 from agentguard_openai_agents._tools import RunStopped, spec_name, violation_of
 
@@ -33,6 +33,7 @@ __all__ = [
     "GuardHooks",
     "GuardedSession",
     "RunStopped",
+    "UncheckedStreamWarning",
     "__version__",
     "format_timeline",
     "print_timeline",

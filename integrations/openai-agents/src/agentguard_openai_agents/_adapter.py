@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import warnings
 import weakref
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -146,9 +147,18 @@ class AgentGuard:
             output_guardrails=[*agent.output_guardrails, self.output_guardrail],
         )
         done[id(agent)] = clone
-        # A model named by a string is resolved per run by the run's provider, out of the adapter's reach.
         if isinstance(agent.model, Model):
             clone.model = CheckedModel(self, agent.model, clone)
+        elif self.guard.checks_answers:
+            # A model named by a string is resolved per run by the run's provider, out of the adapter's reach:
+            # a streamed run of this agent would hand out tokens before the check. Said now, not found later.
+            warnings.warn(
+                f"agent {agent.name!r} names its model ({agent.model or 'the SDK default'!r}): "
+                "Runner.run_streamed hands out its answers' tokens before agentguard checks them; "
+                "give the agent a model object to hold streamed answers until checked",
+                UncheckedStreamWarning,
+                stacklevel=3,
+            )
         clone.handoffs = [self._handoff(h, done) for h in agent.handoffs]
         return clone
 
@@ -224,6 +234,11 @@ class AgentGuard:
         eng = self.guard.current_engagement()
         if eng is not None:
             self._answered.pop(eng, None)
+
+
+class UncheckedStreamWarning(UserWarning):
+    """:meth:`AgentGuard.wrap` was given an agent whose model is a name while the guard checks answers: its
+    streamed runs hand out tokens before the check (its non-streamed runs are checked as usual)."""
 
 
 def _answer_text(output: Any) -> str:
