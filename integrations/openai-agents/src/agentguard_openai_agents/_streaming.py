@@ -74,33 +74,11 @@ class CheckedModel(Model):
             raise AttributeError(name)
         return getattr(self.inner, name)
 
-    async def get_response(
-        self,
-        system_instructions: str | None,
-        input: str | list[TResponseInputItem],
-        model_settings: ModelSettings,
-        tools: list[Tool],
-        output_schema: AgentOutputSchemaBase | None,
-        handoffs: list[Handoff],
-        tracing: ModelTracing,
-        *,
-        previous_response_id: str | None,
-        conversation_id: str | None,
-        prompt: ResponsePromptParam | None,
-    ) -> ModelResponse:
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        """Not streamed: the output guardrail checks the answer before the caller sees any of it, so it is
+        passed on as the model gives it (with whatever the SDK passes, in any version)."""
         self.adapter.forget_answer()
-        return await self.inner.get_response(
-            system_instructions,
-            input,
-            model_settings,
-            tools,
-            output_schema,
-            handoffs,
-            tracing,
-            previous_response_id=previous_response_id,
-            conversation_id=conversation_id,
-            prompt=prompt,
-        )
+        return await self.inner.get_response(*args, **kwargs)
 
     async def stream_response(
         self,
