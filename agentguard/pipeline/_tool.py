@@ -234,7 +234,8 @@ def _capability(
 
 
 _RULES_REMEMBERED = 1024
-"""How many rules' credentials an engagement remembers (a spec reloaded again and again makes new rules)."""
+"""How many rules' credentials an engagement remembers: a guard's spec has a fixed set of rules, but what the
+record keeps is bounded whatever calls it."""
 
 
 def _identity(
@@ -255,13 +256,15 @@ def _identity_credentials(state: EngagementState, rule: CapabilityRule | None) -
     if held is not None and held[0] is rule:  # an id is reused only once its rule is gone
         credentials: Credentials | None = held[1]
         return credentials
+    credentials = None
     ident = _identity(state, rule)
-    credentials = None if ident is None else state.credentials.get(ident)
-    if ident is not None and credentials is None:
-        kind, subject = ident
-        credentials = state.credentials[ident] = Credentials(
-            kind, subject, user=state.user if kind == "user" else None
-        )
+    if ident is not None:
+        credentials = state.credentials.get(ident)
+        if credentials is None:
+            kind, subject = ident
+            credentials = state.credentials[ident] = Credentials(
+                kind, subject, user=state.user if kind == "user" else None
+            )
     if len(state.rule_credentials) < _RULES_REMEMBERED:
         state.rule_credentials[id(rule)] = (rule, credentials)
     return credentials
