@@ -107,6 +107,26 @@ async def test_review_through_mcp_elicitation(answer: dict[str, Any], approved: 
     assert review.outcome is (Outcome.REVIEW_APPROVED if approved else Outcome.REVIEW_REJECTED)
 
 
+async def test_a_clients_elicitation_does_not_stand_in_for_the_guards_reviewer() -> None:
+    """The client asks for the call: its own answer to an elicitation must not approve it over the reviewer
+    the guard has for the spec's ``require_review``."""
+    ran: list[tuple[str, dict[str, Any]]] = []
+    server = make_server(ran)
+    guard_server(server, make_guard(reviewers={"supervisor": lambda request: False}))
+    asked: list[str] = []
+
+    async def elicit(ctx: Any, params: Any) -> ElicitResult:
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"approve": True})
+
+    async with Client(server, mode="legacy", elicitation_callback=elicit) as client:
+        result = await client.call_tool("refund", {"order_id": "A-1", "amount": 30})
+    assert result.is_error
+    assert "[review input] refund" in _text(result)
+    assert asked == []
+    assert ran == []
+
+
 async def test_without_elicitation_the_guards_reviewer_answers() -> None:
     server = make_server([])
     guard_server(server, make_guard(reviewers={"supervisor": lambda request: False}))

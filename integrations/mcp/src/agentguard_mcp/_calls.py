@@ -22,6 +22,7 @@ from agentguard import (
     PolicyViolation,
 )
 from agentguard.steps import MCP
+from agentguard_mcp._host import MCPError
 
 __all__ = ["Names", "denial_result", "guarded_call", "report_message", "wire"]
 
@@ -62,12 +63,21 @@ def _text(value: Any) -> Wire:
     return {"type": "text", "text": value if isinstance(value, str) else json.dumps(value)}
 
 
-def _texts(result: Wire) -> str | None:
-    """The joined text of a result's content, ``None`` when it holds anything but text blocks."""
+def _texts(result: Wire) -> list[str] | None:
+    """The texts of a result's content blocks, ``None`` when it holds anything but text blocks."""
     blocks = result.get("content") or []
     if not all(isinstance(b, Mapping) and b.get("type") == "text" for b in blocks):
         return None
-    return "".join(str(b.get("text", "")) for b in blocks)
+    return [str(b.get("text", "")) for b in blocks]
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different. With a key twice, a parser keeps one of its values while
+    the model reads both in the text, so such a text is not taken as JSON: the checks see the text itself."""
+    parsed = dict(pairs)
+    if len(parsed) != len(pairs):
+        raise ValueError("a key appears twice in a JSON object")
+    return parsed
 
 
 def tool_output(result: Wire) -> Any:
@@ -76,32 +86,37 @@ def tool_output(result: Wire) -> Any:
     output the way it reads a Python tool's return value (``recent["web-search"].outputs.results``)."""
     if "structuredContent" in result:
         return result["structuredContent"]
-    text = _texts(result)
-    if text is None:
+    texts = _texts(result)
+    if texts is None:
         return list(result.get("content") or [])
+    text = "".join(texts)
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_object)
     except ValueError:
         return text
 
 
 def _envelope(result: Wire) -> Wire:
-    return {k: result[k] for k in ("_meta", "resultType") if k in result}
+    """What a delivered result keeps of the server's besides its content: its ``resultType``. Its ``_meta``
+    is the server's too, but no check reads it, so it is not handed on."""
+    return {"resultType": result["resultType"]} if "resultType" in result else {}
 
 
 def delivered(output: Any, received: Wire, derived: Any) -> Wire:
     """The result the host gets, built from the checked ``output`` (``derived`` is what the server's result
     gave before any guardian ``modify``). A server's text beside structured content is replaced by the JSON
-    of what was checked, so nothing unchecked reaches the model."""
+    of what was checked, and text blocks keep their text only (not their ``_meta`` or annotations), so
+    nothing unchecked reaches the model."""
     if "structuredContent" in received:
         content = [_text(output)]
         return {**_envelope(received), "content": content, "structuredContent": output, "isError": False}
+    texts = _texts(received)
     if output is not derived:
         content = [_text(output)]
-    elif isinstance(output, list) and _texts(received) is None:
+    elif texts is None:  # the blocks themselves were checked
         content = output
     else:
-        content = list(received.get("content") or [])
+        content = [_text(text) for text in texts]
     return {**_envelope(received), "content": content, "isError": False}
 
 
@@ -120,7 +135,7 @@ class ToolFailed(Exception):
     """The server answered ``isError: true``: to the pipeline a tool that raised, its text an output to check."""
 
     def __init__(self, result: Wire) -> None:
-        super().__init__(_texts(result) or json.dumps(result.get("content", [])))
+        super().__init__("".join(_texts(result) or ()) or json.dumps(result.get("content", [])))
         self.result = result
 
 
@@ -170,7 +185,11 @@ async def guarded_call(
                 "params": {"name": tool, "arguments": inputs},
             },
         )
-        result = await send(inputs)
+        try:
+            result = await send(inputs)
+        except MCPError as exc:  # a JSON-RPC error: recorded as received, handed on as far as it is checked
+            await report_message(guard, {"jsonrpc": "2.0", "id": message_id, "error": wire(exc.error)})
+            raise MCPError(exc.code, exc.message) from None  # the checks read its message, not its data
         await report_message(guard, {"jsonrpc": "2.0", "id": message_id, "result": result})
         if result.get("isError"):
             raise ToolFailed(result)

@@ -9,7 +9,7 @@ from typing import Any
 
 from agentguard import Guard
 from agentguard_mcp._calls import Names, guarded_call, report_message, wire
-from agentguard_mcp._host import CallToolResult, Client, ClientSession, ListToolsResult
+from agentguard_mcp._host import CallToolResult, Client, ClientSession, ListToolsResult, ProgressFnT
 
 __all__ = ["GuardedClient"]
 
@@ -73,7 +73,14 @@ class GuardedClient:
     async def call_tool(
         self, name: str, arguments: dict[str, Any] | None = None, **kwargs: Any
     ) -> CallToolResult:
-        """``tools/call`` through the guard; keyword options (timeouts, ``meta``) go to the wrapped client."""
+        """``tools/call`` through the guard; keyword options (timeouts, ``meta``) go to the wrapped client.
+
+        A ``progress_callback`` hears how far the call has got but not the server's message: that is the
+        tool's text, sent while it runs, before its result is checked.
+        """
+        progress = kwargs.get("progress_callback")
+        if progress is not None:
+            kwargs["progress_callback"] = _untold(progress)
 
         async def send(inputs: dict[str, Any]) -> dict[str, Any]:
             return wire(await self._client.call_tool(name, inputs, **kwargs))
@@ -90,3 +97,12 @@ class GuardedClient:
             f"GuardedClient does not offer {attr!r}: it could reach tools past the guard "
             "(use call_tool / list_tools, or the unwrapped client deliberately)"
         )
+
+
+def _untold(callback: ProgressFnT) -> ProgressFnT:
+    """``callback`` called without the message of each progress notification."""
+
+    async def report(progress: float, total: float | None, message: str | None) -> None:
+        await callback(progress, total, None)
+
+    return report

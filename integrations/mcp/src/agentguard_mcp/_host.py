@@ -9,6 +9,7 @@ try:
     from mcp.server.auth.middleware.auth_context import get_access_token
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
     from mcp.server.mcpserver import MCPServer
+    from mcp.shared.dispatcher import ProgressFnT
     from mcp.shared.exceptions import MCPError, NoBackChannelError
     from mcp_types import CallToolResult, ListToolsResult, PaginatedRequestParams
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -27,6 +28,7 @@ __all__ = [
     "MCPServer",
     "NoBackChannelError",
     "PaginatedRequestParams",
+    "ProgressFnT",
     "Server",
     "ServerRequestContext",
     "StdioServerParameters",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -65,7 +64,8 @@ class GuardMiddleware:
     or failed guardrail is a JSON-RPC error (:data:`STOPPED`). Engagements are kept per ``engagement_key``
     (default: the authenticated user, else one shared engagement for the server, which is one client on
     stdio); ``user`` reads the user from the request (default :func:`user_from_auth`). Reviews are asked of
-    the client through MCP elicitation when it can answer, otherwise of the reviewer registered on the guard.
+    the reviewer registered on the guard; one the guard has none for is asked of the client through MCP
+    elicitation when it can answer (``elicit_reviews``), and is rejected otherwise.
     """
 
     def __init__(
@@ -86,8 +86,8 @@ class GuardMiddleware:
         if elicit_reviews:
             for reviewer_id in guard.required_reviewers():
                 reviewer, config = guard.reviewer_for(reviewer_id)
-                if not getattr(reviewer, "__agentguard_elicits__", False):  # installing twice wraps once
-                    guard.add_reviewer(reviewer_id, _eliciting(reviewer_id, reviewer), config=config)
+                if reviewer is None:  # the guard's own reviewer answers: the client must not approve itself
+                    guard.add_reviewer(reviewer_id, _eliciting(reviewer_id), config=config)
 
     def engagement_for(self, ctx: Request) -> Engagement:
         """The engagement a request belongs to, opened on first use with the request's user."""
@@ -164,15 +164,16 @@ _SCHEMA: dict[str, Any] = {
 }
 
 
-def _eliciting(reviewer_id: str, fallback: Reviewer | None) -> Reviewer:
-    """A reviewer that asks the MCP client through elicitation when it can answer, else ``fallback``.
+def _eliciting(reviewer_id: str) -> Reviewer:
+    """A reviewer, for a reviewer id the guard has none for, that asks the MCP client through elicitation.
 
-    The client can answer when it declared the elicitation capability and the connection has a back-channel
-    (the 2025 handshake protocol; the stateless 2026-07-28 protocol has none, see the README). Declining or
-    cancelling rejects. No client that can answer and no fallback: rejected, as in the core.
+    Only then: the client is the one asking for the call, so its answer never stands in for a reviewer the
+    guard has. The client can answer when it declared the elicitation capability and the connection has a
+    back-channel (the 2025 handshake protocol; the stateless 2026-07-28 protocol has none, see the README).
+    Declining or cancelling rejects; no client that can answer: rejected, as in the core.
     """
 
-    async def review(request: ReviewRequest) -> Approval | bool:
+    async def review(request: ReviewRequest) -> Approval:
         ctx = _request.get()
         capabilities = ctx.session.client_capabilities if ctx is not None else None
         if ctx is not None and capabilities is not None and capabilities.elicitation is not None:
@@ -191,12 +192,6 @@ def _eliciting(reviewer_id: str, fallback: Reviewer | None) -> Reviewer:
                     content.get("reason") if answer.action == "accept" else f"elicitation {answer.action}"
                 )
                 return Approval(approved, str(reason) if reason else None, f"{reviewer_id} (MCP elicitation)")
-        if fallback is None:
-            return Approval(
-                False, f"no reviewer {reviewer_id!r} and the MCP client cannot elicit", reviewer_id
-            )
-        decided = fallback(request)
-        return await decided if inspect.isawaitable(decided) else decided
+        return Approval(False, f"no reviewer {reviewer_id!r} and the MCP client cannot elicit", reviewer_id)
 
-    review.__agentguard_elicits__ = True  # type: ignore[attr-defined]
     return review
