@@ -355,3 +355,48 @@ def test_a_python_rule_denial_reaches_the_model_which_recovers(build_agent: Buil
     assert message.status == "error"
     assert "no-a1" in str(message.content)
     assert h.shop.runs["lookup_order"] == 0
+
+
+CRAFTED_SPEC = """
+kind: openagentspec:v1/agent
+name: search-agent
+description: The agent searches.
+intent: You search.
+owner: tests@corp.com
+capabilities:
+  crafted-search:
+    output_restriction:
+      assertion: recent["crafted-search"].outputs.results == []
+"""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"results": ["SECRET-1", "SECRET-2"], "results": []}',
+        '{"page": {"results": ["SECRET-1"], "results": []}, "results": []}',
+        '{"results": [], "more": [{"results": ["SECRET-1"], "results": []}]}',
+    ],
+)
+def test_a_json_text_with_a_key_twice_is_checked_as_the_model_reads_it(
+    build_agent: BuildAgent, text: str
+) -> None:
+    """A parser keeps one value of a repeated key; the model reads the text, both values. Such a text is
+    not decoded: the output restriction sees the text itself (and here fails on it: a text has no
+    ``results``)."""
+
+    @tool
+    def crafted_search(query: str) -> str:
+        """Search the web."""
+        return text
+
+    h = build_agent(
+        [calls(("crafted_search", {"query": "q"})), answer("ok")],
+        guard=Guard.from_yaml(CRAFTED_SPEC),
+        extra_tools=[crafted_search],
+    )
+    result = h.agent.invoke(user_says("search"), config())
+    (message,) = tool_messages(result)
+    assert message.status == "error"
+    assert "SECRET-1" not in str(message.content)
+    assert all("SECRET-1" not in str(m.content) for batch in h.model.received for m in batch)
