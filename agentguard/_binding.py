@@ -9,8 +9,7 @@ from __future__ import annotations
 import inspect
 import types
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from agentguard.runs import Retry, Timeout
 
@@ -18,7 +17,7 @@ __all__ = ["Binder", "Registered", "default_tool_name"]
 
 
 _CACHE_SIZE = 512
-_CACHE: dict[tuple[Any, ...], Binder] = {}
+_CACHE: dict[object, Binder] = {}  # by code object, or (code, defaults, keyword defaults)
 
 
 def _frozen(mapping: dict[str, Any] | None) -> tuple[tuple[str, Any], ...] | None:
@@ -32,7 +31,7 @@ class Binder:
     times cheaper than ``inspect.Signature.bind`` on the per-call path. Other signatures use ``bind``.
     """
 
-    __slots__ = ("_count", "_defaults", "_names", "_required", "_signature", "_simple")
+    __slots__ = ("_count", "_defaults", "_names", "_required", "_signature", "_simple", "_spread")
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self._signature = inspect.signature(fn)
@@ -42,6 +41,11 @@ class Binder:
         self._names = tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
         self._defaults = {p.name: p.default for p in params if p.default is not p.empty}
         self._required = frozenset(p.name for p in params if p.default is p.empty)
+        # ``fn(**kwargs)`` alone (a host's runner): inputs are passed on as they are, unless one of them is
+        # named like the parameter (``bind`` records a direct call's keywords under that name).
+        self._spread = (
+            params[0].name if len(params) == 1 and params[0].kind is params[0].VAR_KEYWORD else None
+        )
 
     @classmethod
     def of(cls, fn: Callable[..., Any]) -> Binder:
@@ -58,7 +62,8 @@ class Binder:
         ):
             return cls(fn)
         # Not the annotations: binding never reads them, and a closure's are a fresh dict on every call.
-        key = (fn.__code__, fn.__defaults__, _frozen(fn.__kwdefaults__))
+        code, defaults, kwdefaults = fn.__code__, fn.__defaults__, fn.__kwdefaults__
+        key = code if defaults is None and kwdefaults is None else (code, defaults, _frozen(kwdefaults))
         try:
             binder = _CACHE.get(key)
         except TypeError:  # an unhashable default value
@@ -90,7 +95,8 @@ class Binder:
         return inputs
 
     def to_args(self, inputs: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        if self._simple:  # ``fn(**inputs)`` copies the mapping into the call: no copy needed here
+        if self._simple or (self._spread is not None and self._spread not in inputs):
+            # ``fn(**inputs)`` copies the mapping into the call: no copy needed here
             return (), inputs if type(inputs) is dict else dict(inputs)
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
@@ -116,8 +122,11 @@ class Binder:
         return tuple(args), kwargs
 
 
-@dataclass(frozen=True)
-class Registered:
+class Registered(NamedTuple):
+    """A guarded function and how it runs: one per registered tool or agent, and one per call an adapter
+    makes through ``Guard.call`` with a function of its own (a tuple: built on every such call, it costs a
+    third of a frozen dataclass)."""
+
     name: str
     kind: Literal["tool", "agent"]
     fn: Callable[..., Any]

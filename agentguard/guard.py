@@ -23,12 +23,11 @@ instead of decorating functions; both paths run the same pipeline.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import os
 import secrets
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from opentelemetry.metrics import MeterProvider
@@ -584,12 +583,10 @@ class Guard:
         current: Engagement | None = self._runtime.current.get()
         return current
 
-    def _engagement_for_call(self, name: str) -> tuple[Engagement, bool]:
-        eng: Engagement | None = self._runtime.current.get()
-        if eng is not None:
-            return eng, False
+    def _own_engagement(self, name: str) -> Engagement:
+        """The engagement a call made outside any opens for itself (``auto_engagement``), else the error."""
         if self.auto_engagement:
-            return self.engagement(), True
+            return self.engagement()
         raise ConfigurationError(
             f"guarded {name!r} was called outside an engagement: wrap the agent run in "
             "`with guard.engagement(user=...):` (or build the Guard with auto_engagement=True)"
@@ -600,22 +597,33 @@ class Guard:
     def _call_registered(
         self, reg: Registered, inputs: dict[str, Any], call_id: str | None, reasoning: str | None
     ) -> Any:
-        eng, own = self._engagement_for_call(reg.name)
+        eng: Engagement | None = self._runtime.current.get()
+        if eng is not None:
+            return run_tool_call(self._runtime, eng.state, reg, inputs, call_id, reasoning)
+        eng = self._own_engagement(reg.name)
         try:
             return run_tool_call(self._runtime, eng.state, reg, inputs, call_id, reasoning)
         finally:
-            if own:
-                eng.close()
+            eng.close()
 
-    async def _acall_registered(
+    def _acall_registered(
+        self, reg: Registered, inputs: dict[str, Any], call_id: str | None, reasoning: str | None
+    ) -> Coroutine[Any, Any, Any]:
+        """What to await for the call: in an open engagement, the pipeline's own coroutine (not one more
+        wrapped around it, on every call of an async tool or adapter)."""
+        eng: Engagement | None = self._runtime.current.get()
+        if eng is not None:
+            return arun_tool_call(self._runtime, eng.state, reg, inputs, call_id, reasoning)
+        return self._acall_own(reg, inputs, call_id, reasoning)
+
+    async def _acall_own(
         self, reg: Registered, inputs: dict[str, Any], call_id: str | None, reasoning: str | None
     ) -> Any:
-        eng, own = self._engagement_for_call(reg.name)
+        eng = self._own_engagement(reg.name)
         try:
             return await arun_tool_call(self._runtime, eng.state, reg, inputs, call_id, reasoning)
         finally:
-            if own:
-                eng.close()
+            eng.close()
 
     def _adhoc(
         self,
@@ -635,14 +643,14 @@ class Guard:
         elif isinstance(marked, Registered):  # a @guard.tool function: use the undecorated function
             reg = marked
         elif reg is not None:  # a host's runner for a registered tool: its settings stay, the host runs it
-            # (built directly: dataclasses.replace costs several times more, on every call of an adapter)
+            # (built directly, not with ``_replace``: this runs on every call of an adapter)
             reg = Registered(
                 reg.name, reg.kind, fn, Binder.of(fn), reg.needs_credentials, reg.timeout, reg.retry
             )
         else:
             reg = Registered(name, kind, fn, Binder.of(fn), False)
         if timeout is not None or retry is not None:
-            reg = dataclasses.replace(reg, timeout=timeout or reg.timeout, retry=retry or reg.retry)
+            reg = reg._replace(timeout=timeout or reg.timeout, retry=retry or reg.retry)
         return reg
 
     def call(

@@ -42,3 +42,39 @@ def test_flat_inputs_reach_a_var_keyword_runner() -> None:
         return kwargs
 
     assert Binder.of(runner).to_args({"to": "a", "body": "b"}) == ((), {"to": "a", "body": "b"})
+
+
+def test_a_runner_taking_only_keywords_gets_the_inputs_as_they_are() -> None:
+    """The host's runner (``fn(**kwargs)`` alone) is handed the inputs without a walk over its signature;
+    an input named like its ``**`` parameter still takes the general path, which spreads a mapping recorded
+    under that name by ``bind``."""
+
+    def runner(**extra: Any) -> Any:
+        return extra
+
+    binder = Binder.of(runner)
+    inputs = {"to": "a", "body": ["b"], "": None}
+    assert binder.to_args(inputs) == ((), inputs)
+    recorded = binder.bind((), {"to": "a"})
+    assert recorded == {"extra": {"to": "a"}}
+    assert binder.to_args(recorded) == ((), {"to": "a"})
+    assert binder.to_args({"extra": "x", "to": "a"}) == ((), {"extra": "x", "to": "a"})
+
+
+def test_closures_without_defaults_share_a_binder_with_their_code() -> None:
+    def make_plain() -> Any:
+        def runner(q: str) -> str:
+            return q
+
+        return runner
+
+    def make_keyword(default: str) -> Any:
+        def runner(*, q: str = default) -> str:
+            return q
+
+        return runner
+
+    assert Binder.of(make_plain()) is Binder.of(make_plain())
+    assert Binder.of(make_keyword("a")) is Binder.of(make_keyword("a"))
+    assert Binder.of(make_keyword("a")) is not Binder.of(make_keyword("b"))
+    assert Binder.of(make_keyword("b")).bind((), {}) == {"q": "b"}

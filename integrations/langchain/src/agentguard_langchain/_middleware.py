@@ -343,9 +343,9 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         return session
 
     def _open_session(self, state: Mapping[str, Any]) -> Session | None:
-        """The run's session when this worker has it open, as at almost every hook call: the rest of
-        :meth:`_session` is for the other cases (and under asyncio, awaiting :meth:`_asession` costs a
-        coroutine per call)."""
+        """The run's session when this worker has it open, as at almost every tool call: the rest of
+        :meth:`_session` is for the other cases (two calls more on every tool call, and under asyncio
+        awaiting :meth:`_asession` costs a coroutine)."""
         return self._sessions.get(_engagement_id(state))
 
     async def _asession(self, state: Mapping[str, Any], context: object) -> Session:
@@ -592,7 +592,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         store and a thread) has a stored result to adopt or release: the others skip those calls (under
         asyncio, each would cost a coroutine).
         """
-        session = self._session(request.state, request.runtime.context)
+        session = self._open_session(request.state) or self._session(request.state, request.runtime.context)
         call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed)
         with session.engagement.activate(), call:
             replay_interrupts(call.interrupts_to_replay())
