@@ -4,7 +4,8 @@ The client speaks wire JSON: it takes an AOS JSON-RPC request as a ``dict`` (cam
 ``agentguard.aos`` models dump it) and returns a :class:`GuardianVerdict`. It never raises for a guardian
 problem — a timeout, a refused connection, an HTTP error, a JSON-RPC error, a malformed reply or a ``modify``
 that cannot be applied all come back as ``NO_DECISION`` with the cause in ``failure``, and ``proceeded``
-set by ``on_failure`` (``"deny"`` by default). Nothing proceeds without a recorded reason.
+set by ``on_failure`` (``"deny"`` by default) -- except that a malformed reply whose decision reads as deny
+never proceeds. Nothing proceeds without a recorded reason.
 
 All wire logic lives in :mod:`agentguard.guardian._flow` as sans-I/O flows; this module only performs their
 effects, once synchronously (:func:`_drive_sync`) and once with asyncio (:func:`_drive_async`).
@@ -76,6 +77,61 @@ EventCallback = Callable[[str, dict[str, object]], None]
 """``on_event(name, data)``: ``"delivered"`` / ``"failed"`` (data: ``id``, ``method``, ``verdict``) for
 observed steps that reached / did not reach a guardian decision, ``"dropped"`` (``id``, ``method``,
 ``reason``) for observed steps that were never sent."""
+
+
+def _content_coding(request: httpx.Request, response: httpx.Response) -> None:
+    """Refuse an answer sent with a content coding (gzip, br, zstd, ...): the client asks for ``identity``.
+
+    httpx inflates each chunk it reads in one piece, so a 32 KiB zstd body may become 1 GiB in memory before
+    the ``max_reply_bytes`` check sees it. A guardian that honours ``Accept-Encoding: identity`` never sends
+    one; any other is refused (the flow reads it as a malformed answer) before its body is read.
+    """
+    codings = [
+        coding.strip().lower() for coding in response.headers.get_list("content-encoding", split_commas=True)
+    ]
+    refused = [coding for coding in codings if coding not in ("", "identity")]
+    if refused:
+        raise httpx.DecodingError(
+            f"content-encoding {', '.join(refused)} refused (the client asks for identity)", request=request
+        )
+
+
+class _IdentityOnly(httpx.BaseTransport):
+    """A transport that refuses compressed answers (:func:`_content_coding`) of the transport it wraps."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self._inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self._inner.handle_request(request)
+        try:
+            _content_coding(request, response)
+        except httpx.DecodingError:
+            response.close()
+            raise
+        return response
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _AsyncIdentityOnly(httpx.AsyncBaseTransport):
+    """:class:`_IdentityOnly` for asyncio."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        try:
+            _content_coding(request, response)
+        except httpx.DecodingError:
+            await response.aclose()
+            raise
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 def _label(request: httpx.Request, step: Step | None) -> tuple[str, str | int | None]:
@@ -285,7 +341,7 @@ class _Core:
         with self._lock:
             if self._sync_http is None:
                 transport = self._transport if self._transport is not None else deadline_transport()
-                self._sync_http = httpx.Client(transport=transport)
+                self._sync_http = httpx.Client(transport=_IdentityOnly(transport))
             return self._sync_http
 
     def async_http(self) -> httpx.AsyncClient:
@@ -294,7 +350,13 @@ class _Core:
             if self._async_http is not None and self._async_http[0]() is loop:
                 return self._async_http[1]
             # A client from an earlier loop cannot be closed from this one; it is left to the collector.
-            client = httpx.AsyncClient(transport=self._async_transport)
+            # The default transport is made here, as the blocking one is: a given transport also keeps httpx
+            # from routing the guardian through proxies named in the environment, as the blocking client
+            # never did.
+            transport = (
+                self._async_transport if self._async_transport is not None else httpx.AsyncHTTPTransport()
+            )
+            client = httpx.AsyncClient(transport=_AsyncIdentityOnly(transport))
             self._async_http = (weakref.ref(loop), client)
             return client
 
@@ -336,7 +398,9 @@ class GuardianClient:
     answer longer than ``max_reply_bytes`` (default 16 MiB) is not read further: the step ends
     ``NO_DECISION`` with the cause ``"reply too large: ..."`` (never retried), and ``on_failure`` decides.
     ``token`` is sent as ``Authorization: Bearer <token>``; ``headers`` are added to every request
-    (``Content-Type: application/json`` is always set, as AOS requires).
+    (``Content-Type: application/json`` is always set, as AOS requires, and ``Accept-Encoding: identity``:
+    an answer with a content coding such as gzip is refused unread, a malformed answer, because a small
+    compressed body can inflate far past ``max_reply_bytes`` in memory before its size is known).
 
     ``ping_on_start`` pings the guardian (AOS ``ping``, ``timeout`` = the client's timeout) before the
     *first step*, not at construction: construction cannot know whether the agent is synchronous or
@@ -344,9 +408,11 @@ class GuardianClient:
     first step is not sent; it ends ``NO_DECISION`` with a ``"ping: ..."`` cause, so ``on_failure`` decides
     whether it proceeds. Later steps are sent normally.
 
-    ``transport`` / ``async_transport`` replace httpx's network transports (tests, custom TLS, ...); a
-    transport that implements both interfaces, like ``httpx.MockTransport``, serves both when
-    ``async_transport`` is not given.
+    ``transport`` / ``async_transport`` replace httpx's network transports (tests, custom TLS, a proxy:
+    ``httpx.HTTPTransport(proxy=...)``); a transport that implements both interfaces, like
+    ``httpx.MockTransport``, serves both when ``async_transport`` is not given. Proxies named in the
+    environment (``HTTP_PROXY``, ``ALL_PROXY``, ...) are not used, by the blocking and the asyncio client
+    alike: whoever answers the guardian's requests decides the agent's steps.
 
     ``on_event`` (and any callback given to :meth:`add_listener`) hears what happens to observed steps:
     see :data:`EventCallback`. Each HTTP request is an OpenTelemetry CLIENT span (``rpc.system=jsonrpc``,
@@ -407,6 +473,7 @@ class GuardianClient:
                 raise ValueError("pass either token= or an Authorization header, not both")
             merged["Authorization"] = f"Bearer {token}"
         merged["Content-Type"] = "application/json"
+        merged["Accept-Encoding"] = "identity"  # a compressed answer is refused: see _content_coding
         if async_transport is None and isinstance(transport, httpx.AsyncBaseTransport):
             async_transport = transport
         self._mode: Literal["enforce", "observe"] = mode

@@ -13,22 +13,26 @@ and returns its result. The drivers in :mod:`agentguard.guardian._client` only p
     # Sleep -> time.sleep(effect.seconds); reply = None
     effect = flow.send(reply)     # ... until StopIteration carries the GuardianVerdict
 
-What a flow checks, in order: HTTP status (2xx, else ``http <status>``), a JSON body, a JSON-RPC 2.0 envelope
+What a flow checks, in order: HTTP status (2xx, else ``http <status>``), a JSON body read the one way every
+standards parser reads it (UTF-8, no key given twice in any object, no ``NaN``/``Infinity`` or number too
+large for a double: RFC 8259 leaves such documents' meaning open, so they are no decision), a JSON-RPC 2.0 envelope
 (``jsonrpc == "2.0"``, exactly one of ``result``/``error``, ``id`` equal to the request's), then the AOS
 result (``decision`` in allow/deny/modify; a ``modify`` must carry a ``modifiedRequest`` that is a whole
 JSON-RPC request with the same ``id`` and ``method`` and an object ``params``). Any miss is a failure
-verdict with its cause; whether the step then proceeds is the ``on_failure`` policy's call.
+verdict with its cause; whether the step then proceeds is the ``on_failure`` policy's call -- unless the
+refused reply says deny in any reading (:func:`_says_deny`): a step the guardian denied never proceeds.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal, TypeVar
+from typing import Literal, NoReturn, TypeVar
 
 import httpx
 
@@ -155,6 +159,11 @@ def decision_flow(settings: Settings, step: Step, *, ping_first: bool) -> Flow[G
         return no_decision(settings, outcome.cause, started, attempts)
     decided = _interpret_decision(outcome, step.request_id, step.method)
     if isinstance(decided, _Failure):
+        if _says_deny(outcome.content):
+            # on_failure="allow" is for a guardian that gave no decision, not for one that denied in a reply
+            # with another member malformed, or that can also be read as allow (a key given twice).
+            cause = f"{decided.cause} (the reply says deny: not proceeding)"
+            return no_decision(settings, cause, started, attempts, proceeded=False)
         return no_decision(settings, decided.cause, started, attempts)
     return GuardianVerdict(
         outcome=decided.outcome,
@@ -259,12 +268,86 @@ def _classify(reply: Reply) -> httpx.Response | _Failure:
     return _Failure(kind, f"http {status}")
 
 
-def _unwrap_envelope(response: httpx.Response, request_id: str | int) -> dict[str, object] | _Failure:
-    """Check the JSON-RPC response envelope; return its ``result`` object or the failure."""
+class _Ambiguous(ValueError):
+    """The body is JSON, but not one that every parser reads alike."""
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Ambiguous(f"key {key!r} given twice in an object")
+            seen.add(key)
+    return obj
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise _Ambiguous(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Ambiguous(f"number {text[:40]} is out of range")
+    return value
+
+
+# A repeated key is refused, not settled last-wins as json.loads does: a parser that keeps the first (or a
+# guardian that wrote {"decision": "deny", "message": "<text>"} by hand, with the text closing the string
+# and adding "decision": "allow") reads another decision. NaN and the infinities are not JSON (the AOS
+# models refuse them too), and a number past a double's range would become one.
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite)
+
+
+def _decode_json(body: bytes) -> object | _Failure:
+    """The body as JSON read strictly (UTF-8, RFC 8259 §8.1), or the failure."""
     try:
-        envelope = json.loads(response.content)
+        text = body.decode("utf-8")  # strict: json.loads on bytes would guess UTF-16/32 and pass surrogates
+    except UnicodeDecodeError:
+        return _malformed("body is not UTF-8")
+    try:
+        decoded: object = _DECODER.decode(text)
+    except _Ambiguous as exc:
+        return _malformed(str(exc))
     except (ValueError, RecursionError) as exc:
         return _malformed(f"body is not JSON ({type(exc).__name__})")
+    return decoded
+
+
+class _Pairs(list[tuple[str, object]]):
+    """A JSON object as every member it was written with, a repeated key included."""
+
+
+def _says_deny(body: bytes) -> bool:
+    """Whether any reading of a reply that was refused has a ``result`` whose ``decision`` means deny.
+
+    Read as leniently as any parser might (every member of a repeated key, ``NaN``, the ``decision`` in any
+    case and spacing, or inside a list), because it only ever keeps a step from proceeding.
+    """
+    try:
+        envelope = json.loads(body, object_pairs_hook=_Pairs)
+    except (ValueError, RecursionError):
+        return False
+    if not isinstance(envelope, _Pairs):
+        return False
+    results = [value for key, value in envelope if key == "result" and isinstance(value, _Pairs)]
+    decisions = [value for result in results for key, value in result if key == "decision"]
+    return any(_means_deny(decision) for decision in decisions)
+
+
+def _means_deny(decision: object) -> bool:
+    if isinstance(decision, str):
+        return decision.strip().casefold() == "deny"
+    return isinstance(decision, list) and any(_means_deny(item) for item in decision)
+
+
+def _unwrap_envelope(response: httpx.Response, request_id: str | int) -> dict[str, object] | _Failure:
+    """Check the JSON-RPC response envelope; return its ``result`` object or the failure."""
+    envelope = _decode_json(response.content)
+    if isinstance(envelope, _Failure):
+        return envelope
     if not isinstance(envelope, dict):
         return _malformed("body is not a JSON object")
     if envelope.get("jsonrpc") != "2.0":
@@ -358,12 +441,15 @@ def _same_id(candidate: object, request_id: str | int) -> bool:
     return type(candidate) is type(request_id) and candidate == request_id
 
 
-def no_decision(settings: Settings, cause: str, started: float, attempts: int) -> GuardianVerdict:
-    """The verdict for an exchange that ended without a decision; ``on_failure`` says if the step proceeds."""
+def no_decision(
+    settings: Settings, cause: str, started: float, attempts: int, *, proceeded: bool | None = None
+) -> GuardianVerdict:
+    """The verdict for an exchange that ended without a decision; ``on_failure`` says if the step proceeds
+    (unless ``proceeded=False`` overrules it)."""
     return GuardianVerdict(
         outcome=GuardianOutcome.NO_DECISION,
         failure=cause,
-        proceeded=settings.on_failure == "allow",
+        proceeded=settings.on_failure == "allow" if proceeded is None else proceeded,
         latency_ms=_elapsed_ms(started),
         attempts=attempts,
     )

@@ -31,7 +31,8 @@ class GuardianVerdict:
     """The result of asking the guardian about one step.
 
     ``proceeded`` says whether the step goes ahead: true for ``ALLOW`` and ``MODIFY`` (with the modified
-    request), false for ``DENY``, and for ``NO_DECISION`` whatever ``on_failure`` chose (``"allow"`` → true).
+    request), false for ``DENY``, and for ``NO_DECISION`` whatever ``on_failure`` chose (``"allow"`` → true),
+    except for a refused reply that says deny (false, and ``failure`` ends ``"(the reply says deny: ...)"``).
     ``modified_request`` is the guardian's *complete replacement* AOS request (same ``id`` and ``method``,
     full ``params``); it is only set for ``MODIFY``. ``attempts`` counts the HTTP requests made for the step
     (retries included, a start-up ping excluded); ``latency_ms`` is the wall time of the whole exchange,

@@ -12,11 +12,16 @@ byte strings it yields are written one after another with ``pause`` seconds betw
 
 Stopping the server closes every connection it holds, so a client still reading gets a reset, and no
 thread outlives the test.
+
+``HostileServer(answer=...)`` instead hands each decoded request to ``answer``, which returns the whole
+response: a guardian that writes exact bytes (a key twice, ``NaN``, an encoding) under the request's own
+``id``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -24,6 +29,8 @@ from types import TracebackType
 from typing import Self
 
 Script = Callable[[str, str], Iterable[bytes]]
+Answer = Callable[[dict[str, object]], bytes]
+"""``answer(request)``: the whole HTTP response (head and body) to send for one decoded JSON-RPC request."""
 
 
 def http_response(
@@ -54,8 +61,13 @@ def flood(total: int, *, chunk: int = 1 << 16, content_type: str = "application/
 class HostileServer:
     """Serves ``script`` on 127.0.0.1 until the ``with`` block ends; counts the requests it received."""
 
-    def __init__(self, script: Script, *, pause: float = 0.0) -> None:
+    def __init__(
+        self, script: Script | None = None, *, pause: float = 0.0, answer: Answer | None = None
+    ) -> None:
+        if (script is None) == (answer is None):
+            raise TypeError("give exactly one of script and answer")
         self._script = script
+        self._answer = answer
         self._pause = pause
         self._stop = threading.Event()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -66,6 +78,8 @@ class HostileServer:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self.requests: list[tuple[str, str]] = []
+        self.bodies: list[bytes] = []
+        self.headers: list[dict[str, str]] = []
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
 
     def __enter__(self) -> Self:
@@ -103,15 +117,25 @@ class HostileServer:
                 self._connections.append(connection)
             self._spawn(self._serve, connection)
 
+    def _respond(self, method: str, path: str, body: bytes) -> Iterable[bytes]:
+        if self._script is not None:
+            return self._script(method, path)
+        assert self._answer is not None
+        request = json.loads(body)
+        return [self._answer(request if isinstance(request, dict) else {})]
+
     def _serve(self, connection: socket.socket) -> None:
         try:
             while not self._stop.is_set():
                 request = _read_request(connection)
                 if request is None:
                     return
+                method, path, headers, body = request
                 with self._lock:
-                    self.requests.append(request)
-                for data in self._script(*request):
+                    self.requests.append((method, path))
+                    self.headers.append(headers)
+                    self.bodies.append(body)
+                for data in self._respond(method, path, body):
                     if self._stop.wait(self._pause):
                         return
                     connection.sendall(data)
@@ -119,8 +143,8 @@ class HostileServer:
             return  # the client gave up (as it should) or the test ended
 
 
-def _read_request(connection: socket.socket) -> tuple[str, str] | None:
-    """Method and path of the next request on ``connection`` (its body read and dropped); None at EOF."""
+def _read_request(connection: socket.socket) -> tuple[str, str, dict[str, str], bytes] | None:
+    """Method, path, headers (lower-case names) and body of the next request on ``connection``; None at EOF."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = connection.recv(65536)
@@ -130,14 +154,14 @@ def _read_request(connection: socket.socket) -> tuple[str, str] | None:
     head, _, rest = data.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     method, path, _ = lines[0].split(" ", 2)
-    length = 0
+    headers: dict[str, str] = {}
     for line in lines[1:]:
         name, _, value = line.partition(":")
-        if name.strip().lower() == "content-length":
-            length = int(value.strip())
+        headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0"))
     while len(rest) < length:
         chunk = connection.recv(65536)
         if not chunk:
             return None
         rest += chunk
-    return method, path
+    return method, path, headers, rest[:length]

@@ -231,15 +231,23 @@ MALFORMED: dict[str, tuple[Handler, str]] = {
 }
 
 
+# Malformed replies whose decision is "deny": a denied step never proceeds, whatever on_failure says.
+SAYS_DENY = {"reasoning not a string", "reasonCode not a list", "reasonCode with a number"}
+
+
 @pytest.mark.parametrize("on_failure", ["deny", "allow"])
-@pytest.mark.parametrize(("handler", "cause"), MALFORMED.values(), ids=MALFORMED.keys())
+@pytest.mark.parametrize(
+    ("handler", "cause", "says_deny"),
+    [(handler, cause, name in SAYS_DENY) for name, (handler, cause) in MALFORMED.items()],
+    ids=MALFORMED.keys(),
+)
 def test_malformed_reply_is_a_failure(
-    ask: Callable[..., GuardianVerdict], handler: Handler, cause: str, on_failure: str
+    ask: Callable[..., GuardianVerdict], handler: Handler, cause: str, says_deny: bool, on_failure: str
 ) -> None:
     verdict = ask(handler, step("step-1"), on_failure=on_failure, retry=GuardianRetry(attempts=2, delay_ms=0))
     assert verdict.outcome is GuardianOutcome.NO_DECISION
     assert (verdict.failure or "").startswith(cause), verdict.failure
-    assert verdict.proceeded is (on_failure == "allow")
+    assert verdict.proceeded is (on_failure == "allow" and not says_deny)
     assert verdict.attempts == 1  # a malformed reply is an answer: never retried
 
 
