@@ -41,6 +41,7 @@ from agentguard.guardian import GuardianClient
 from agentguard.observers import Observer, Observers
 from agentguard.pipeline import (
     AgentInfo,
+    Reasoning,
     Runtime,
     StepBuilder,
     answers_checked,
@@ -595,7 +596,7 @@ class Guard:
     # -- calls ----------------------------------------------------------------------------------------
 
     def _call_registered(
-        self, reg: Registered, inputs: dict[str, Any], call_id: str | None, reasoning: str | None
+        self, reg: Registered, inputs: dict[str, Any], call_id: str | None, reasoning: Reasoning
     ) -> Any:
         eng: Engagement | None = self._runtime.current.get()
         if eng is not None:
@@ -607,7 +608,7 @@ class Guard:
             eng.close()
 
     def _acall_registered(
-        self, reg: Registered, inputs: dict[str, Any], call_id: str | None, reasoning: str | None
+        self, reg: Registered, inputs: dict[str, Any], call_id: str | None, reasoning: Reasoning
     ) -> Coroutine[Any, Any, Any]:
         """What to await for the call: in an open engagement, the pipeline's own coroutine (not one more
         wrapped around it, on every call of an async tool or adapter)."""
@@ -617,7 +618,7 @@ class Guard:
         return self._acall_own(reg, inputs, call_id, reasoning)
 
     async def _acall_own(
-        self, reg: Registered, inputs: dict[str, Any], call_id: str | None, reasoning: str | None
+        self, reg: Registered, inputs: dict[str, Any], call_id: str | None, reasoning: Reasoning
     ) -> Any:
         eng = self._own_engagement(reg.name)
         try:
@@ -661,7 +662,7 @@ class Guard:
         *,
         kind: Literal["tool", "agent"] = "tool",
         call_id: str | None = None,
-        reasoning: str | None = None,
+        reasoning: Reasoning = None,
         timeout: Timeout | None = None,
         retry: Retry | None = None,
     ) -> Any:
@@ -670,7 +671,11 @@ class Guard:
         ``fn`` is called with ``inputs`` as keyword arguments (or the registered function of that name when
         ``fn`` is omitted). A ``@guard.tool`` function passed here is checked once, not twice. ``call_id`` is
         the host's id for the call: a host that re-runs a call after a paused review gets the reviewed
-        result without the tool running again. ``timeout`` / ``retry`` override the registered ones.
+        result without the tool running again. ``reasoning`` is the model's text that asked for the call,
+        sent to a guardian with it; only a guardian reads it, so a host that must search its conversation
+        for it may pass a function instead (sync or async), called only when a guardian is asked. A function
+        that fails or answers anything but text denies the call (``GuardianDenied``, recorded): its tool does
+        not run. ``timeout`` / ``retry`` override the registered ones.
         """
         reg = self._adhoc(name, fn, kind, timeout, retry)
         return self._call_registered(reg, dict(inputs), call_id, reasoning)
@@ -683,7 +688,7 @@ class Guard:
         *,
         kind: Literal["tool", "agent"] = "tool",
         call_id: str | None = None,
-        reasoning: str | None = None,
+        reasoning: Reasoning = None,
         timeout: Timeout | None = None,  # noqa: ASYNC109 - an OS Protocol Timeout for the tool, not for acall
         retry: Retry | None = None,
     ) -> Any:

@@ -35,7 +35,7 @@ from agentguard.pipeline._messages import (
 from agentguard.pipeline._runtime import Runtime
 from agentguard.pipeline._shared import flush_flow
 from agentguard.pipeline._steps import AgentInfo, StepBuilder, new_step, tool_definition
-from agentguard.pipeline._tool import ToolCall, arun_tool_call, run_tool_call, tool_call_flow
+from agentguard.pipeline._tool import Reasoning, ToolCall, arun_tool_call, run_tool_call, tool_call_flow
 
 __all__ = [
     "AgentInfo",
@@ -50,6 +50,7 @@ __all__ = [
     "Invoke",
     "InvokeTimedOut",
     "Observe",
+    "Reasoning",
     "Runtime",
     "Sleep",
     "StepBuilder",

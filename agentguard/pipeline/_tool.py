@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -34,6 +34,7 @@ from agentguard._binding import Registered
 from agentguard.errors import (
     CapabilityDenied,
     EngagementClosed,
+    GuardianDenied,
     IdentityError,
     Phase,
     PolicyViolation,
@@ -76,6 +77,11 @@ from agentguard.record import (
 )
 from agentguard.runs import Retry, Timeout, ToolTimeout
 
+Reasoning = str | Callable[[], str | None] | Callable[[], Awaitable[str | None]] | None
+"""The model's text that asked for a call (the AOS request's ``reasoning``), or a function that finds it (sync or
+async): only a guardian reads it, so a host that must search its conversation for it can leave that until one
+asks."""
+
 
 @dataclass(slots=True)
 class ToolCall:
@@ -88,13 +94,13 @@ class ToolCall:
     to_args: Callable[[Mapping[str, Any]], tuple[tuple[Any, ...], dict[str, Any]]]
     call_id: str | None = None
     needs_credentials: bool = False
-    reasoning: str | None = None
+    reasoning: Reasoning = None
     timeout: Timeout | None = None
     retry: Retry | None = None
 
     @classmethod
     def of(
-        cls, reg: Registered, inputs: dict[str, Any], call_id: str | None, reasoning: str | None
+        cls, reg: Registered, inputs: dict[str, Any], call_id: str | None, reasoning: Reasoning
     ) -> ToolCall:
         """A call of the registered tool or agent ``reg`` with ``inputs``."""
         return cls(
@@ -301,6 +307,31 @@ def _resolved_credentials(
     return resolved
 
 
+def _reasoning(ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall) -> Flow[str | None]:
+    """The call's reasoning for the guardian's request: a function the host gave for it is called (by the
+    driver) only now. One that fails or answers anything but text denies the call, which the guardian could
+    not be asked about as the host meant."""
+    reasoning = call.reasoning
+    if reasoning is None or isinstance(reasoning, str):
+        return reasoning
+    cause: Exception | None = None
+    if not callable(reasoning):
+        why = f"the call's reasoning is {type(reasoning).__name__}, not text or a function"
+    else:
+        try:
+            text = yield CallUser(reasoning, (), "the reasoning function")
+        except ctx.passthrough:
+            raise
+        except Exception as exc:
+            why, cause = f"the reasoning function failed ({type(exc).__name__})", exc
+        else:
+            if text is None or isinstance(text, str):
+                return text
+            why = f"the reasoning function returned {type(text).__name__}, not text or None"
+    error = GuardianDenied(f"{why}: the guardian was not asked", capability=call.name, phase=Phase.INPUT)
+    raise deny(ctx, state, step, error) from cause
+
+
 def tool_call_flow(
     ctx: Runtime, state: EngagementState, call: ToolCall, watchers: tuple[Observer, ...]
 ) -> Flow[Any]:
@@ -367,7 +398,7 @@ def run_tool_call(
     reg: Registered,
     inputs: dict[str, Any],
     call_id: str | None = None,
-    reasoning: str | None = None,
+    reasoning: Reasoning = None,
 ) -> Any:
     """One guarded call of ``reg`` in this thread, with ``inputs`` (by parameter name, a dict built for this
     call): :func:`tool_call_flow` under the sync driver, or, when the flow would yield nothing but the tool's
@@ -391,7 +422,7 @@ async def arun_tool_call(
     reg: Registered,
     inputs: dict[str, Any],
     call_id: str | None = None,
-    reasoning: str | None = None,
+    reasoning: Reasoning = None,
 ) -> Any:
     """:func:`run_tool_call` under asyncio."""
     watchers = ctx.observers.stepping()
@@ -603,7 +634,8 @@ def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: Too
     try:
         _checked_inputs(ctx, state, step, allows, record, call_inputs)
         if ctx.guardian is not None:
-            request = ctx.steps.tool_call_request(state, step, name, record.inputs, call.reasoning)
+            reasoning = yield from _reasoning(ctx, state, step, call)
+            request = ctx.steps.tool_call_request(state, step, name, record.inputs, reasoning)
             params = yield from ask_guardian(ctx, state, step, request, name, Phase.INPUT)
             if params is not None:
                 new_inputs = _inputs_from(params)

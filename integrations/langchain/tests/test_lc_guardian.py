@@ -34,6 +34,11 @@ rules:
     set:
       params.toolCallRequest.inputs: >-
         params.toolCallRequest.inputs.map(i, i.name == "body" ? {"name": "body", "value": "[redacted]"} : i)
+  - name: no-reasoned-exports
+    methods: [steps/toolCallRequest]
+    when: has(params.reasoning) && params.reasoning.contains("bypass the audit")
+    decision: deny
+    message: Reasoned past the audit
   - name: no-promises
     methods: [steps/message]
     when: params.message.role == "agent" && params.message.content.exists(p, p.text.contains("guarantee"))
@@ -93,3 +98,30 @@ def test_a_denied_answer_never_reaches_the_user_async(
     assert "by Friday" not in final  # the model's answer never reaches the user...
     assert final.startswith("The response was blocked")  # ...the guardian's reason does
     assert "The agent may not make guarantees" in final
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_the_guardian_reads_the_reasoning_of_the_message_that_asked_for_the_call(
+    build_agent: BuildAgent, guardian: RunningServer, flavour: str
+) -> None:
+    """The middleware sends the text of the AI message that asked for a call as the request's ``reasoning``
+    (found only when the guardian is asked): a rule on it decides."""
+    guard = make_guard(guardian=GuardianClient(guardian.url))
+    h = build_agent(
+        [
+            calls(("lookup_order", {"order_id": "A-1"}), text="Let me bypass the audit and look it up."),
+            calls(("lookup_order", {"order_id": "A-2"}), text="Now the second order."),
+            answer("Done."),
+        ],
+        guard=guard,
+    )
+    payload, run_config, context = user_says("Check A-1 and A-2."), config(), {"user_id": "u-1"}
+    if flavour == "sync":
+        result = h.agent.invoke(payload, run_config, context=context)
+    else:
+        result = asyncio.run(h.agent.ainvoke(payload, run_config, context=context))
+    denied, looked_up = _tool_messages(result)
+    assert denied.status == "error"
+    assert "Reasoned past the audit" in denied.content
+    assert looked_up.status == "success"
+    assert h.shop.runs["lookup_order"] == 1  # only the call whose reasoning the rule let through ran

@@ -154,7 +154,6 @@ class ToolCallTranslation(Scope):
         "_ran",
         "capability",
         "inputs",
-        "reasoning",
         "request",
         "session",
         "stored",
@@ -176,7 +175,6 @@ class ToolCallTranslation(Scope):
         self.session = session
         self.inputs: Mapping[str, Any] = tool_call.get("args") or {}
         self.capability, self.tool = resolver.resolve(name, request.tool)
-        self.reasoning = _reasoning(request.state, call_id)
         self._held: HeldResult | None = None
         """The tool's result, once the pipeline has asked for it here."""
         self._done: HeldResult | None = None
@@ -189,6 +187,11 @@ class ToolCallTranslation(Scope):
             store = request.runtime.store
             if store is not None and session.thread is not None and call_id is not None:
                 self.stored = StoredResult(store, session.thread, call_id)
+
+    def reasoning(self) -> str | None:
+        """The request's AOS ``reasoning`` (see :func:`_reasoning`), which ``guard.call`` asks for only when
+        it asks a guardian: most calls never need the search through the conversation."""
+        return _reasoning(self.request.state, self.call_id)
 
     # -- the function the pipeline invokes -------------------------------------------------------------
 
