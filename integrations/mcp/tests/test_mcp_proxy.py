@@ -22,8 +22,9 @@ def _text(result: Any) -> str:
 
 
 def _proxy(*args: str) -> list[str]:
+    """The proxy's command line for the shop spec, whose ``require_review`` the client's user answers."""
     assert PROXY is not None, "agentguard-mcp-proxy is not installed (pip install -e integrations/mcp)"
-    return [PROXY, "--spec", str(SPEC), *args]
+    return [PROXY, "--spec", str(SPEC), "--elicit-reviews", *args]
 
 
 def _ran(log: Path) -> list[list[Any]]:
@@ -109,6 +110,16 @@ def test_the_proxy_needs_exactly_one_upstream() -> None:
     assert main(["--spec", str(SPEC), "--upstream", "http://127.0.0.1:1/mcp", "--", "server"]) == 2
 
 
+def test_a_spec_with_reviews_is_refused_without_a_reviewer(capsys: pytest.CaptureFixture[str]) -> None:
+    """The proxy has no reviewer of its own: the client's user answers only when the operator says so."""
+    from agentguard_mcp.proxy import main
+
+    assert main(["--spec", str(SPEC), "--", sys.executable, str(SHOP_SERVER)]) == 2
+    err = capsys.readouterr().err
+    assert "reviewer 'supervisor'" in err
+    assert "--elicit-reviews" in err
+
+
 async def test_agentguard_mcp_proxy_is_the_same_proxy(tmp_path: Path) -> None:
     """``agentguard mcp-proxy ...`` (the core command line) hands its whole command line to this proxy."""
     agentguard = shutil.which("agentguard", path=str(Path(sys.executable).parent))
@@ -119,6 +130,7 @@ async def test_agentguard_mcp_proxy_is_the_same_proxy(tmp_path: Path) -> None:
         "mcp-proxy",
         "--spec",
         str(SPEC),
+        "--elicit-reviews",
         "--",
         sys.executable,
         str(SHOP_SERVER),

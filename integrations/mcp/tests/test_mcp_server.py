@@ -87,7 +87,7 @@ async def test_review_through_mcp_elicitation(answer: dict[str, Any], approved: 
     ran: list[tuple[str, dict[str, Any]]] = []
     server = make_server(ran)
     guard = make_guard(reviewers={})  # no reviewer of its own: the client's user answers
-    middleware = guard_server(server, guard)
+    middleware = guard_server(server, guard, elicit_reviews=True)
     asked: list[str] = []
 
     async def elicit(ctx: Any, params: Any) -> ElicitResult:
@@ -123,6 +123,25 @@ async def test_a_clients_elicitation_does_not_stand_in_for_the_guards_reviewer()
         result = await client.call_tool("refund", {"order_id": "A-1", "amount": 30})
     assert result.is_error
     assert "[review input] refund" in _text(result)
+    assert asked == []
+    assert ran == []
+
+
+async def test_the_client_is_not_asked_to_review_unless_the_server_says_so() -> None:
+    """By default a reviewer the guard lacks is a setup mistake, not a question for the client asking for the
+    call (an agent host that accepts every elicitation would approve its own calls): nothing runs."""
+    ran: list[tuple[str, dict[str, Any]]] = []
+    server = make_server(ran)
+    guard_server(server, make_guard(reviewers={}))
+    asked: list[str] = []
+
+    async def elicit(ctx: Any, params: Any) -> ElicitResult:
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"approve": True})
+
+    async with Client(server, mode="legacy", elicitation_callback=elicit) as client:
+        with pytest.raises(MCPError, match="reviewer 'supervisor'"):
+            await client.call_tool("refund", {"order_id": "A-1", "amount": 30})
     assert asked == []
     assert ran == []
 

@@ -64,8 +64,12 @@ class GuardMiddleware:
     or failed guardrail is a JSON-RPC error (:data:`STOPPED`). Engagements are kept per ``engagement_key``
     (default: the authenticated user, else one shared engagement for the server, which is one client on
     stdio); ``user`` reads the user from the request (default :func:`user_from_auth`). Reviews are asked of
-    the reviewer registered on the guard; one the guard has none for is asked of the client through MCP
-    elicitation when it can answer (``elicit_reviews``), and is rejected otherwise.
+    the reviewer registered on the guard. With ``elicit_reviews=True``, one the guard has none for is asked of
+    the client through MCP elicitation when it can answer, and is rejected otherwise. Off by default: the
+    client is the one asking for the call, and a ``require_review`` names a reviewer other than the caller (an
+    agent host that accepts every elicitation would approve its own calls); turn it on when the client's user
+    is the reviewer the spec means. Without it, an engagement does not start while a reviewer is missing
+    (:meth:`agentguard.Guard.missing_configuration`).
     """
 
     def __init__(
@@ -76,7 +80,7 @@ class GuardMiddleware:
         names: Mapping[str, str] | None = None,
         user: Callable[[Request], User | None] = user_from_auth,
         engagement_key: Callable[[Request, User | None], str] | None = None,
-        elicit_reviews: bool = True,
+        elicit_reviews: bool = False,
     ) -> None:
         self.guard = guard
         self.names = Names(prefix, dict(names or {}))

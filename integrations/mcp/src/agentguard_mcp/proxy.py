@@ -90,6 +90,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--upstream", metavar="URL", help="guard a remote streamable HTTP server")
     parser.add_argument("--prefix", default="", help="spec name prefix of the server's tools, e.g. 'time.'")
     parser.add_argument("--guardian", metavar="URL", help="an AOS guardian asked about every step")
+    parser.add_argument(
+        "--elicit-reviews",
+        action="store_true",
+        help="ask the MCP client, through elicitation, to approve the calls the spec puts under require_review "
+        "(the proxy has no reviewer of its own: without this, such a spec is refused at start-up)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the server command and its arguments")
     return parser
 
@@ -108,10 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         options["guardian"] = GuardianClient(args.guardian)
     guard = Guard.from_file(args.spec, **options)
     upstream: Upstream = args.upstream or StdioServerParameters(command=command[0], args=command[1:])
-    server = build_proxy(guard, upstream, prefix=args.prefix)
+    server = build_proxy(guard, upstream, prefix=args.prefix, elicit_reviews=args.elicit_reviews)
     missing = guard.missing_configuration()
     if missing:  # e.g. a guardrail tool the spec names: a proxy has no Python tools to register
         print("agentguard-mcp-proxy: the spec needs:\n  - " + "\n  - ".join(missing), file=sys.stderr)
+        if not args.elicit_reviews and guard.required_reviewers():
+            print("  (a reviewer can be the MCP client's user: --elicit-reviews)", file=sys.stderr)
         return 2
     anyio.run(serve, server, args.listen)
     return 0
