@@ -69,6 +69,7 @@ decides as follows (the text wins over the schema, ARCHITECTURE decision 9):
 
 from ._base import JSONObject, JSONValue, Timestamp, WireModel, utc_timestamp
 from ._compat import normalize_request
+from ._json import AmbiguousJSON, strict_json
 from ._methods import (
     A2A_METHODS,
     METHODS,
@@ -194,6 +195,7 @@ __all__ = [
     "AgentTriggerEvent",
     "AgentTriggerParams",
     "AgentTriggerStep",
+    "AmbiguousJSON",
     "DataPart",
     "Decision",
     "ErrorCode",
@@ -260,5 +262,6 @@ __all__ = [
     "normalize_request",
     "parse_request",
     "parse_response",
+    "strict_json",
     "utc_timestamp",
 ]

@@ -26,17 +26,17 @@ refused reply says deny in any reading (:func:`_says_deny`): a step the guardian
 from __future__ import annotations
 
 import json
-import math
 import time
 import uuid
 from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal, NoReturn, TypeVar
+from typing import Literal, TypeVar
 
 import httpx
 
 from agentguard._deadline import TooLarge
+from agentguard.aos import AmbiguousJSON, strict_json
 from agentguard.guardian._retry import GuardianRetry
 from agentguard.guardian._types import GuardianOutcome, GuardianUnavailable, GuardianVerdict
 
@@ -268,39 +268,6 @@ def _classify(reply: Reply) -> httpx.Response | _Failure:
     return _Failure(kind, f"http {status}")
 
 
-class _Ambiguous(ValueError):
-    """The body is JSON, but not one that every parser reads alike."""
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _Ambiguous(f"key {key!r} given twice in an object")
-            seen.add(key)
-    return obj
-
-
-def _no_constant(name: str) -> NoReturn:
-    raise _Ambiguous(f"{name} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise _Ambiguous(f"number {text[:40]} is out of range")
-    return value
-
-
-# A repeated key is refused, not settled last-wins as json.loads does: a parser that keeps the first (or a
-# guardian that wrote {"decision": "deny", "message": "<text>"} by hand, with the text closing the string
-# and adding "decision": "allow") reads another decision. NaN and the infinities are not JSON (the AOS
-# models refuse them too), and a number past a double's range would become one.
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite)
-
-
 def _decode_json(body: bytes) -> object | _Failure:
     """The body as JSON read strictly (UTF-8, RFC 8259 §8.1), or the failure."""
     try:
@@ -308,8 +275,8 @@ def _decode_json(body: bytes) -> object | _Failure:
     except UnicodeDecodeError:
         return _malformed("body is not UTF-8")
     try:
-        decoded: object = _DECODER.decode(text)
-    except _Ambiguous as exc:
+        decoded: object = strict_json(text)
+    except AmbiguousJSON as exc:
         return _malformed(str(exc))
     except (ValueError, RecursionError) as exc:
         return _malformed(f"body is not JSON ({type(exc).__name__})")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -76,12 +77,34 @@ def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
+def _refuse_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    if len({key for key, _ in pairs}) != len(pairs):
+        raise ValueError("a key given twice")
+    return dict(pairs)
+
+
+def _refuse_infinite(text: str) -> float:
+    if not math.isfinite(float(text)):
+        raise ValueError("out of a double's range")
+    return float(text)
+
+
+def _standard(body: bytes) -> Any:
+    """``body`` as JSON only if every standards parser reads it alike (else ``ValueError``)."""
+    return json.loads(
+        body.decode("utf-8"),
+        parse_constant=_refuse_constant,
+        object_pairs_hook=_refuse_twice,
+        parse_float=_refuse_infinite,
+    )
+
+
 @FUZZ
 @given(st.binary(max_size=2000))
 def test_arbitrary_bytes(body: bytes) -> None:
     answer = DISPATCHER.handle(body)
     try:
-        sent = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
+        sent = _standard(body)
     except (UnicodeDecodeError, ValueError, RecursionError):
         assert answer is not None
         assert json.loads(answer)["error"]["code"] == -32700
@@ -145,6 +168,56 @@ def test_near_valid_batches(data: st.DataObject) -> None:
         answered = json.loads(body)
         assert isinstance(answered, list)
         assert len(answered) == sum(not _is_notification(item) for item in batch)
+
+
+def _with_a_key_twice(request: dict[str, Any], path: tuple[Any, ...]) -> bytes:
+    """``request`` as JSON text whose object at ``path`` gives its first key a second, decoy value (the one
+    Python's ``json.loads`` keeps; a parser that keeps the first reads the request as it was)."""
+    marker = "__agentguard_twice__"
+    document = copy.deepcopy(request)
+    target = document
+    for key in path:
+        target = target[key]
+    key, value = next(iter(target.items()))
+    target[marker] = None
+    text = json.dumps(document)
+    decoy = json.dumps({key: {"x-verdict": "deny"} if isinstance(value, dict) else "decoy"})[1:-1]
+    return text.replace(f'"{marker}": null', decoy).encode()
+
+
+@FUZZ
+@given(st.data())
+def test_a_key_given_twice_anywhere_is_a_parse_error(data: st.DataObject) -> None:
+    """Where the agent's parser keeps the first of two values and the guardian's the last, a rule would decide
+    on a request the agent does not run (RFC 8259 leaves a repeated name's meaning to the parser): -32700,
+    whatever the method, the depth, or whether the request is a notification."""
+    request = copy.deepcopy(data.draw(st.sampled_from(VALID_REQUESTS)))
+    if data.draw(st.booleans()):
+        del request["id"]
+    objects = [
+        path for path in _paths(request) if _at(request, path) and isinstance(_at(request, path), dict)
+    ]
+    path = data.draw(st.sampled_from(objects))
+    answer = DISPATCHER.handle(_with_a_key_twice(request, path))
+    assert answer is not None
+    error = json.loads(answer)
+    assert error["id"] is None
+    assert error["error"]["code"] == -32700
+    assert "given twice in an object" in error["error"]["message"]
+
+
+def _at(document: Any, path: tuple[Any, ...]) -> Any:
+    for key in path:
+        document = document[key]
+    return document
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400", "1.5e999"])
+def test_a_number_past_a_double_is_a_parse_error(number: str) -> None:
+    body = json.dumps(VALID_REQUESTS[0]).replace('"jsonrpc"', f'"x-number": {number}, "jsonrpc"', 1)
+    answer = json.loads(DISPATCHER.handle(body.encode()) or b"null")
+    assert answer["error"]["code"] == -32700
+    assert "out of range" in answer["error"]["message"]
 
 
 def test_valid_requests_are_always_decided() -> None:

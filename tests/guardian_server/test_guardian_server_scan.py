@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import agentguard.cel
+from agentguard.aos import strict_json
 from agentguard.cel import _expr
 from agentguard.guardian.server import parse_rules
-from agentguard.guardian.server._dispatch import _DECODER, Dispatcher, _escapes_nothing
+from agentguard.guardian.server._dispatch import Dispatcher, _escapes_nothing
 from tests.cel.walks import counted_walks
 from tests.guardian_server.support import request_for
 
@@ -83,7 +84,7 @@ JSON_TEXT = st.text(st.characters(codec=None, categories=None), max_size=12)
 )
 def test_json_without_a_u_escape_decodes_to_nothing_the_engine_misreads(body: bytes) -> None:
     try:
-        payload = _DECODER.decode(body.decode("utf-8"))
+        payload = strict_json(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return  # a parse error: nothing is decided
     if _escapes_nothing(body):

@@ -3,7 +3,9 @@
 This is the whole protocol and does no I/O, so that it can be tested and fuzzed without a socket; the HTTP
 layer around it only checks headers and limits. What it guarantees, for any bytes at all:
 
-- bytes that are not UTF-8 JSON (``NaN`` and ``Infinity`` included) -> ``-32700`` with ``id: null``;
+- bytes that are not UTF-8 JSON (``NaN`` and ``Infinity`` included), or JSON that parsers read differently
+  (a key given twice in an object, a number past a double: :func:`agentguard.aos.strict_json`) -> ``-32700``
+  with ``id: null``;
 - a value that is not a request object, or an empty batch -> ``-32600``;
 - a method AOS does not have -> ``-32601``; params that do not fit it -> ``-32602`` naming each field;
 - anything that goes wrong while deciding -> ``-32603`` (logged here; no detail leaves the server);
@@ -16,11 +18,11 @@ rules in the text's shape (:func:`agentguard.aos.normalize_request`).
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import Any, NoReturn
+from typing import Any
 
 from agentguard.aos import (
+    AmbiguousJSON,
     AOSRequest,
     AOSRequestError,
     ErrorCode,
@@ -35,6 +37,7 @@ from agentguard.aos import (
     dump,
     normalize_request,
     parse_request,
+    strict_json,
     utc_timestamp,
 )
 
@@ -44,14 +47,6 @@ from ._rules import UNESCAPED_JSON, GuardianRules
 __all__ = ["Dispatcher", "error_body"]
 
 logger = logging.getLogger("agentguard.guardian.server")
-
-
-def _no_constants(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not JSON")
-
-
-# Made once: ``json.loads`` with options builds a new decoder on every call.
-_DECODER = json.JSONDecoder(parse_constant=_no_constants)
 
 
 def _escapes_nothing(text: bytes) -> bool:
@@ -86,7 +81,10 @@ class Dispatcher:
     def handle(self, body: bytes) -> bytes | None:
         """The response body for ``body``, or ``None`` when nothing is to be answered (notifications)."""
         try:
-            payload = _DECODER.decode(body.decode("utf-8"))  # strict UTF-8: see _escapes_nothing
+            payload = strict_json(body.decode("utf-8"))  # strict UTF-8: see _escapes_nothing
+        except AmbiguousJSON as exc:
+            # What the agent will run is what its own parser reads: a rule must not decide on another reading.
+            return _encode(_error(None, ErrorCode.PARSE_ERROR, f"Parse error: {exc}"))
         except (UnicodeDecodeError, ValueError, RecursionError):
             return _encode(_error(None, ErrorCode.PARSE_ERROR, "Parse error: the body is not valid JSON"))
         unescaped = _escapes_nothing(body)

@@ -1,0 +1,57 @@
+"""AOS JSON read the one way every standards parser reads it, on both ends of the wire.
+
+RFC 8259 leaves the meaning of some documents to the parser: a name given twice in an object (Python keeps
+the last, others the first, some refuse), and numbers beyond a double (``1e400``). ``NaN`` and ``Infinity``
+are not JSON at all, though Python reads them. Where two parsers read one message differently, whoever
+checked it and whoever acts on it may see two messages: a guardian that approved ``{"inputs": A, "inputs": B}``
+as ``B`` while the agent ran ``A``, or a client that read ``"decision":"deny", ..., "decision":"allow"`` as
+allow. So an AOS message is read strictly, and such a document is refused, not guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import NoReturn
+
+__all__ = ["AmbiguousJSON", "strict_json"]
+
+
+class AmbiguousJSON(ValueError):
+    """The text is JSON to Python, but not a document every standards parser reads alike."""
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise AmbiguousJSON(f"key {key!r} given twice in an object")
+            seen.add(key)
+    return obj
+
+
+def _no_constant(name: str) -> NoReturn:
+    raise AmbiguousJSON(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise AmbiguousJSON(f"number {text[:40]} is out of range")
+    return value
+
+
+# Made once: ``json.loads`` with options builds a new decoder on every call.
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite)
+
+
+def strict_json(text: str) -> object:
+    """``text`` (already decoded from UTF-8, strictly: RFC 8259 §8.1) as JSON, read strictly.
+
+    Raises :class:`AmbiguousJSON` for a key given twice in any object, ``NaN``/``Infinity``, or a number too
+    large for a double; ``ValueError`` (``json.JSONDecodeError``) or ``RecursionError`` for text that is not
+    JSON.
+    """
+    return _DECODER.decode(text)
