@@ -372,19 +372,23 @@ class HookBench:
             return self.requests({}), None
         return self.requests(dict(update or {})), self.middleware.last_engagement
 
-    def round(self) -> dict[str, float]:
+    def round(self, rows: tuple[str, ...] = HOOK_ROWS, calls: int | None = None) -> dict[str, float]:
         """One run's calls through each row's sync hook, the rows taking turns call by call (so that what
-        disturbs the machine for a millisecond disturbs them alike): row -> CPU µs per tool call."""
+        disturbs the machine for a millisecond disturbs them alike): row -> CPU µs per tool call.
+
+        ``rows`` and ``calls`` (the run's first calls only; all of them by default) let
+        ``langchain_instructions.py`` run a row alone, and a run's opening and closing without its calls."""
         hooks = self._hooks(asynchronous=False)
-        states: dict[str, Any] = {row: {"messages": [self.human]} for row in HOOK_ROWS}
+        states: dict[str, Any] = {row: {"messages": [self.human]} for row in rows}
         runs: dict[str, tuple[list[ToolCallRequest], Any]] = {}
-        for row in HOOK_ROWS:
+        for row in rows:
             update = self.middleware.before_agent(states[row], self.runtime) if row != "noop" else None
             runs[row] = self._requests(row, update)
-        elapsed = dict.fromkeys(HOOK_ROWS, 0)
-        results: dict[str, list[Any]] = {row: [] for row in HOOK_ROWS}
-        for i in range(len(self.steps)):
-            for row in _turn(self.turns + i):
+        elapsed = dict.fromkeys(rows, 0)
+        results: dict[str, list[Any]] = {row: [] for row in rows}
+        made = len(self.steps) if calls is None else calls
+        for i in range(made):
+            for row in _turn(self.turns + i, rows):
                 request, engagement = runs[row][0][i], runs[row][1]
                 hook, handler = hooks[row], self.execute
                 with engagement.activate() if row == "core" else _NOT_ACTIVE:
@@ -392,25 +396,26 @@ class HookBench:
                     result = hook(request, handler)
                     elapsed[row] += time.process_time_ns() - start
                 results[row].append(result)
-        for row in HOOK_ROWS:
+        for row in rows:
             self.check(row, results[row], runs[row][1])
             if row != "noop":
                 states[row].update(_private(runs[row][0]))
                 self.middleware.after_agent(states[row], self.runtime)
-        self.turns += len(self.steps)
-        return {row: elapsed[row] / 1000 / len(self.steps) for row in HOOK_ROWS}
+        self.turns += made
+        return {row: elapsed[row] / 1000 / max(made, 1) for row in rows}
 
-    async def around(self) -> dict[str, float]:
+    async def around(self, rows: tuple[str, ...] = HOOK_ROWS, calls: int | None = None) -> dict[str, float]:
         hooks = self._hooks(asynchronous=True)
-        states: dict[str, Any] = {row: {"messages": [self.human]} for row in HOOK_ROWS}
+        states: dict[str, Any] = {row: {"messages": [self.human]} for row in rows}
         runs: dict[str, tuple[list[ToolCallRequest], Any]] = {}
-        for row in HOOK_ROWS:
+        for row in rows:
             update = await self.middleware.abefore_agent(states[row], self.runtime) if row != "noop" else None
             runs[row] = self._requests(row, update)
-        elapsed = dict.fromkeys(HOOK_ROWS, 0)
-        results: dict[str, list[Any]] = {row: [] for row in HOOK_ROWS}
-        for i in range(len(self.steps)):
-            for row in _turn(self.turns + i):
+        elapsed = dict.fromkeys(rows, 0)
+        results: dict[str, list[Any]] = {row: [] for row in rows}
+        made = len(self.steps) if calls is None else calls
+        for i in range(made):
+            for row in _turn(self.turns + i, rows):
                 request, engagement = runs[row][0][i], runs[row][1]
                 hook, handler = hooks[row], self.aexecute
                 with engagement.activate() if row == "core" else _NOT_ACTIVE:
@@ -418,13 +423,13 @@ class HookBench:
                     result = await hook(request, handler)
                     elapsed[row] += time.process_time_ns() - start
                 results[row].append(result)
-        for row in HOOK_ROWS:
+        for row in rows:
             self.check(row, results[row], runs[row][1])
             if row != "noop":
                 states[row].update(_private(runs[row][0]))
                 await self.middleware.aafter_agent(states[row], self.runtime)
-        self.turns += len(self.steps)
-        return {row: elapsed[row] / 1000 / len(self.steps) for row in HOOK_ROWS}
+        self.turns += made
+        return {row: elapsed[row] / 1000 / max(made, 1) for row in rows}
 
 
 _NOT_ACTIVE: AbstractContextManager[None] = nullcontext()
@@ -435,8 +440,9 @@ ORDERS = tuple(itertools.permutations(HOOK_ROWS))
 (it may find some of the pipeline's code still in the CPU caches after the core row, or after the guarded)."""
 
 
-def _turn(i: int) -> tuple[str, ...]:
-    return ORDERS[i % len(ORDERS)]
+def _turn(i: int, rows: tuple[str, ...] = HOOK_ROWS) -> tuple[str, ...]:
+    order = ORDERS[i % len(ORDERS)]
+    return order if rows == HOOK_ROWS else tuple(row for row in order if row in rows)
 
 
 def _private(requests: list[ToolCallRequest]) -> dict[str, Any]:
