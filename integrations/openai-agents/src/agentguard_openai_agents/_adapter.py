@@ -13,10 +13,11 @@
 
 What goes where: every function tool's ``on_invoke_tool`` runs through ``guard.acall`` (see
 :mod:`agentguard_openai_agents._tools`); the spec's guardrails are the agent's blocking input guardrail and
-its output guardrail; the agent's model holds a streamed answer until it is checked (see
-:mod:`agentguard_openai_agents._streaming`); handoffs are agent capabilities; :attr:`AgentGuard.hooks` records
-the model's messages and settles rejected reviews. The engagement is the one current in the calling context: a
-:meth:`AgentGuard.session` block, or any ``with guard.engagement(...)`` block.
+its output guardrail; the agent's model holds a streamed answer until it is checked, and checks the text a
+response shows beside its tool calls before the SDK sees it (see :mod:`agentguard_openai_agents._streaming`);
+handoffs are agent capabilities; :attr:`AgentGuard.hooks` records the model's messages (checking the text beside
+tool calls of a model the adapter does not hold) and settles rejected reviews. The engagement is the one current
+in the calling context: a :meth:`AgentGuard.session` block, or any ``with guard.engagement(...)`` block.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from agentguard_openai_agents._host import (
     Model,
     ModelResponse,
     OutputGuardrail,
+    OutputGuardrailResult,
+    OutputGuardrailTripwireTriggered,
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     RunContextWrapper,
@@ -47,6 +50,7 @@ from agentguard_openai_agents._host import (
     TResponseInputItem,
     handoff,
 )
+from agentguard_openai_agents._messages import beside_answer, message_text, with_text
 from agentguard_openai_agents._sessions import GuardedSession
 from agentguard_openai_agents._streaming import CheckedModel
 from agentguard_openai_agents._tools import (
@@ -80,6 +84,8 @@ class AgentGuard:
         self._engagements: dict[str, Engagement] = {}
         self._answered: weakref.WeakKeyDictionary[Engagement, str] = weakref.WeakKeyDictionary()
         """The answer a streamed response was checked with, by engagement, until the output guardrail sees it."""
+        self._checked: weakref.WeakValueDictionary[int, ResponseOutputMessage] = weakref.WeakValueDictionary()
+        """Messages :meth:`check_message` passed, by ``id`` while they live: the hooks do not check them again."""
         self._reviews = _review_map(guard)
         guard.add_passthrough_exceptions(ReviewPending)
         with _lock:  # idempotent: a second AgentGuard on the same Guard reuses the SDK reviewers
@@ -154,8 +160,9 @@ class AgentGuard:
             # a streamed run of this agent would hand out tokens before the check. Said now, not found later.
             warnings.warn(
                 f"agent {agent.name!r} names its model ({agent.model or 'the SDK default'!r}): "
-                "Runner.run_streamed hands out its answers' tokens before agentguard checks them; "
-                "give the agent a model object to hold streamed answers until checked",
+                "Runner.run_streamed hands out its answers' tokens before agentguard checks them, and text "
+                "beside its tool calls is checked only in runs given hooks=guarded.hooks; give the agent a "
+                "model object to hold each response until checked",
                 UncheckedStreamWarning,
                 stacklevel=3,
             )
@@ -228,6 +235,31 @@ class AgentGuard:
             self._answered[eng] = text
         return verdict
 
+    async def check_message(self, agent: Agent[Any], message: ResponseOutputMessage) -> ResponseOutputMessage:
+        """Check a model message the output guardrail will not see (text beside tool calls, a message before the
+        answer, a refusal: see :mod:`agentguard_openai_agents._messages`) as the spec checks any model response
+        before the user sees it. Returns the message to pass on: itself, or a copy saying what a guardian's
+        ``modify`` put instead. A failed guardrail raises the SDK's ``OutputGuardrailTripwireTriggered`` (as
+        for the final answer, its ``output_info`` the violation), a guardian's denial
+        :class:`~agentguard.GuardianDenied`: the run ends there, before any tool of the response runs."""
+        eng = self._engagement()
+        text = message_text(message)
+        try:
+            checked = await eng.acheck_output(text)
+        except GuardrailViolation as exc:
+            verdict = GuardrailFunctionOutput(output_info=exc, tripwire_triggered=True)
+            result = OutputGuardrailResult(
+                guardrail=self.output_guardrail, agent_output=text, agent=agent, output=verdict
+            )
+            raise OutputGuardrailTripwireTriggered(result) from exc
+        passed = message if checked == text else with_text(message, checked)
+        self._checked[id(passed)] = passed
+        return passed
+
+    def was_checked(self, message: ResponseOutputMessage) -> bool:
+        """Did :meth:`check_message` pass this very message (the model's response was checked on its way)?"""
+        return self._checked.get(id(message)) is message
+
     def forget_answer(self) -> None:
         """Drop a streamed answer the output guardrail never saw (the run ended first): each model call starts
         clean, so an earlier pass never excuses a later answer from its check."""
@@ -238,7 +270,8 @@ class AgentGuard:
 
 class UncheckedStreamWarning(UserWarning):
     """:meth:`AgentGuard.wrap` was given an agent whose model is a name while the guard checks answers: its
-    streamed runs hand out tokens before the check (its non-streamed runs are checked as usual)."""
+    streamed runs hand out tokens before the check (its non-streamed runs are checked as usual, the text beside
+    tool calls when the run is given ``hooks=guarded.hooks``)."""
 
 
 def _answer_text(output: Any) -> str:
@@ -306,8 +339,12 @@ class GuardHooks(RunHooks[Any]):
     """Run hooks for what the guardrails and tools do not see: the model's messages.
 
     Each model answer that asks for tools is recorded as a ``steps/message`` (the final answer goes through
-    the output guardrail instead); before each model call, reviews the SDK rejected are recorded as
-    rejections (the SDK never invokes a rejected tool, so nothing else would).
+    the output guardrail instead). When the guard checks answers, the text a response shows beside its tool
+    calls (or before its answer, or as a refusal) is checked: :class:`CheckedModel` has done so on the way
+    when the agent's model object made the response; for a model the adapter does not hold (a model name,
+    ``RunConfig.model``) it is done here, still before any tool of the response runs. Before each model call,
+    reviews the SDK rejected are recorded as rejections (the SDK never invokes a rejected tool, so nothing
+    else would).
     """
 
     def __init__(self, adapter: AgentGuard) -> None:
@@ -332,6 +369,18 @@ class GuardHooks(RunHooks[Any]):
         eng = self.adapter.guard.current_engagement()
         if eng is None:
             return
+        if self.adapter.guard.checks_answers:
+            beside = beside_answer(response.output)
+            for _, message in beside:
+                if self.adapter.was_checked(message):
+                    continue
+                # Not made by a CheckedModel: checked now, before the SDK runs a tool or hands out the run's
+                # result. Its items hold this very message, so a guardian's replacement is put into it.
+                passed = await self.adapter.check_message(agent, message)
+                if passed is not message:
+                    message.content = passed.content
+            if beside:
+                return  # each check recorded its message
         calls = [item.name for item in response.output if isinstance(item, ResponseFunctionToolCall)]
         if calls:
             text = "".join(

@@ -1,4 +1,4 @@
-"""A streamed model answer is held until agentguard has checked it.
+"""A streamed model answer is held until agentguard has checked it; text beside tool calls is checked too.
 
 ``Runner.run_streamed`` puts every event of the model's stream on the caller's queue as it arrives (the token
 deltas, as ``raw_response_event``) and the parsed answer as ``message_output_created``, all *before* the SDK runs
@@ -10,14 +10,21 @@ answer would already have reached the caller, token by token.
 whole before handing any of it on. If the response is the run's answer (a message, no tool or handoff call), it
 is checked there, with the text the output guardrail would check. A stopped answer ends the run with the SDK's
 ``OutputGuardrailTripwireTriggered`` before a single event of it is queued. A passed answer is handed on as the
-model sent it (its deltas in one burst), and the output guardrail does not check it a second time. Responses
-that call tools are handed on unchecked once complete, as the non-streamed run shows them. When nothing checks
-answers, the stream passes through untouched, token by token. ``get_response`` (``Runner.run``) is not changed:
-there the output guardrail runs before the caller sees anything.
+model sent it (its deltas in one burst), and the output guardrail does not check it a second time. When nothing
+checks answers, the stream passes through untouched, token by token.
+
+Every other message of a response reaches the caller too, with no output guardrail ever run on it: the text a
+model writes beside its tool calls, a message before its answer, a refusal (see
+:mod:`agentguard_openai_agents._messages`). So ``stream_response`` and ``get_response`` (``Runner.run``,
+``run_sync``) both check each such message before the SDK sees the response: before it makes items or events of
+it, and before it runs any of the response's tools. A failed check ends the run there (the SDK's output tripwire,
+or the guardian's denial); a guardian's ``modify`` puts its text in the message's place, in the response and,
+streamed, in the events (the message's own text events are replaced by the new text's).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -37,15 +44,23 @@ from agentguard_openai_agents._host import (
     OutputGuardrailTripwireTriggered,
     Response,
     ResponseCompletedEvent,
-    ResponseFunctionToolCall,
+    ResponseContentPartAddedEvent,
+    ResponseContentPartDoneEvent,
+    ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
     ResponseOutputMessage,
+    ResponseOutputRefusal,
     ResponsePromptParam,
+    ResponseRefusalDeltaEvent,
+    ResponseRefusalDoneEvent,
+    ResponseTextDeltaEvent,
+    ResponseTextDoneEvent,
     Tool,
     TResponseInputItem,
     TResponseOutputItem,
     TResponseStreamEvent,
 )
+from agentguard_openai_agents._messages import answer_message, beside_answer
 
 if TYPE_CHECKING:
     from agentguard_openai_agents._adapter import AgentGuard
@@ -57,7 +72,8 @@ _FAILED = frozenset({"response.incomplete", "response.failed", "error", "respons
 
 
 class CheckedModel(Model):
-    """The agent's model, its streamed answers held until checked (see the module docstring).
+    """The agent's model, its streamed answers held until checked, the text beside its tool calls checked
+    before the SDK sees it (see the module docstring).
 
     Every other attribute is the wrapped model's, so what the SDK looks up on a model (prompt cache keys, the
     model name) still finds it.
@@ -75,10 +91,22 @@ class CheckedModel(Model):
         return getattr(self.inner, name)
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-        """Not streamed: the output guardrail checks the answer before the caller sees any of it, so it is
-        passed on as the model gives it (with whatever the SDK passes, in any version)."""
+        """Not streamed: the output guardrail checks the run's answer before the caller sees any of it, so that
+        is passed on as the model gives it (with whatever the SDK passes, in any version). The response's other
+        messages (text beside its tool calls) are checked here, before the SDK makes items of them or runs a
+        tool; a guardian's replacement takes their place."""
         self.adapter.forget_answer()
-        return await self.inner.get_response(*args, **kwargs)
+        response = await self.inner.get_response(*args, **kwargs)
+        if not self.adapter.guard.checks_answers:
+            return response
+        output = list(response.output)
+        changed = False
+        for index, message in beside_answer(output):
+            passed = await self.adapter.check_message(self.agent, message)
+            if passed is not message:
+                output[index] = passed
+                changed = True
+        return dataclasses.replace(response, output=output) if changed else response
 
     async def stream_response(
         self,
@@ -130,9 +158,16 @@ class CheckedModel(Model):
             # The response failed: the SDK raises on its terminal event. The partial answer before it is unchecked.
             last = held[-1] if held else None
             return [_without_output(last)] if last is not None and last.type in _FAILED else []
-        output = list(completed.response.output) or [
-            e.item for e in held if isinstance(e, ResponseOutputItemDoneEvent)
+        # (output index, item): the SDK takes the output of the completed response, else that of the done events.
+        indexed = list(enumerate(completed.response.output)) or [
+            (e.output_index, e.item) for e in held if isinstance(e, ResponseOutputItemDoneEvent)
         ]
+        output = [item for _, item in indexed]
+        replaced: dict[int, tuple[ResponseOutputMessage, ResponseOutputMessage]] = {}
+        for position, message in beside_answer(output):  # text beside tool calls: checked before it streams
+            passed = await self.adapter.check_message(self.agent, message)
+            if passed is not message:
+                replaced[indexed[position][0]] = (message, passed)
         final = _final_output(output, output_schema)
         if final is not _NOT_AN_ANSWER:
             verdict = await self.adapter.check_answer(final)
@@ -143,7 +178,7 @@ class CheckedModel(Model):
                         guardrail=guardrail, agent_output=final, agent=self.agent, output=verdict
                     )
                 )
-        return held
+        return _with_replaced(held, replaced, output) if replaced else held
 
     def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
         """A stopped answer is final: no retry policy may ask the model again for another one. (The check
@@ -172,17 +207,16 @@ _NOT_AN_ANSWER: Any = object()
 
 def _final_output(output: list[TResponseOutputItem], schema: AgentOutputSchemaBase | None) -> Any:
     """The final output the SDK makes of a response that ends the run, as its output guardrail receives it;
-    ``_NOT_AN_ANSWER`` when the response calls a function tool or a handoff (the run goes on) or says nothing.
+    ``_NOT_AN_ANSWER`` when the response keeps the run going (a function tool or handoff call), says nothing, or
+    refuses (see :func:`~agentguard_openai_agents._messages.answer_message`).
 
     Mirrors the SDK (0.24): the text of the last message, parsed by the output schema unless it is plain text.
     Text the schema rejects is checked as it stands: the SDK fails the run then, after the text was streamed.
     """
-    if any(isinstance(item, ResponseFunctionToolCall) for item in output):
+    answer = answer_message(output)
+    if answer is None:
         return _NOT_AN_ANSWER
-    messages = [item for item in output if isinstance(item, ResponseOutputMessage)]
-    if not messages:
-        return _NOT_AN_ANSWER
-    text = ItemHelpers.extract_text(messages[-1]) or ""
+    text = ItemHelpers.extract_text(answer) or ""
     if schema is None or schema.is_plain_text():
         return text
     try:
@@ -197,3 +231,80 @@ def _without_output(event: TResponseStreamEvent) -> TResponseStreamEvent:
     if isinstance(response, Response):
         return event.model_copy(update={"response": response.model_copy(update={"output": []})})
     return event
+
+
+def _with_replaced(
+    held: list[TResponseStreamEvent],
+    replaced: dict[int, tuple[ResponseOutputMessage, ResponseOutputMessage]],
+    output: list[TResponseOutputItem],
+) -> list[TResponseStreamEvent]:
+    """A response's events with guardian replacements of messages, by output index, renumbered.
+
+    A replaced message's own events (text and refusal deltas, content parts, annotations: all carry its original
+    text) are dropped; its ``output_item`` events carry the replacement, whose text arrives as the events of one
+    content part just before its ``output_item.done``; every response an event carries holds the replacement.
+    An event is the message's by its output index, or by its item id where no other item has that id.
+    """
+    counts: dict[str, int] = {}
+    for item in output:
+        item_id = getattr(item, "id", None)
+        if isinstance(item_id, str):
+            counts[item_id] = counts.get(item_id, 0) + 1
+    by_id = {old.id: index for index, (old, _) in replaced.items() if old.id and counts.get(old.id) == 1}
+    events: list[TResponseStreamEvent] = []
+    for event in held:
+        index = getattr(event, "output_index", None)
+        if index not in replaced:
+            carried = getattr(event, "item", None)
+            index = by_id.get(getattr(event, "item_id", None) or getattr(carried, "id", None) or "")
+        if index is not None:
+            new = replaced[index][1]
+            if isinstance(event, ResponseOutputItemAddedEvent):
+                started = new.model_copy(update={"content": [], "status": "in_progress"})
+                events.append(event.model_copy(update={"item": started}))
+            elif isinstance(event, ResponseOutputItemDoneEvent):
+                events.extend(_part_events(new, event.output_index))
+                events.append(event.model_copy(update={"item": new}))
+            continue  # one of the original text's events
+        response = getattr(event, "response", None)
+        if isinstance(response, Response) and any(i in replaced for i in range(len(response.output))):
+            items = [replaced[i][1] if i in replaced else item for i, item in enumerate(response.output)]
+            event = event.model_copy(update={"response": response.model_copy(update={"output": items})})
+        events.append(event)
+    first = getattr(held[0], "sequence_number", 0) if held else 0
+    return [
+        e.model_copy(update={"sequence_number": first + n}) if hasattr(e, "sequence_number") else e
+        for n, e in enumerate(events)
+    ]
+
+
+def _part_events(message: ResponseOutputMessage, output_index: int) -> list[TResponseStreamEvent]:
+    """The stream events of a message's content parts, as a provider sends them (numbered later)."""
+    events: list[TResponseStreamEvent] = []
+    for content_index, part in enumerate(message.content):
+        where: dict[str, Any] = {
+            "item_id": message.id,
+            "output_index": output_index,
+            "content_index": content_index,
+            "sequence_number": 0,
+        }
+        if isinstance(part, ResponseOutputRefusal):
+            empty: Any = part.model_copy(update={"refusal": ""})
+            delta: TResponseStreamEvent = ResponseRefusalDeltaEvent(
+                type="response.refusal.delta", delta=part.refusal, **where
+            )
+            done: TResponseStreamEvent = ResponseRefusalDoneEvent(
+                type="response.refusal.done", refusal=part.refusal, **where
+            )
+        else:
+            empty = part.model_copy(update={"text": ""})
+            delta = ResponseTextDeltaEvent(
+                type="response.output_text.delta", delta=part.text, logprobs=[], **where
+            )
+            done = ResponseTextDoneEvent(
+                type="response.output_text.done", text=part.text, logprobs=[], **where
+            )
+        events.append(ResponseContentPartAddedEvent(type="response.content_part.added", part=empty, **where))
+        events.extend((delta, done))
+        events.append(ResponseContentPartDoneEvent(type="response.content_part.done", part=part, **where))
+    return events

@@ -6,8 +6,8 @@
     from agentguard_openai_agents.testing import ScriptedModel, answer, calls
 
     model = ScriptedModel([
-        calls(("lookup_order", {"order_id": "A-1"})),   # first model call: ask for a tool
-        answer("Order A-1 has shipped."),               # then answer
+        calls(("lookup_order", {"order_id": "A-1"}), text="Let me look."),  # ask for a tool, saying so
+        answer("Order A-1 has shipped."),                                  # then answer
     ])
     agent = Agent(name="support", model=model, tools=[lookup_order])
 
@@ -37,9 +37,12 @@ __all__ = ["ModelStep", "ScriptedModel", "answer", "calls"]
 _ids = itertools.count(1)
 
 
-def calls(*tool_calls: tuple[str, dict[str, Any]]) -> list[TResponseOutputItem]:
-    """One model reply asking for tool calls ``(name, args)``; each gets a fresh call id."""
-    return [function_call(name, args, call_id=f"call_{next(_ids)}") for name, args in tool_calls]
+def calls(*tool_calls: tuple[str, dict[str, Any]], text: str = "") -> list[TResponseOutputItem]:
+    """One model reply asking for tool calls ``(name, args)``; each gets a fresh call id. With ``text``, the
+    reply also says something: an assistant message (with a fresh item id) before the calls, as a model
+    that explains what it is about to do returns it."""
+    said = [assistant_message(text, item_id=f"msg_{next(_ids)}")] if text else []
+    return said + [function_call(name, args, call_id=f"call_{next(_ids)}") for name, args in tool_calls]
 
 
 def answer(text: str) -> list[TResponseOutputItem]:

@@ -1,0 +1,99 @@
+"""Which of a model response's messages the output guardrail sees, and which reach the caller without it.
+
+The SDK makes the run's final output of one message only: the last message of a response that leaves nothing to
+run (no function or handoff call, no computer, shell or patch action, no approval to ask), unless that message
+refuses (the run then fails with ``ModelRefusalError``, carrying the refusal). Its output guardrail checks that
+output. Every other message of a response still reaches the caller, as a ``MessageOutputItem`` in
+``result.new_items`` and as stream events: the text a model writes beside its tool calls, a message before the
+answer, a refusal. The spec checks "any generative model response" before the user sees it, so agentguard checks
+those too (:class:`~agentguard_openai_agents._streaming.CheckedModel`, and the run hooks for a model the adapter
+does not hold).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentguard_openai_agents._host import (
+    ResponseOutputMessage,
+    ResponseOutputRefusal,
+    ResponseOutputText,
+    TResponseOutputItem,
+)
+
+__all__ = ["answer_message", "beside_answer", "message_text", "with_text"]
+
+_DONE = frozenset(
+    {
+        "reasoning",
+        "file_search_call",
+        "web_search_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "mcp_call",
+        "mcp_list_tools",
+        "compaction",
+        "tool_search_call",
+        "tool_search_output",
+    }
+)
+"""Output items the provider has dealt with itself (hosted tools, reasoning): the run ends on a response that has
+only these besides its messages (SDK 0.24). Any other item, a function call or one unknown here, is taken to keep
+the run going: its messages are then checked as text beside it (at worst a final answer is checked twice), never
+left to an output guardrail that might not run."""
+
+
+def _item_type(item: Any) -> Any:
+    return item.get("type") if isinstance(item, Mapping) else getattr(item, "type", None)
+
+
+def answer_message(output: Sequence[TResponseOutputItem]) -> ResponseOutputMessage | None:
+    """The message whose text the SDK makes the run's final output (and its output guardrail checks), or
+    ``None`` when the response keeps the run going, says nothing, or ends in a refusal."""
+    last: ResponseOutputMessage | None = None
+    for item in output:
+        if isinstance(item, ResponseOutputMessage):
+            last = item
+        elif _item_type(item) not in _DONE:
+            return None
+    if last is None or any(not isinstance(part, ResponseOutputText) for part in last.content):
+        return None  # a refusal part (or a part of a kind the SDK does not read as text) is no answer
+    return last
+
+
+def beside_answer(output: Sequence[TResponseOutputItem]) -> list[tuple[int, ResponseOutputMessage]]:
+    """``(position, message)`` of each message of a response that says something and that the output guardrail
+    will not check: text beside tool calls, messages before the answer, a refusal."""
+    answer = answer_message(output)
+    return [
+        (index, item)
+        for index, item in enumerate(output)
+        if isinstance(item, ResponseOutputMessage) and item is not answer and message_text(item)
+    ]
+
+
+def message_text(message: ResponseOutputMessage) -> str:
+    """All a message shows the caller, as one text: its output text and refusal parts in order, joined without a
+    separator (as the SDK joins them), so that a word split across parts is still that word to the check."""
+    texts: list[str] = []
+    for part in message.content:
+        text = getattr(part, "text", None)
+        if not isinstance(text, str):
+            text = getattr(part, "refusal", None)
+        if isinstance(text, str):
+            texts.append(text)
+    return "".join(texts)
+
+
+def with_text(message: ResponseOutputMessage, text: str) -> ResponseOutputMessage:
+    """A copy of ``message`` saying ``text`` (a guardian's replacement) as its one part: a refusal if the message
+    refused (so the SDK treats it as before), else output text. The original parts go, with their annotations
+    and log probabilities, which carry the replaced text too."""
+    refused = any(isinstance(part, ResponseOutputRefusal) for part in message.content)
+    part: ResponseOutputText | ResponseOutputRefusal = (
+        ResponseOutputRefusal(type="refusal", refusal=text)
+        if refused
+        else ResponseOutputText(type="output_text", text=text, annotations=[], logprobs=[])
+    )
+    return message.model_copy(update={"content": [part]})
