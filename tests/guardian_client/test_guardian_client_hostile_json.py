@@ -156,17 +156,23 @@ GUARD_CASES = {
 }
 
 
-@pytest.mark.parametrize("answer", GUARD_CASES.values(), ids=GUARD_CASES.keys())
-def test_the_guard_never_runs_a_call_on_an_ambiguous_reply(answer: Any) -> None:
+def _denied_call(answer: Any, on_failure: str) -> str:
+    """Make a ``pay`` call the guardian answers with ``answer``: it is denied and never runs, its one guardian
+    decision a recorded deny. That decision's reason."""
     with HostileServer(answer=answer) as server:
-        guard, ran = _pay_guard(server.url, "deny")
+        guard, ran = _pay_guard(server.url, on_failure)
         denied = pytest.raises(GuardianDenied, match="denied without guardian decision: malformed response")
         with guard.engagement() as engagement, denied:
             guard.call("pay", {"amount": 5})
     assert ran == []
     decisions = [d for d in engagement.steps[-1].decisions if d.rule is Rule.GUARDIAN]
     assert [d.outcome for d in decisions] == [Outcome.DENY]
-    assert "malformed response" in decisions[0].reason
+    return decisions[0].reason
+
+
+@pytest.mark.parametrize("answer", GUARD_CASES.values(), ids=GUARD_CASES.keys())
+def test_the_guard_never_runs_a_call_on_an_ambiguous_reply(answer: Any) -> None:
+    assert "malformed response" in _denied_call(answer, "deny")
 
 
 AMBIGUOUS_ALLOW = {
@@ -221,15 +227,7 @@ def test_a_malformed_reply_that_says_deny_never_proceeds(answer: Any, flavour: s
 
 @pytest.mark.parametrize("answer", SAYS_DENY.values(), ids=SAYS_DENY.keys())
 def test_the_guard_never_runs_a_call_the_guardian_denied_in_a_malformed_reply(answer: Any) -> None:
-    with HostileServer(answer=answer) as server:
-        guard, ran = _pay_guard(server.url, "allow")
-        denied = pytest.raises(GuardianDenied, match="denied without guardian decision: malformed response")
-        with guard.engagement() as engagement, denied:
-            guard.call("pay", {"amount": 5})
-    assert ran == []
-    decisions = [d for d in engagement.steps[-1].decisions if d.rule is Rule.GUARDIAN]
-    assert [d.outcome for d in decisions] == [Outcome.DENY]
-    assert decisions[0].reason.endswith("(the reply says deny: not proceeding)")
+    assert _denied_call(answer, "allow").endswith("(the reply says deny: not proceeding)")
 
 
 # -- a property: the client allows only what every standards reading allows --------------------------------

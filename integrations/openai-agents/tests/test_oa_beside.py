@@ -31,13 +31,9 @@ from agents import (
 )
 from agents.testing import assistant_message, function_call
 from openai.types.responses import (
-    Response,
-    ResponseCreatedEvent,
-    ResponseIncompleteEvent,
     ResponseOutputMessage,
     ResponseOutputRefusal,
     ResponseOutputText,
-    ResponseTextDeltaEvent,
 )
 from openai.types.responses.response_output_item import McpCall
 from pydantic import BaseModel
@@ -47,7 +43,7 @@ from agentguard.guardian import GuardianClient
 from agentguard.guardian.server import RunningServer, create_app, parse_rules, serve_in_thread
 
 from .conftest import SPEC, Shop, make_tools, pii_check, toxicity_check
-from .test_oa_streaming import UNCHECKED, TokenModel, _carried, _delta
+from .test_oa_streaming import UNCHECKED, TokenModel, _carried, _delta, cut_off
 
 MESSAGE_RULES = """
 default_decision: allow
@@ -417,43 +413,7 @@ def test_a_retry_policy_does_not_ask_the_model_again_after_stopped_text(mode: st
 
 def _cut_off_beside_a_call(text: str) -> ModelStep:
     """A response cut off by the provider after its text and its tool call: ``response.incomplete``."""
-    said, call = assistant_message(text, item_id="msg-cut"), lookup()
-
-    def response(status: Any, output: list[Any]) -> Response:
-        return Response(
-            id="resp-cut",
-            created_at=0,
-            model="scripted-model",
-            object="response",
-            output=output,
-            tool_choice="auto",
-            tools=[],
-            top_p=None,
-            parallel_tool_calls=False,
-            status=status,
-            incomplete_details={"reason": "max_output_tokens"} if status == "incomplete" else None,
-        )
-
-    delta = ResponseTextDeltaEvent(
-        type="response.output_text.delta",
-        item_id="msg-cut",
-        output_index=0,
-        content_index=0,
-        delta=text,
-        logprobs=[],
-        sequence_number=1,
-    )
-    return ModelStep.stream(
-        [
-            ResponseCreatedEvent(
-                type="response.created", response=response("in_progress", []), sequence_number=0
-            ),
-            delta,
-            ResponseIncompleteEvent(
-                type="response.incomplete", response=response("incomplete", [said, call]), sequence_number=2
-            ),
-        ]
-    )
+    return cut_off(text, [assistant_message(text, item_id="msg-cut"), lookup()], "msg-cut")
 
 
 def test_a_streamed_response_that_never_completes_keeps_its_text_and_runs_no_tool() -> None:

@@ -200,15 +200,21 @@ def _cut_off(text: str) -> ModelStep:
     """A reply the provider cuts off (``max_output_tokens``): deltas, then ``response.incomplete`` carrying the
     partial message. The SDK queues that terminal event, then fails the run."""
     (message,) = answer(text)
+    return cut_off(text, [message], "scripted-message")
 
-    def response(status: Any, output: list[Any]) -> Response:
+
+def cut_off(text: str, output: list[Any], item_id: str) -> ModelStep:
+    """A response the provider cuts off after streaming ``text`` as the message ``item_id``: a delta, then
+    ``response.incomplete`` carrying ``output`` (that message, and whatever else the response had)."""
+
+    def response(status: Any, items: list[Any]) -> Response:
         return Response(
             id="resp-cut",
             created_at=0,
             model="scripted-model",
             object="response",
-            output=output,
-            tool_choice="none",
+            output=items,
+            tool_choice="auto",
             tools=[],
             top_p=None,
             parallel_tool_calls=False,
@@ -218,7 +224,7 @@ def _cut_off(text: str) -> ModelStep:
 
     delta = ResponseTextDeltaEvent(
         type="response.output_text.delta",
-        item_id="scripted-message",
+        item_id=item_id,
         output_index=0,
         content_index=0,
         delta=text,
@@ -232,7 +238,7 @@ def _cut_off(text: str) -> ModelStep:
             ),
             delta,
             ResponseIncompleteEvent(
-                type="response.incomplete", response=response("incomplete", [message]), sequence_number=2
+                type="response.incomplete", response=response("incomplete", output), sequence_number=2
             ),
         ]
     )
