@@ -16,6 +16,11 @@ costs at most ``limit`` bytes of memory::
 
 The clamp works on the transport :func:`deadline_transport` builds; a caller-supplied transport (a mock,
 custom TLS, a proxy mount) still gets the deadline checked between the chunks of the body.
+
+The cap counts decoded bytes, but httpx inflates each chunk it reads in one piece: an 8 KiB zstd body took
+512 MiB of memory before a 1 MiB cap could see it. So a client asks for ``Accept-Encoding: identity`` and
+wraps its transport in :class:`IdentityOnly` (:class:`AsyncIdentityOnly`), which refuses an answer with any
+other content coding (:class:`Compressed`) before its body is read.
 """
 
 from __future__ import annotations
@@ -33,7 +38,15 @@ import httpx
 
 from agentguard._httputil import declared_too_large
 
-__all__ = ["TooLarge", "deadline_transport", "read_async", "read_sync"]
+__all__ = [
+    "AsyncIdentityOnly",
+    "Compressed",
+    "IdentityOnly",
+    "TooLarge",
+    "deadline_transport",
+    "read_async",
+    "read_sync",
+]
 
 _DEADLINE: ContextVar[float | None] = ContextVar("agentguard_http_deadline", default=None)
 
@@ -214,3 +227,60 @@ async def read_async(
 def _loop_time(deadline: float) -> float:
     """``deadline`` (on ``time.monotonic``'s clock) on the running event loop's clock."""
     return asyncio.get_running_loop().time() + (deadline - time.monotonic())
+
+
+class Compressed(httpx.DecodingError):
+    """An answer came with a content coding (gzip, br, zstd, ...): refused before its body was read."""
+
+    def __init__(self, codings: list[str], request: httpx.Request) -> None:
+        super().__init__(
+            f"content-encoding {', '.join(codings)} refused (the client asks for identity)", request=request
+        )
+        self.codings = codings
+
+
+def _refuse_coding(request: httpx.Request, response: httpx.Response) -> None:
+    codings = [
+        coding.strip().lower() for coding in response.headers.get_list("content-encoding", split_commas=True)
+    ]
+    refused = [coding for coding in codings if coding not in ("", "identity")]
+    if refused:
+        raise Compressed(refused, request)
+
+
+class IdentityOnly(httpx.BaseTransport):
+    """The transport it wraps, refusing a compressed answer unread (:class:`Compressed`)."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self._inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self._inner.handle_request(request)
+        try:
+            _refuse_coding(request, response)
+        except Compressed:
+            response.close()
+            raise
+        return response
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class AsyncIdentityOnly(httpx.AsyncBaseTransport):
+    """:class:`IdentityOnly` for asyncio."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._inner.handle_async_request(request)
+        try:
+            _refuse_coding(request, response)
+        except Compressed:
+            await response.aclose()
+            raise
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()

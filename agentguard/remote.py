@@ -46,6 +46,9 @@ Safety, all fixed when the guard is set up:
   bearer token per host -- a string, or a function of the capability's resolved
   :class:`~agentguard.Credentials` (``user_identity`` / ``static_identity``) -- sent only to that host.
   Proxy and ``.netrc`` settings from the environment are ignored, so no credential leaks in from there.
+- **Uncompressed.** Every request asks for ``Accept-Encoding: identity``; an answer with a content coding
+  (gzip, br, zstd, ...) is refused before its body is read: httpx inflates each chunk it reads in one piece,
+  so an 8 KiB zstd answer took 512 MiB of memory before the ``max_response_bytes`` check could see it.
 - **Bounded.** Each response is read up to ``max_response_bytes``; each HTTP exchange has
   ``request_timeout`` and the whole call (definition, start, polling) ``call_timeout`` -- totals, not
   per-read timeouts -- after which the remote engagement is cancelled (``DELETE``) and the call fails.
@@ -54,6 +57,14 @@ Safety, all fixed when the guard is set up:
 The definition is fetched on every call and revalidated with its ``ETag`` (a ``304`` costs one round trip),
 so a remote agent whose definition breaks is noticed at once: it is validated like a local file
 (:func:`~agentguard.spec.load_spec_text`) and must carry the name the reference asks for.
+
+The engagement state is read the one way every standards parser reads it
+(:func:`agentguard.aos.strict_json`): a state that is not UTF-8, that gives a key twice in any object, or
+that holds ``NaN``, ``Infinity`` or a number past a double is refused -- the call fails and the remote
+engagement is cancelled -- rather than read as Python happens to read it (the last of a repeated
+``status``), because the caller's restrictions would check one state while the remote server, its log or
+the caller's own caller read another. A ``status`` must be one of the statuses the protocol has, as a
+string.
 """
 
 from __future__ import annotations
@@ -68,9 +79,18 @@ from typing import Any, TypeAlias, TypeVar
 
 import httpx
 
-from agentguard._deadline import TooLarge, deadline_transport, read_async, read_sync
+from agentguard._deadline import (
+    AsyncIdentityOnly,
+    Compressed,
+    IdentityOnly,
+    TooLarge,
+    deadline_transport,
+    read_async,
+    read_sync,
+)
 from agentguard._httputil import is_loopback
 from agentguard._trampoline import adrive, drive
+from agentguard.aos import AmbiguousJSON, strict_json
 from agentguard.cel import CelBackend, get_backend
 from agentguard.errors import AgentGuardError, ConfigurationError, SpecError
 from agentguard.guard import Guard
@@ -92,6 +112,7 @@ TokenSource: TypeAlias = "str | Callable[[Credentials | None], str | None]"
 # The statuses of an engagement's state (agentguard.server.RunStatus; not imported: the server imports this).
 _FINISHED = frozenset({"completed", "failed", "denied", "cancelled"})
 _UNFINISHED = frozenset({"running", "awaiting-review"})
+_STATUSES = _FINISHED | _UNFINISHED
 _T = TypeVar("_T")
 
 
@@ -227,7 +248,7 @@ class RemoteAgent:
 
     def call(self, input: Mapping[str, Any], credentials: Credentials | None = None) -> dict[str, Any]:
         """Run one remote engagement with blocking I/O and return its output and exposed values."""
-        transport = deadline_transport(verify=self._verify)
+        transport = IdentityOnly(deadline_transport(verify=self._verify))
         with httpx.Client(transport=transport, trust_env=False, follow_redirects=False) as client:
 
             def perform(effect: _Send | _Pause) -> _Reply | None:
@@ -240,7 +261,8 @@ class RemoteAgent:
 
     async def acall(self, input: Mapping[str, Any], credentials: Credentials | None = None) -> dict[str, Any]:
         """Async twin of :meth:`call`."""
-        async with httpx.AsyncClient(verify=self._verify, trust_env=False, follow_redirects=False) as client:
+        transport = AsyncIdentityOnly(httpx.AsyncHTTPTransport(verify=self._verify))
+        async with httpx.AsyncClient(transport=transport, trust_env=False, follow_redirects=False) as client:
 
             async def perform(effect: _Send | _Pause) -> _Reply | None:
                 if isinstance(effect, _Pause):
@@ -354,6 +376,8 @@ class RemoteAgent:
                 raise self._refused("reading the engagement", reply)
             state = self._json_object(reply, "the engagement state")
             status = state.get("status")
+            if not isinstance(status, str) or status not in _STATUSES:
+                raise self._error(f"the engagement state has an unknown status {_clipped(status)}")
             if status == "completed":
                 exposes = state.get("exposes")
                 return {
@@ -368,8 +392,6 @@ class RemoteAgent:
                     remote_status=status,
                     remote_error=remote_error,
                 )
-            if status not in _UNFINISHED:
-                raise self._error(f"the engagement state has an unknown status {status!r}")
             yield _Pause(min(limits.poll_interval, max(deadline - time.monotonic(), 0.0)))
 
     def _cancel_quietly(self, location: httpx.URL, token: str | None) -> _Flow[None]:
@@ -396,7 +418,8 @@ class RemoteAgent:
         """A request whose whole exchange takes at most ``request_timeout`` (+ ``extra`` for a long poll),
         and never goes past ``deadline``."""
         seconds = max(min(self.limits.request_timeout + extra, deadline - time.monotonic()), 0.001)
-        all_headers = dict(headers or {})
+        # A compressed answer is refused unread (IdentityOnly): a small one inflates past max_response_bytes.
+        all_headers = {"Accept-Encoding": "identity", **(headers or {})}
         if token:
             all_headers["Authorization"] = f"Bearer {token}"
         request = httpx.Request(
@@ -411,6 +434,11 @@ class RemoteAgent:
     def _exchange(self, send: _Send, what: str, deadline: float) -> _Flow[_Reply]:
         try:
             reply: _Reply = yield send
+        except Compressed as exc:
+            raise self._error(
+                f"the answer when {what} is compressed ({', '.join(exc.codings)}): refused unread "
+                "(the client asks for identity)"
+            ) from exc
         except httpx.TimeoutException as exc:
             if time.monotonic() >= deadline:
                 raise self._error(
@@ -427,8 +455,8 @@ class RemoteAgent:
     def _refused(self, what: str, reply: _Reply) -> RemoteAgentError:
         detail = ""
         try:
-            body = json.loads(reply.body)
-        except ValueError:
+            body = strict_json(reply.body.decode("utf-8"))
+        except (ValueError, RecursionError):  # UnicodeDecodeError and AmbiguousJSON are ValueErrors
             body = None
         if isinstance(body, dict) and isinstance(body.get("error"), str):
             detail = f": {body['error']}"
@@ -451,8 +479,19 @@ class RemoteAgent:
         return target
 
     def _json_object(self, reply: _Reply, what: str) -> dict[str, Any]:
+        """The answer as a JSON object, read strictly (:func:`agentguard.aos.strict_json`).
+
+        ``json.loads`` would read a repeated key as its last value, ``NaN`` and ``1e400`` as floats, and bytes
+        as UTF-16 or with encoded surrogates: not what every other reader of the same bytes reads.
+        """
         try:
-            value = json.loads(reply.body)
+            text = reply.body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise self._error(f"{what} is not UTF-8") from exc
+        try:
+            value = strict_json(text)
+        except AmbiguousJSON as exc:
+            raise self._error(f"{what} is JSON that parsers read differently: {exc}") from exc
         except (ValueError, RecursionError) as exc:
             raise self._error(f"{what} is not JSON") from exc
         if not isinstance(value, dict):
@@ -470,6 +509,12 @@ def _tls_context(verify: ssl.SSLContext | str | bool) -> ssl.SSLContext | bool:
     if verify is True:
         return httpx.create_ssl_context()
     return ssl.create_default_context(cafile=verify)
+
+
+def _clipped(value: object, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters: a hostile answer's value in an error message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _describe(error: Mapping[str, Any] | None) -> str:

@@ -46,7 +46,7 @@ from typing import Literal, Self, TypeVar
 import httpx
 from opentelemetry.trace import TracerProvider
 
-from agentguard._deadline import deadline_transport, read_async, read_sync
+from agentguard._deadline import AsyncIdentityOnly, IdentityOnly, deadline_transport, read_async, read_sync
 from agentguard._trampoline import adrive, drive
 from agentguard.guardian._flow import (
     DEFAULT_MAX_REPLY_BYTES,
@@ -77,61 +77,6 @@ EventCallback = Callable[[str, dict[str, object]], None]
 """``on_event(name, data)``: ``"delivered"`` / ``"failed"`` (data: ``id``, ``method``, ``verdict``) for
 observed steps that reached / did not reach a guardian decision, ``"dropped"`` (``id``, ``method``,
 ``reason``) for observed steps that were never sent."""
-
-
-def _content_coding(request: httpx.Request, response: httpx.Response) -> None:
-    """Refuse an answer sent with a content coding (gzip, br, zstd, ...): the client asks for ``identity``.
-
-    httpx inflates each chunk it reads in one piece, so a 32 KiB zstd body may become 1 GiB in memory before
-    the ``max_reply_bytes`` check sees it. A guardian that honours ``Accept-Encoding: identity`` never sends
-    one; any other is refused (the flow reads it as a malformed answer) before its body is read.
-    """
-    codings = [
-        coding.strip().lower() for coding in response.headers.get_list("content-encoding", split_commas=True)
-    ]
-    refused = [coding for coding in codings if coding not in ("", "identity")]
-    if refused:
-        raise httpx.DecodingError(
-            f"content-encoding {', '.join(refused)} refused (the client asks for identity)", request=request
-        )
-
-
-class _IdentityOnly(httpx.BaseTransport):
-    """A transport that refuses compressed answers (:func:`_content_coding`) of the transport it wraps."""
-
-    def __init__(self, inner: httpx.BaseTransport) -> None:
-        self._inner = inner
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        response = self._inner.handle_request(request)
-        try:
-            _content_coding(request, response)
-        except httpx.DecodingError:
-            response.close()
-            raise
-        return response
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-class _AsyncIdentityOnly(httpx.AsyncBaseTransport):
-    """:class:`_IdentityOnly` for asyncio."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self._inner = inner
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await self._inner.handle_async_request(request)
-        try:
-            _content_coding(request, response)
-        except httpx.DecodingError:
-            await response.aclose()
-            raise
-        return response
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 def _label(request: httpx.Request, step: Step | None) -> tuple[str, str | int | None]:
@@ -341,7 +286,7 @@ class _Core:
         with self._lock:
             if self._sync_http is None:
                 transport = self._transport if self._transport is not None else deadline_transport()
-                self._sync_http = httpx.Client(transport=_IdentityOnly(transport))
+                self._sync_http = httpx.Client(transport=IdentityOnly(transport))
             return self._sync_http
 
     def async_http(self) -> httpx.AsyncClient:
@@ -356,7 +301,7 @@ class _Core:
             transport = (
                 self._async_transport if self._async_transport is not None else httpx.AsyncHTTPTransport()
             )
-            client = httpx.AsyncClient(transport=_AsyncIdentityOnly(transport))
+            client = httpx.AsyncClient(transport=AsyncIdentityOnly(transport))
             self._async_http = (weakref.ref(loop), client)
             return client
 
@@ -473,7 +418,7 @@ class GuardianClient:
                 raise ValueError("pass either token= or an Authorization header, not both")
             merged["Authorization"] = f"Bearer {token}"
         merged["Content-Type"] = "application/json"
-        merged["Accept-Encoding"] = "identity"  # a compressed answer is refused: see _content_coding
+        merged["Accept-Encoding"] = "identity"  # a compressed answer is refused: see IdentityOnly
         if async_transport is None and isinstance(transport, httpx.AsyncBaseTransport):
             async_transport = transport
         self._mode: Literal["enforce", "observe"] = mode

@@ -13,7 +13,9 @@ Every agent's definition is its own GET endpoint, and a POST to the same URL sta
 ``reference`` in the index is the ``oagent://`` form of the definition's URL, which another server resolves
 back to this endpoint. Refusals carry a JSON body ``{"error": "..."}``::
 
-    400  the body is not UTF-8 JSON, or not an object; a bad ``wait``
+    400  the body is not UTF-8 JSON, or JSON that parsers read differently (a key given twice in an object,
+         NaN, Infinity or a number past a double: :func:`agentguard.aos.strict_json`), or not an object;
+         a bad ``wait``
     401  no or wrong bearer token, when the app has one (``WWW-Authenticate: Bearer ...``); checked before
          anything else, so no other answer (404, 405, 413, ...) tells an unauthenticated client anything
     404  no such agent or engagement
@@ -21,13 +23,18 @@ back to this endpoint. Refusals carry a JSON body ``{"error": "..."}``::
     408  the whole body did not arrive within ``body_timeout`` seconds
     409  cancelling an engagement that has finished, or that runs in another process
     413  the body is larger than ``max_body_bytes`` (declared or as it streams in)
-    415  the Content-Type is not application/json (UTF-8)
+    415  the Content-Type is not application/json (UTF-8), or the body has a content coding (gzip, ...):
+         it is never inflated (``Accept-Encoding: identity`` says what is accepted)
     422  the input does not satisfy the agent's input schema (``problems`` lists why)
     429  ``max_concurrency`` engagements are running (``Retry-After``); nothing was started
     503  the engagement store failed
 
 The input's JSON is parsed and checked against the agent's input schema on a worker thread (the context
-copied), so a large or deeply nested input does not stall the server's other requests.
+copied), so a large or deeply nested input does not stall the server's other requests. It is read strictly,
+because the input schema and the runner see Python's reading of it -- the last value of a repeated key,
+``inf`` for ``1e400`` -- while the client that checked it, a proxy or a log may read another. Every answer
+is strict JSON too: no ``NaN`` or ``Infinity`` (see :mod:`agentguard.server._runs` for an output that holds
+one).
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from agentguard._httputil import bearer_challenge, declared_too_large, is_json_media_type, read_limited
+from agentguard.aos import AmbiguousJSON, strict_json
 from agentguard.errors import ConfigurationError
 from agentguard.guard import Guard
 from agentguard.policy import Reviewer
@@ -75,23 +83,24 @@ _REALM = "agentguard-server"
 
 
 def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-    return Response(json.dumps(data, default=str), status, headers, media_type="application/json")
+    # allow_nan=False: "NaN" is not JSON, and strict clients (agentguard's own) refuse it. Records hold none
+    # (agentguard.server._runs); should one slip through, the request fails rather than send it.
+    body = json.dumps(data, default=str, allow_nan=False)
+    return Response(body, status, headers, media_type="application/json")
 
 
 def _refuse(status: int, message: str, headers: Mapping[str, str] | None = None, **extra: Any) -> Response:
     return _json({"error": message, **extra}, status, headers)
 
 
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _json_object(body: bytes) -> tuple[dict[str, Any] | None, str]:
-    """The body as a JSON object, or ``None`` and why not."""
+    """The body as a JSON object read strictly (:func:`agentguard.aos.strict_json`), or ``None`` and why not."""
     try:
-        value = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
+        value = strict_json(body.decode("utf-8"))
     except UnicodeDecodeError:
         return None, "the body is not UTF-8"
+    except AmbiguousJSON as exc:
+        return None, f"the body is JSON that parsers read differently: {exc}"
     except (ValueError, RecursionError) as exc:
         return None, f"the body is not JSON: {exc}"
     if not isinstance(value, dict):
@@ -110,6 +119,16 @@ def _checked_input(agent: ServedAgent, body: bytes) -> tuple[dict[str, Any] | No
         return value, "", agent.input_problems(value)
     except RecursionError:
         return None, "the input is nested too deeply to check", []
+
+
+def _content_codings(headers: Headers) -> list[str]:
+    """The content codings a request body says it has, ``identity`` aside."""
+    codings = (
+        coding.strip().lower()
+        for header in headers.getlist("content-encoding")
+        for coding in header.split(",")
+    )
+    return [coding for coding in codings if coding not in ("", "identity")]
 
 
 def _etag_matches(header: str | None, etag: str) -> bool:
@@ -178,6 +197,12 @@ class _Api:
         limit = self.max_body_bytes
         if not is_json_media_type(request.headers.get("content-type")):
             return _refuse(415, "send the input as application/json")
+        codings = _content_codings(request.headers)
+        if codings:
+            # Never inflated: a small compressed body can inflate far past max_body_bytes. Nor read as if it
+            # were not compressed: the client and the server would mean two different inputs.
+            message = f"content-encoding {', '.join(codings)} is not accepted: send the input uncompressed"
+            return _refuse(415, message, {"Accept-Encoding": "identity"})
         if declared_too_large(request.headers.get("content-length"), limit):
             return _refuse(413, f"the body is larger than {limit} bytes")
         try:

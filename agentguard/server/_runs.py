@@ -7,6 +7,8 @@ calls the runner inside it and turns how the runner ended into an :class:`Engage
 the runner ...                the engagement is ...
 ============================  ==============================================================
 returned                      ``completed`` (``output`` is what it returned)
+returned what JSON cannot     ``failed`` (``error.type``: ``OutputNotJSON``): ``NaN``, an
+hold                          infinity, a value that contains itself
 returned, but a guardrail     ``denied``: the spec says the execution fails with an error, so
 failed or a loop was stopped  the output is not returned
 raised a ``PolicyViolation``  ``denied`` (``error`` carries the rule, reason, capability, phase)
@@ -69,12 +71,22 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     )
 
 
+def _json_data(value: Any) -> Any:
+    """``value`` as JSON data (what JSON has no type for becomes its ``str``).
+
+    Raises ``ValueError`` for ``NaN`` and the infinities -- ``json.dumps`` would write them as ``NaN``, which
+    is not JSON and which strict clients (agentguard's own) refuse -- and for a value that contains itself;
+    ``RecursionError`` for one nested too deeply.
+    """
+    return json.loads(json.dumps(to_plain(value), default=str, allow_nan=False))
+
+
 def _json_ready(value: Any) -> Any:
-    """``value`` as JSON data: what cannot be represented becomes its ``str`` (an output never breaks a read)."""
+    """``value`` as JSON data, or a placeholder string saying it is not representable (a read never breaks)."""
     try:
-        return json.loads(json.dumps(to_plain(value), default=str))
+        return _json_data(value)
     except (ValueError, RecursionError) as exc:
-        return f"<output not representable as JSON: {type(exc).__name__}>"
+        return f"<not representable as JSON: {type(exc).__name__}>"
 
 
 def _describe_error(exc: BaseException) -> dict[str, Any]:
@@ -237,7 +249,17 @@ class Runs:
             return {"status": RunStatus.CANCELLED, "error": {"type": "Cancelled", "message": message}}
         if status is not EngagementStatus.ACTIVE:  # a guardrail failed or a loop was stopped
             return {"status": RunStatus.DENIED, "error": _stopped_error(engagement)}
-        return {"status": RunStatus.COMPLETED, "output": _json_ready(work.result())}
+        try:
+            output = _json_data(work.result())
+        except (ValueError, RecursionError) as exc:
+            # Not completed with a stand-in: a client must not take a placeholder for what the runner returned.
+            logger.warning("engagement %s: the runner's output is not representable as JSON", engagement.id)
+            message = (
+                f"the runner's output is not representable as JSON ({type(exc).__name__}): it holds NaN or "
+                "an infinite number, contains itself, or is nested too deeply"
+            )
+            return {"status": RunStatus.FAILED, "error": {"type": "OutputNotJSON", "message": message}}
+        return {"status": RunStatus.COMPLETED, "output": output}
 
     async def _invoke(self, run: _Run, guard: Guard, engagement: Engagement, input: dict[str, Any]) -> Any:
         if self._async_runner:

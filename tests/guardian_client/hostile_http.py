@@ -21,12 +21,16 @@ response: a guardian that writes exact bytes (a key twice, ``NaN``, an encoding)
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import socket
 import threading
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Self
+
+import zstandard
 
 Script = Callable[[str, str], Iterable[bytes]]
 Answer = Callable[[dict[str, object]], bytes]
@@ -34,12 +38,32 @@ Answer = Callable[[dict[str, object]], bytes]
 
 
 def http_response(
-    body: bytes, *, status: str = "200 OK", content_type: str = "application/json", length: bool = True
+    body: bytes,
+    *,
+    status: str = "200 OK",
+    content_type: str = "application/json",
+    length: bool = True,
+    encoding: str | None = None,
 ) -> bytes:
-    """A whole HTTP/1.1 response; without ``length`` the body is delimited by closing the connection."""
+    """A whole HTTP/1.1 response; without ``length`` the body is delimited by closing the connection.
+    ``encoding`` is sent as its ``Content-Encoding`` (``body`` as given: see :func:`compression_bomb`)."""
     head = f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+    if encoding is not None:
+        head += f"Content-Encoding: {encoding}\r\n"
     head += f"Content-Length: {len(body)}\r\n" if length else "Connection: close\r\n"
     return head.encode() + b"\r\n" + body
+
+
+@functools.cache
+def compression_bomb(encoding: str, size: int = 256 << 20) -> bytes:
+    """``size`` bytes of spaces compressed with ``encoding`` (``gzip`` or ``zstd``): 256 MiB make 256 KiB of
+    gzip or 8 KiB of zstd, which httpx would inflate a chunk at a time, each chunk whole."""
+    block = b" " * (1 << 20)
+    if encoding == "gzip":
+        compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+        return b"".join(compressor.compress(block) for _ in range(size >> 20)) + compressor.flush()
+    writer = zstandard.ZstdCompressor(level=19).compressobj()
+    return b"".join(writer.compress(block) for _ in range(size >> 20)) + writer.flush()
 
 
 def trickle(data: bytes) -> Iterator[bytes]:

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import tracemalloc
-import zlib
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +21,7 @@ from agentguard import Guard, GuardianDenied, Outcome, Rule
 from agentguard.guardian import GuardianClient, GuardianOutcome
 from tests.conftest import spec_text
 from tests.guardian_client.guardian_client_support import decide, step
-from tests.guardian_client.hostile_http import HostileServer, http_response
+from tests.guardian_client.hostile_http import HostileServer, compression_bomb, http_response
 
 
 def _reply(result_text: str) -> Any:
@@ -318,26 +316,13 @@ def test_only_an_unambiguous_allow_or_deny_is_a_decision(
 # -- compressed replies: the size cap bounds memory too -------------------------------------------------------
 
 
-def _bomb(encoding: str, size: int) -> bytes:
-    block = b" " * (1 << 20)
-    if encoding == "gzip":
-        compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
-        return b"".join(compressor.compress(block) for _ in range(size >> 20)) + compressor.flush()
-    writer = zstandard.ZstdCompressor(level=19).compressobj()
-    return b"".join(writer.compress(block) for _ in range(size >> 20)) + writer.flush()
-
-
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 @pytest.mark.parametrize("encoding", ["gzip", "zstd"])
 def test_a_compressed_reply_cannot_outgrow_the_reply_cap_in_memory(encoding: str, flavour: str) -> None:
     """A 256 MiB body compresses to 8 KiB (zstd) or 256 KiB (gzip); httpx inflates each chunk it reads at
     once, so ``max_reply_bytes`` alone would be checked only after the whole chunk sat in memory."""
-    payload = _bomb(encoding, 256 << 20)
-    head = (
-        f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: {encoding}\r\n"
-        f"Content-Length: {len(payload)}\r\n\r\n"
-    ).encode()
-    with HostileServer(lambda method, path: [head + payload]) as server:
+    response = http_response(compression_bomb(encoding), encoding=encoding)
+    with HostileServer(lambda method, path: [response]) as server:
         tracemalloc.start()
         try:
             verdict = decide(flavour, server.url, step(), max_reply_bytes=1 << 20)
@@ -358,11 +343,7 @@ def test_the_client_asks_for_an_uncompressed_reply(flavour: str) -> None:
 
 def test_an_identity_encoding_is_read() -> None:
     body = b'{"jsonrpc":"2.0","id":"step-1","result":{"decision":"allow"}}'
-    response = (
-        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: identity\r\n"
-        + f"Content-Length: {len(body)}\r\n\r\n".encode()
-        + body
-    )
+    response = http_response(body, encoding="identity")
     with HostileServer(lambda method, path: [response]) as server:
         assert decide("sync", server.url, step()).outcome is GuardianOutcome.ALLOW
 

@@ -7,19 +7,22 @@ and ``exposes``. Its runner does what the input's ``action`` says, so one server
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from agentguard import Approval, Engagement, Guard, GuardrailViolation, ReviewRequest
+from agentguard.remote import RemoteLimits, attach_remote_agents
 from agentguard.server import ServedAgent, load_agents
 from agentguard.server._store import EngagementRecord, MemoryEngagementStore
 from tests.conftest import spec_text
+from tests.guardian_client.hostile_http import Script, http_response
 
 SHOP_SPEC = spec_text(
     """
@@ -240,3 +243,51 @@ def serve_tls(app: Any, certfile: Path, keyfile: Path) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+# -- a hostile remote agent's server (raw sockets: tests/guardian_client/hostile_http.py) -----------------
+
+REMOTE_DEFINITION = spec_text("capabilities:\n  lookup:\n", name="billing-agent").encode()
+"""The definition a hostile ``billing-agent`` server answers with: a valid one."""
+
+
+def remote_script(state: Iterable[bytes] | None = None, definition: bytes = REMOTE_DEFINITION) -> Script:
+    """A script for :class:`HostileServer`: ``definition`` at once; a start answered 303; each state request
+    answered with what ``state`` yields (a list: the same bytes every time; an iterator: once)."""
+
+    def script(method: str, path: str) -> Iterator[bytes]:
+        if method == "GET" and path.endswith("/billing-agent"):
+            yield http_response(definition, content_type="application/yaml")
+        elif method == "POST":
+            yield http_response(b"", status="303 See Other").replace(
+                b"\r\n\r\n", b"\r\nLocation: /agents/billing-agent/engagements/e1\r\n\r\n", 1
+            )
+        elif method == "DELETE":
+            yield http_response(b"", status="204 No Content")
+        elif state is not None:
+            yield from state
+
+    return script
+
+
+def remote_front_desk(url: str, limits: RemoteLimits) -> Guard:
+    """``front-desk``, whose capability ``billing-agent`` is the remote agent served at ``url`` (plain HTTP)."""
+    host = httpx.URL(url).netloc.decode()
+    guard = Guard.from_yaml(
+        spec_text(f"capabilities:\n  oagent://{host}/agents/billing-agent:\n", name="front-desk")
+    )
+    attach_remote_agents(guard, allow_hosts=[host], allow_insecure_loopback=True, limits=limits)
+    return guard
+
+
+def call_remote(guard: Guard, flavour: str) -> Any:
+    """Call ``billing-agent`` through ``guard`` in an engagement: ``"sync"`` (guard.call) or ``"async"``."""
+    if flavour == "sync":
+        with guard.engagement():
+            return guard.call("billing-agent", {"input": {"q": 1}}, kind="agent")
+
+    async def main() -> Any:
+        async with guard.engagement():
+            return await guard.acall("billing-agent", {"input": {"q": 1}}, kind="agent")
+
+    return asyncio.run(main())

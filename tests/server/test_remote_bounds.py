@@ -7,74 +7,31 @@ as "within the bound plus generous slack", never exactly.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
-from typing import Any
 
-import httpx
 import pytest
 
-from agentguard import Guard, SpecError
-from agentguard.remote import RemoteAgentError, RemoteLimits, attach_remote_agents
+from agentguard import SpecError
+from agentguard.remote import RemoteAgentError, RemoteLimits
 from agentguard.spec import LoadLimits
 from tests.conftest import spec_text
 from tests.guardian_client.hostile_http import HostileServer, flood, http_response, trickle
+from tests.server.support import REMOTE_DEFINITION, call_remote, remote_front_desk, remote_script
 
 SLACK = 4.0
-
-DEFINITION = spec_text("capabilities:\n  lookup:\n", name="billing-agent").encode()
-
-
-def _front_desk(url: str, limits: RemoteLimits) -> Guard:
-    host = httpx.URL(url).netloc.decode()
-    guard = Guard.from_yaml(
-        spec_text(f"capabilities:\n  oagent://{host}/agents/billing-agent:\n", name="front-desk")
-    )
-    attach_remote_agents(guard, allow_hosts=[host], allow_insecure_loopback=True, limits=limits)
-    return guard
-
-
-def _call(guard: Guard, flavour: str) -> Any:
-    if flavour == "sync":
-        with guard.engagement():
-            return guard.call("billing-agent", {"input": {"q": 1}}, kind="agent")
-
-    async def main() -> Any:
-        async with guard.engagement():
-            return await guard.acall("billing-agent", {"input": {"q": 1}}, kind="agent")
-
-    return asyncio.run(main())
-
-
-def _definition_then(state: Iterator[bytes] | None = None, definition: bytes = DEFINITION) -> Any:
-    """A script: ``definition`` at once; a start answered 303; the state as ``state`` yields it."""
-
-    def script(method: str, path: str) -> Iterator[bytes]:
-        if method == "GET" and path.endswith("/billing-agent"):
-            yield http_response(definition, content_type="application/yaml")
-        elif method == "POST":
-            yield http_response(b"", status="303 See Other").replace(
-                b"\r\n\r\n", b"\r\nLocation: /agents/billing-agent/engagements/e1\r\n\r\n", 1
-            )
-        elif method == "DELETE":
-            yield http_response(b"", status="204 No Content")
-        elif state is not None:
-            yield from state
-
-    return script
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 def test_a_trickled_definition_fails_at_call_timeout_and_nothing_is_started(flavour: str) -> None:
     def script(method: str, path: str) -> Iterator[bytes]:
-        return trickle(http_response(DEFINITION, content_type="application/yaml"))
+        return trickle(http_response(REMOTE_DEFINITION, content_type="application/yaml"))
 
     with HostileServer(script, pause=0.4) as server:
-        guard = _front_desk(server.url, RemoteLimits(request_timeout=10, call_timeout=3))
+        guard = remote_front_desk(server.url, RemoteLimits(request_timeout=10, call_timeout=3))
         started = time.monotonic()
         with pytest.raises(RemoteAgentError, match=r"did not finish within 3 s \(fetching the definition\)"):
-            _call(guard, flavour)
+            call_remote(guard, flavour)
         elapsed = time.monotonic() - started
         methods = [method for method, _ in server.requests]
     assert elapsed < 3 + SLACK
@@ -83,13 +40,13 @@ def test_a_trickled_definition_fails_at_call_timeout_and_nothing_is_started(flav
 
 def test_request_timeout_is_a_total_too() -> None:
     def script(method: str, path: str) -> Iterator[bytes]:
-        return trickle(http_response(DEFINITION, content_type="application/yaml"))
+        return trickle(http_response(REMOTE_DEFINITION, content_type="application/yaml"))
 
     with HostileServer(script, pause=0.2) as server:
-        guard = _front_desk(server.url, RemoteLimits(request_timeout=1, call_timeout=60))
+        guard = remote_front_desk(server.url, RemoteLimits(request_timeout=1, call_timeout=60))
         started = time.monotonic()
         with pytest.raises(RemoteAgentError, match=r"no answer within 1 s when fetching the definition"):
-            _call(guard, "sync")
+            call_remote(guard, "sync")
     assert time.monotonic() - started < 1 + SLACK
 
 
@@ -98,18 +55,18 @@ def test_a_huge_definition_is_cut_at_the_cap(flavour: str) -> None:
     with HostileServer(
         lambda method, path: flood(64 * 1024 * 1024, content_type="application/yaml")
     ) as server:
-        guard = _front_desk(server.url, RemoteLimits(call_timeout=30, max_response_bytes=100_000))
+        guard = remote_front_desk(server.url, RemoteLimits(call_timeout=30, max_response_bytes=100_000))
         with pytest.raises(RemoteAgentError, match="fetching the definition is larger than 100000 bytes"):
-            _call(guard, flavour)
+            call_remote(guard, flavour)
         assert [method for method, _ in server.requests] == ["GET"]
 
 
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 def test_a_huge_state_is_cut_at_the_cap_and_the_engagement_cancelled(flavour: str) -> None:
-    with HostileServer(_definition_then(flood(64 * 1024 * 1024))) as server:
-        guard = _front_desk(server.url, RemoteLimits(call_timeout=30, max_response_bytes=100_000))
+    with HostileServer(remote_script(flood(64 * 1024 * 1024))) as server:
+        guard = remote_front_desk(server.url, RemoteLimits(call_timeout=30, max_response_bytes=100_000))
         with pytest.raises(RemoteAgentError, match="reading the engagement is larger than 100000 bytes"):
-            _call(guard, flavour)
+            call_remote(guard, flavour)
         methods = [method for method, _ in server.requests]
     assert methods[:3] == ["GET", "POST", "GET"]
     assert methods[-1] == "DELETE"
@@ -117,11 +74,11 @@ def test_a_huge_state_is_cut_at_the_cap_and_the_engagement_cancelled(flavour: st
 
 def test_a_trickled_state_fails_at_call_timeout() -> None:
     state = trickle(http_response(b'{"status": "completed", "output": 1}'))
-    with HostileServer(_definition_then(state), pause=0.3) as server:
-        guard = _front_desk(server.url, RemoteLimits(request_timeout=30, call_timeout=3, poll_wait=1))
+    with HostileServer(remote_script(state), pause=0.3) as server:
+        guard = remote_front_desk(server.url, RemoteLimits(request_timeout=30, call_timeout=3, poll_wait=1))
         started = time.monotonic()
         with pytest.raises(RemoteAgentError, match="did not finish within 3 s"):
-            _call(guard, "sync")
+            call_remote(guard, "sync")
     assert time.monotonic() - started < 3 + SLACK
 
 
@@ -143,11 +100,11 @@ def _alias_bomb(capabilities: int, assertion_length: int) -> bytes:
 def test_an_alias_multiplied_definition_is_refused_quickly_and_the_agent_is_not_called(flavour: str) -> None:
     bomb = _alias_bomb(capabilities=20_000, assertion_length=4_500)
     assert len(bomb) < 1024 * 1024
-    with HostileServer(_definition_then(definition=bomb)) as server:
-        guard = _front_desk(server.url, RemoteLimits(call_timeout=20))
+    with HostileServer(remote_script(definition=bomb)) as server:
+        guard = remote_front_desk(server.url, RemoteLimits(call_timeout=20))
         started = time.monotonic()
         with pytest.raises(RemoteAgentError, match="not a valid OpenAgentSpec agent") as info:
-            _call(guard, flavour)
+            call_remote(guard, flavour)
         elapsed = time.monotonic() - started
         methods = [method for method, _ in server.requests]
     assert isinstance(info.value.__cause__, SpecError)
@@ -157,9 +114,9 @@ def test_an_alias_multiplied_definition_is_refused_quickly_and_the_agent_is_not_
 
 
 def test_definition_limits_are_configurable() -> None:
-    with HostileServer(_definition_then()) as server:
+    with HostileServer(remote_script()) as server:
         limits = RemoteLimits(call_timeout=10, definition_limits=LoadLimits(max_nodes=3))
-        guard = _front_desk(server.url, limits)
+        guard = remote_front_desk(server.url, limits)
         with pytest.raises(RemoteAgentError, match=r"LoadLimits\.max_nodes"):
-            _call(guard, "sync")
+            call_remote(guard, "sync")
         assert [method for method, _ in server.requests] == ["GET"]

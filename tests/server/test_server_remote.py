@@ -416,17 +416,29 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return cert, key
 
 
-def test_a_remote_agent_over_https(certificate: tuple[Path, Path]) -> None:
+async def aask(guard: Guard, agent: str = "billing-agent", **input: Any) -> Any:
+    async with guard.engagement():
+        return await guard.acall(agent, {"input": input}, kind="agent")
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_remote_agent_over_https(certificate: tuple[Path, Path], flavour: str) -> None:
     cert, key = certificate
     agent = ServedAgent.from_guard(Guard.from_yaml(BILLING_SPEC))
+
+    def call(guard: Guard) -> Any:
+        if flavour == "sync":
+            return ask(guard, invoice="I-5", amount=5)
+        return asyncio.run(aask(guard, invoice="I-5", amount=5))
+
     with serve_tls(create_app([agent], billing_runner), cert, key) as url:
         host = host_of(url)
         trusted = ssl.create_default_context(cafile=str(cert))
         guard = front_desk(host, allow_insecure_loopback=False, verify=trusted)
-        assert ask(guard, invoice="I-5", amount=5)["output"]["invoice"] == "I-5"
+        assert call(guard)["output"]["invoice"] == "I-5"
         untrusted = front_desk(host, allow_insecure_loopback=False)  # the system's CAs do not know it
         with pytest.raises(RemoteAgentError, match="CERTIFICATE_VERIFY_FAILED"):
-            ask(untrusted, invoice="I-5", amount=5)
+            call(untrusted)
 
 
 def test_capability_describes_the_remote_agent(b_host: str) -> None:
