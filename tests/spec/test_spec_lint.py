@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agentguard import Guard
@@ -221,8 +221,8 @@ def _valid_specs(draw: st.DrawFn) -> str:
             f'history["{n}"].exists(c, c.inputs.{f} == 1)',
         ][kind]
 
-    capabilities = "".join(
-        f"  {n}:\n    input_restriction:\n      assertion: '{' && '.join(clause() for _ in range(3))}'\n"
+    capabilities = "".join(  # quoted: YAML reads a bare `no`, `on` or `y` as a boolean key, which is refused
+        f"  \"{n}\":\n    input_restriction:\n      assertion: '{' && '.join(clause() for _ in range(3))}'\n"
         for n in names
     )
     return HEAD + "capabilities:\n" + capabilities + f"exposes:\n  pick: '{clause()}'\n"
@@ -230,6 +230,11 @@ def _valid_specs(draw: st.DrawFn) -> str:
 
 @settings(max_examples=60, deadline=None)
 @given(_valid_specs())
+@example(  # a capability named like a YAML 1.1 boolean (found in CI when the key was not quoted)
+    HEAD
+    + 'capabilities:\n  "no":\n    input_restriction:\n      assertion: \'recent["no"].inputs.f_ == 1\'\n'
+    + "exposes:\n  pick: 'recent[\"no\"].inputs.f_ == 1'\n"
+)
 def test_declared_names_and_fields_never_give_an_error(text: str) -> None:
     found = lint_spec(load_spec_text(text))
     assert found.errors == ()
