@@ -1,18 +1,21 @@
 """Fixtures for the agentguard-mcp tests: the shop spec, its MCP server (in process, or a real subprocess),
-free loopback ports, and the real reference guardian on 127.0.0.1."""
+free loopback ports, an ASGI app served in a thread, and the real reference guardian on 127.0.0.1."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 
 from agentguard import Guard
 from agentguard.guardian.server import RunningServer, create_app, parse_rules, serve_in_thread
@@ -67,6 +70,36 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+@contextmanager
+def serving(app: Any, port: int | None = None) -> Iterator[str]:
+    """Serve an ASGI app (lifespan on: an MCP app runs its session manager there) on 127.0.0.1 in a thread of
+    this process; yields its MCP URL."""
+    port = port or free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive(), "uvicorn stopped"
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def eventually(condition: Callable[[], bool], timeout: float = 10) -> bool:
+    """Whether ``condition()`` holds within ``timeout`` seconds (a server thread finishes on its own time)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 @pytest.fixture(scope="session")

@@ -19,9 +19,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from agentguard import Guard
 
 
-def make_server(ran: list[tuple[str, dict[str, Any]]], log: Path | None = None) -> MCPServer:
-    """The shop's tools; each records its run in ``ran`` (and ``log``)."""
-    server = MCPServer("shop")
+def make_server(ran: list[tuple[str, dict[str, Any]]], log: Path | None = None, **options: Any) -> MCPServer:
+    """The shop's tools; each records its run in ``ran`` (and ``log``). ``options`` go to ``MCPServer``."""
+    server = MCPServer("shop", **options)
 
     def record(name: str, **args: Any) -> None:
         ran.append((name, args))

@@ -7,16 +7,19 @@ from typing import Any
 import pytest
 from agentguard_mcp import STOPPED, GuardMiddleware, guard_server
 from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.auth.middleware.auth_context import auth_context_var
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
-from mcp_types import ElicitResult
+from mcp.server.auth.settings import AuthSettings
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp_types import INVALID_REQUEST, ElicitResult
 
 from agentguard import Outcome, User
 from agentguard.guardian import GuardianClient
 from agentguard.guardian.server import RunningServer
 
-from .conftest import make_guard
+from .conftest import eventually, free_port, make_guard, serving
 from .shop_server import make_server
 
 
@@ -166,3 +169,124 @@ async def test_guardian_deny_and_modify_on_the_server(guardian: RunningServer) -
     assert "Orders of another tenant" in _text(denied)
     assert not sent.is_error
     assert ran == [("send_email", {"to": "bob@corp.com", "body": "[redacted]"})]
+
+
+# -- engagements over streamable HTTP: one per MCP session ---------------------------------------------
+
+
+async def test_each_http_session_has_its_own_engagement_closed_with_the_session() -> None:
+    """Two anonymous clients of one server over HTTP: each MCP session is an engagement (a loop in one is
+    stopped there, the other goes on), and the engagement is closed and forgotten when its session ends."""
+    ran: list[tuple[str, dict[str, Any]]] = []
+    server = make_server(ran)
+    middleware = guard_server(server, make_guard())
+    with serving(server.streamable_http_app()) as url:
+        async with Client(url, mode="legacy") as a, Client(url, mode="legacy") as b:
+            for _ in range(2):
+                await a.call_tool("lookup_order", {"order_id": "A-1"})
+            await b.call_tool("lookup_order", {"order_id": "A-1"})  # B's first: not A's third
+            with pytest.raises(MCPError, match="short-circuit"):
+                await a.call_tool("lookup_order", {"order_id": "A-1"})
+            found = await b.call_tool("lookup_order", {"order_id": "A-1"})
+            engagements = dict(middleware.engagements)
+        assert eventually(lambda: not middleware.engagements)  # both sessions ended (DELETE): forgotten
+    assert not found.is_error
+    assert sorted(k.split(":")[0] for k in engagements) == ["session", "session"]
+    assert sorted(len(e.state.names) for e in engagements.values()) == [2, 2]
+    assert sorted(e.status for e in engagements.values()) == ["closed", "stopped"]  # B's closed with it
+    assert len(ran) == 4
+
+
+async def test_an_anonymous_http_request_without_a_session_is_refused() -> None:
+    """The 2026-07-28 protocol has no session: over HTTP without a user, one engagement for every stranger
+    would fail open, one per request would defeat the loop detector. Refused, and nothing runs."""
+    ran: list[tuple[str, dict[str, Any]]] = []
+    server = make_server(ran)
+    middleware = guard_server(server, make_guard())
+    with serving(server.streamable_http_app()) as url:
+        async with Client(url) as client:  # auto: the stateless protocol
+            with pytest.raises(MCPError, match="no MCP session") as refused:
+                await client.call_tool("lookup_order", {"order_id": "A-1"})
+    assert refused.value.code == INVALID_REQUEST
+    assert ran == []
+    assert middleware.engagements == {}
+
+
+async def test_an_operator_key_lets_stateless_requests_in() -> None:
+    ran: list[tuple[str, dict[str, Any]]] = []
+    server = make_server(ran)
+    middleware = guard_server(server, make_guard(), engagement_key=lambda ctx, user: "the-one-agent")
+    with serving(server.streamable_http_app()) as url:
+        async with Client(url) as client:
+            for _ in range(2):
+                await client.call_tool("lookup_order", {"order_id": "A-1"})
+            with pytest.raises(MCPError, match="short-circuit"):
+                await client.call_tool("lookup_order", {"order_id": "A-1"})
+    assert list(middleware.engagements) == ["the-one-agent"]
+    assert len(ran) == 2
+
+
+class _Tokens:
+    """A token verifier: two bearer tokens of the one user u-42."""
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if token not in ("laptop", "phone"):
+            return None
+        return AccessToken(token=token, client_id=f"{token}-app", scopes=[], subject="u-42")
+
+
+def _auth(url: str) -> AuthSettings:
+    return AuthSettings(
+        issuer_url="https://auth.example",  # type: ignore[arg-type]
+        resource_server_url=url,  # type: ignore[arg-type]
+        validate_token_resource=False,  # _Tokens is the whole authorization server here
+    )
+
+
+def _as(url: str, token: str) -> Any:
+    return streamable_http_client(
+        url, http_client=create_mcp_http_client({"Authorization": f"Bearer {token}"})
+    )
+
+
+async def test_an_authenticated_users_sessions_are_separate_engagements() -> None:
+    """With a user, the engagement is still the session's (one conversation), recorded under that user: a
+    credential many people share (an agent platform's client) does not put their conversations together."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    auth = _auth(url)
+    ran: list[tuple[str, dict[str, Any]]] = []
+    server = make_server(ran, auth=auth, token_verifier=_Tokens())
+    middleware = guard_server(server, make_guard())
+    with serving(server.streamable_http_app(), port):
+        async with (
+            Client(_as(url, "laptop"), mode="legacy") as a,
+            Client(_as(url, "phone"), mode="legacy") as b,
+        ):
+            for _ in range(2):
+                await a.call_tool("lookup_order", {"order_id": "A-1"})
+            await b.call_tool("lookup_order", {"order_id": "A-1"})
+            with pytest.raises(MCPError, match="short-circuit"):
+                await a.call_tool("lookup_order", {"order_id": "A-1"})
+            engagements = dict(middleware.engagements)
+        assert eventually(lambda: not middleware.engagements)
+    assert len(engagements) == 2
+    assert all(key.startswith("user:u-42/session:") for key in engagements)
+    assert {e.user.id for e in engagements.values() if e.user} == {"u-42"}
+
+
+async def test_an_authenticated_user_without_a_session_keeps_one_engagement() -> None:
+    """The stateless protocol has no session: the user's requests share the user's engagement (never a
+    stranger's), so the loop detector still works across them."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    auth = _auth(url)
+    server = make_server([], auth=auth, token_verifier=_Tokens())
+    middleware = guard_server(server, make_guard())
+    with serving(server.streamable_http_app(), port):
+        async with Client(_as(url, "laptop")) as client:
+            for _ in range(2):
+                await client.call_tool("lookup_order", {"order_id": "A-1"})
+            with pytest.raises(MCPError, match="short-circuit"):
+                await client.call_tool("lookup_order", {"order_id": "A-1"})
+    assert list(middleware.engagements) == ["user:u-42"]

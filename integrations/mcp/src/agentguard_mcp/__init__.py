@@ -24,18 +24,31 @@ And a proxy in front of a server one cannot change: ``agentguard-mcp-proxy --spe
 
 from agentguard_mcp._calls import Names
 from agentguard_mcp._client import GuardedClient
-from agentguard_mcp._server import STOPPED, GuardMiddleware, guard_server, user_from_auth
+from agentguard_mcp._server import (
+    ANONYMOUS,
+    NO_SESSION,
+    STOPPED,
+    GuardMiddleware,
+    default_engagement_key,
+    guard_server,
+    session_id,
+    user_from_auth,
+)
 from agentguard_mcp.proxy import build_proxy
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ANONYMOUS",
+    "NO_SESSION",
     "STOPPED",
     "GuardMiddleware",
     "GuardedClient",
     "Names",
     "__version__",
     "build_proxy",
+    "default_engagement_key",
     "guard_server",
+    "session_id",
     "user_from_auth",
 ]

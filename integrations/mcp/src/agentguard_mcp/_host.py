@@ -3,10 +3,13 @@ module of this package imports SDK names from here."""
 
 from __future__ import annotations
 
+from typing import Any
+
 try:
     from mcp import Client, ClientSession, StdioServerParameters
     from mcp.server import Server
     from mcp.server.auth.middleware.auth_context import get_access_token
+    from mcp.server.connection import Connection
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
     from mcp.server.mcpserver import MCPServer
     from mcp.shared.dispatcher import ProgressFnT
@@ -22,6 +25,7 @@ __all__ = [
     "CallToolResult",
     "Client",
     "ClientSession",
+    "Connection",
     "HandlerResult",
     "ListToolsResult",
     "MCPError",
@@ -32,5 +36,19 @@ __all__ = [
     "Server",
     "ServerRequestContext",
     "StdioServerParameters",
+    "connection_of",
     "get_access_token",
 ]
+
+
+def connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection | None:
+    """The ``Connection`` a request arrived on, or ``None`` if this SDK does not say.
+
+    SDK 2.3 hands middleware a ``ServerSession`` built for each request; the connection it wraps (one per
+    stdio or 2025 streamable HTTP session, one per request on the 2026-07-28 protocol) carries the session id
+    and the ``exit_stack`` "middleware may push cleanup onto", but is reachable from a middleware's context
+    only as ``session._connection`` (``Context.connection``, the public accessor, is not built for middleware
+    yet). Callers treat ``None`` as "no session", which refuses rather than shares.
+    """
+    connection = getattr(ctx.session, "_connection", None)
+    return connection if isinstance(connection, Connection) else None

@@ -23,19 +23,76 @@ from agentguard_mcp._host import (
     NoBackChannelError,
     Server,
     ServerRequestContext,
+    connection_of,
     get_access_token,
 )
 
-__all__ = ["STOPPED", "GuardMiddleware", "guard_server", "user_from_auth"]
+__all__ = [
+    "ANONYMOUS",
+    "NO_SESSION",
+    "STOPPED",
+    "GuardMiddleware",
+    "default_engagement_key",
+    "guard_server",
+    "session_id",
+    "user_from_auth",
+]
 
 STOPPED = -32000
 """The JSON-RPC error code of a ``tools/call`` that ended the engagement (loop stop, failed guardrail, an
 engagement stopped earlier); ``data`` names the rule."""
 
+NO_SESSION = -32600
+"""The JSON-RPC error code (``INVALID_REQUEST``) of a request refused because it has no engagement: no MCP
+session, no authenticated user, and over HTTP (see :func:`default_engagement_key`)."""
+
+ANONYMOUS = "anonymous"
+"""The engagement key of a server's one client on stdio or in process (no session, no user)."""
+
 Request = ServerRequestContext[Any, Any]
 
 _request: contextvars.ContextVar[Request | None] = contextvars.ContextVar(
     "agentguard_mcp_request", default=None
+)
+
+
+def session_id(ctx: Request) -> str | None:
+    """The MCP session a request belongs to: the ``Mcp-Session-Id`` the SDK's (stateful) streamable HTTP
+    transport gave its connection. ``None`` on stdio and in process, on the stateless 2026-07-28 protocol, on
+    ``stateless_http`` servers and on the SSE transport (whose connections carry no session id)."""
+    connection = connection_of(ctx)
+    return connection.session_id if connection is not None else None
+
+
+def default_engagement_key(ctx: Request, user: User | None) -> str | None:
+    """Which engagement a request belongs to, or ``None``: refused.
+
+    - an MCP session: ``"session:<id>"``, or ``"user:<id>/session:<id>"`` with an authenticated user. An
+      engagement is one conversation; a session is the client's conversation, so another session's calls
+      (the same user's, or those of everyone sharing one credential) never satisfy this one's checks. The
+      engagement is closed when the session ends.
+    - no session, an authenticated user: ``"user:<id>"`` (the stateless protocol's only continuity: the
+      user's requests, never a stranger's, share it, so the loop detector still sees a loop).
+    - no session, no user, and no HTTP request (stdio, in process): ``"anonymous"``, the server's one client.
+    - no session, no user, over HTTP (the 2026-07-28 protocol, ``stateless_http``, SSE): ``None``. One
+      engagement for every caller would check each against the others' history, one per request would never
+      see a loop; the server is told to authenticate users, or give its own ``engagement_key``.
+    """
+    session = session_id(ctx)
+    if session is not None:
+        return f"session:{session}" if user is None else f"user:{user.id}/session:{session}"
+    if user is not None:
+        return f"user:{user.id}"
+    if ctx.request is None:
+        return ANONYMOUS
+    return None
+
+
+_NO_ENGAGEMENT = (
+    "agentguard: this request has no MCP session (the stateless 2026-07-28 protocol, or a stateless HTTP "
+    "server) and no authenticated user, so it has no engagement of its own; sharing one with every other "
+    "client would check it against their calls. Connect with the 2025 session protocol, authenticate users, "
+    "or give the server an engagement_key (agentguard-mcp-proxy: --shared-engagement, for one client)."
 )
 
 
@@ -62,8 +119,11 @@ class GuardMiddleware:
 
     A denial the model can recover from is a tool result with ``isError: true`` naming the rule; a loop stop
     or failed guardrail is a JSON-RPC error (:data:`STOPPED`). Engagements are kept per ``engagement_key``
-    (default: the authenticated user, else one shared engagement for the server, which is one client on
-    stdio); ``user`` reads the user from the request (default :func:`user_from_auth`). Reviews are asked of
+    (default :func:`default_engagement_key`: one per MCP session, closed and forgotten when the session
+    ends; per user without a session; the one client on stdio; a request over HTTP with neither session
+    nor user is refused, :data:`NO_SESSION`). A key of your own may return ``None`` to refuse too; its
+    engagements stay in :attr:`engagements` until you close and remove them. ``user`` reads the user from the
+    request (default :func:`user_from_auth`). Reviews are asked of
     the reviewer registered on the guard. With ``elicit_reviews=True``, one the guard has none for is asked of
     the client through MCP elicitation when it can answer, and is rejected otherwise. Off by default: the
     client is the one asking for the call, and a ``require_review`` names a reviewer other than the caller (an
@@ -79,13 +139,14 @@ class GuardMiddleware:
         prefix: str = "",
         names: Mapping[str, str] | None = None,
         user: Callable[[Request], User | None] = user_from_auth,
-        engagement_key: Callable[[Request, User | None], str] | None = None,
+        engagement_key: Callable[[Request, User | None], str | None] | None = None,
         elicit_reviews: bool = False,
     ) -> None:
         self.guard = guard
         self.names = Names(prefix, dict(names or {}))
         self._user = user
-        self._key = engagement_key or (lambda ctx, user: f"user:{user.id}" if user else "anonymous")
+        self._key = engagement_key or default_engagement_key
+        self._by_session = engagement_key is None  # the default key: a session's engagement ends with it
         self.engagements: dict[str, Engagement] = {}
         if elicit_reviews:
             for reviewer_id in guard.required_reviewers():
@@ -94,13 +155,27 @@ class GuardMiddleware:
                     guard.add_reviewer(reviewer_id, _eliciting(reviewer_id), config=config)
 
     def engagement_for(self, ctx: Request) -> Engagement:
-        """The engagement a request belongs to, opened on first use with the request's user."""
+        """The engagement a request belongs to, opened on first use with the request's user; ``MCPError``
+        (:data:`NO_SESSION`) when the key says the request has none."""
         user = self._user(ctx)
         key = self._key(ctx, user)
+        if key is None:
+            raise MCPError(NO_SESSION, _NO_ENGAGEMENT)
         eng = self.engagements.get(key)
         if eng is None:
             eng = self.engagements[key] = self.guard.engagement(user=user)
+            connection = connection_of(ctx) if self._by_session else None
+            if connection is not None and connection.session_id is not None:
+                # the SDK closes a session on DELETE, idle timeout (30 min by default) or shutdown, and caps
+                # how many are open (10 000 by default): so are the engagements kept for sessions
+                connection.exit_stack.push_async_callback(self._session_ended, key, eng)
         return eng
+
+    async def _session_ended(self, key: str, eng: Engagement) -> None:
+        """Forget and close a session's engagement: its calls are over, and nothing can reach it again."""
+        if self.engagements.get(key) is eng:
+            del self.engagements[key]
+        await eng.aclose()
 
     async def __call__(self, ctx: Request, call_next: CallNext) -> HandlerResult:
         if ctx.method not in ("tools/call", "tools/list") or ctx.request_id is None:

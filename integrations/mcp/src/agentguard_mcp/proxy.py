@@ -5,18 +5,27 @@
     agentguard-mcp-proxy --spec agent.yaml -- uvx mcp-server-time          # stdio to the client and the server
     agentguard-mcp-proxy --spec agent.yaml --listen 127.0.0.1:8765 -- mcp-server-time   # streamable HTTP
     agentguard-mcp-proxy --spec agent.yaml --upstream http://127.0.0.1:9000/mcp         # a remote HTTP server
+    agentguard-mcp-proxy --spec agent.yaml --listen 0.0.0.0:8765 --token-env TOKEN_VAR -- mcp-server-time
 
 The proxy is an MCP server whose ``tools/list`` and ``tools/call`` handlers forward to the upstream server
 through the SDK's ``Client``, with :class:`~agentguard_mcp.GuardMiddleware` in front: the same checks, the
 same results, as a server that guards itself. Only tools are proxied; resources and prompts are not offered.
+Over HTTP each MCP session is an engagement of its own (a client without a session is refused unless
+``--shared-engagement``), and, as with agentguard's other servers, the proxy listens beyond loopback only
+with a bearer token (``--token-env``) or ``--insecure-open``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
+import ipaddress
+import json
+import os
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -33,9 +42,16 @@ from agentguard_mcp._host import (
 )
 from agentguard_mcp._server import guard_server
 
-__all__ = ["build_proxy", "main", "serve"]
+__all__ = ["RequireBearerToken", "build_proxy", "main", "serve"]
 
 Upstream = StdioServerParameters | str
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+REALM = "agentguard-mcp-proxy"
 
 
 def build_proxy(guard: Guard, upstream: Upstream, **options: Any) -> Server[Client]:
@@ -65,19 +81,116 @@ def build_proxy(guard: Guard, upstream: Upstream, **options: Any) -> Server[Clie
     return server
 
 
-async def serve(server: Server[Any], listen: str | None = None) -> None:
-    """Serve over stdio, or over streamable HTTP on ``listen`` (``HOST:PORT``)."""
+class RequireBearerToken:
+    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``, or it is answered
+    ``401`` with ``WWW-Authenticate: Bearer ...`` before ``app`` sees it. The token is compared in constant
+    time; lifespan events pass; any other connection (a WebSocket) without the token is closed."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        if not token:
+            raise ValueError("the bearer token is empty")
+        self.app = app
+        self._token = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, send)
+            return
+        challenge = self._challenge(scope.get("headers") or [])
+        if challenge is None:
+            await self.app(scope, receive, send)
+        elif scope["type"] == "http":
+            error = {"code": -32001, "message": "Unauthorized: this proxy needs its bearer token"}
+            body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", challenge.encode()),
+            ]
+            await send({"type": "http.response.start", "status": 401, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+        else:
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1008})
+
+    def _challenge(self, headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+        """``None`` when the (one) Authorization header carries the token; else the ``WWW-Authenticate``."""
+        values = [value for name, value in headers if name.lower() == b"authorization"]
+        scheme, _, credentials = values[0].partition(b" ") if len(values) == 1 else (b"", b"", b"")
+        if scheme.lower() != b"bearer" or not credentials.strip():
+            return f'Bearer realm="{REALM}"'
+        if not hmac.compare_digest(credentials.strip(), self._token):
+            return f'Bearer realm="{REALM}", error="invalid_token"'
+        return None
+
+
+async def serve(
+    server: Server[Any], listen: str | None = None, *, token: str | None = None, insecure_open: bool = False
+) -> None:
+    """Serve over stdio, or over streamable HTTP on ``listen`` (``HOST:PORT``), where every request must
+    carry ``token`` when there is one (:class:`RequireBearerToken`). Without a token only a loopback address
+    is served, unless ``insecure_open`` (``ValueError``)."""
     if listen is None:
         from mcp.server.stdio import stdio_server
 
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
         return
+    host, port = _host_port(listen)
+    problem = _exposure_problem(host, token, insecure_open)
+    if problem is not None:
+        raise ValueError(problem)
     import uvicorn
 
+    app: ASGIApp = server.streamable_http_app(host=host)
+    if token is not None:
+        app = RequireBearerToken(app, token)
+    await uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).serve()
+
+
+def _host_port(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as a host and a port; ``ValueError`` if it is not one."""
     host, _, port = listen.rpartition(":")
-    app = server.streamable_http_app(host=host)
-    await uvicorn.Server(uvicorn.Config(app, host=host, port=int(port), log_level="warning")).serve()
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--listen {listen!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) names this machine only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"
+
+
+def _exposure_problem(host: str, token: str | None, insecure_open: bool) -> str | None:
+    """Why serving on ``host`` must not start, or ``None``: beyond loopback, a token or an explicit opt-in."""
+    if token is None and not insecure_open and not _is_loopback(host):
+        return (
+            f"refusing to listen on {host} without a token: anyone who can reach it could call the "
+            "guarded tools (set --token-env, or pass --insecure-open if it is meant to be open)"
+        )
+    return None
+
+
+def _listening(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """The bearer token the HTTP server requires (``None``: none), or the reason it must not start."""
+    if args.listen is None:
+        if args.token_env or args.insecure_open or args.shared_engagement:
+            return None, "--token-env, --insecure-open and --shared-engagement apply to --listen only"
+        return None, None
+    try:
+        host, _ = _host_port(args.listen)
+    except ValueError as exc:
+        return None, str(exc)
+    token = None
+    if args.token_env:
+        token = os.environ.get(args.token_env)
+        if not token:
+            return None, f"${args.token_env} is not set or empty"
+    return token, _exposure_problem(host, token, args.insecure_open)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -87,6 +200,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--spec", required=True, help="the OpenAgentSpec file to enforce")
     parser.add_argument("--listen", metavar="HOST:PORT", help="serve streamable HTTP here instead of stdio")
+    parser.add_argument(
+        "--token-env",
+        metavar="VAR",
+        help="environment variable holding the bearer token every HTTP request must carry "
+        "(required to listen beyond loopback)",
+    )
+    parser.add_argument(
+        "--insecure-open",
+        action="store_true",
+        help="allow listening on a non-loopback address without a token (anyone who can reach it may call "
+        "the guarded tools)",
+    )
+    parser.add_argument(
+        "--shared-engagement",
+        action="store_true",
+        help="over HTTP, one engagement for every client (as on stdio) instead of one per MCP session; lets "
+        "clients without a session (the 2026-07-28 protocol) in. Only when the proxy has a single client: "
+        "each call is checked against every client's history",
+    )
     parser.add_argument("--upstream", metavar="URL", help="guard a remote streamable HTTP server")
     parser.add_argument("--prefix", default="", help="spec name prefix of the server's tools, e.g. 'time.'")
     parser.add_argument("--guardian", metavar="URL", help="an AOS guardian asked about every step")
@@ -107,6 +239,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bool(command) == bool(args.upstream):
         print("agentguard-mcp-proxy: give either --upstream URL or -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
+    token, problem = _listening(args)
+    if problem is not None:
+        print(f"agentguard-mcp-proxy: {problem}", file=sys.stderr)
+        return 2
     options: dict[str, Any] = {}
     if args.guardian:
         from agentguard.guardian import GuardianClient
@@ -114,14 +250,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         options["guardian"] = GuardianClient(args.guardian)
     guard = Guard.from_file(args.spec, **options)
     upstream: Upstream = args.upstream or StdioServerParameters(command=command[0], args=command[1:])
-    server = build_proxy(guard, upstream, prefix=args.prefix, elicit_reviews=args.elicit_reviews)
+    proxy_options: dict[str, Any] = {"prefix": args.prefix, "elicit_reviews": args.elicit_reviews}
+    if args.shared_engagement:
+        proxy_options["engagement_key"] = lambda ctx, user: "shared"
+    server = build_proxy(guard, upstream, **proxy_options)
     missing = guard.missing_configuration()
     if missing:  # e.g. a guardrail tool the spec names: a proxy has no Python tools to register
         print("agentguard-mcp-proxy: the spec needs:\n  - " + "\n  - ".join(missing), file=sys.stderr)
         if not args.elicit_reviews and guard.required_reviewers():
             print("  (a reviewer can be the MCP client's user: --elicit-reviews)", file=sys.stderr)
         return 2
-    anyio.run(serve, server, args.listen)
+    if args.listen is not None and token is None and not _is_loopback(_host_port(args.listen)[0]):
+        print(
+            f"agentguard-mcp-proxy: serving {args.listen} without a token (--insecure-open): anyone who can "
+            "reach it can call the guarded tools",
+            file=sys.stderr,
+        )
+    anyio.run(partial(serve, server, args.listen, token=token, insecure_open=args.insecure_open))
     return 0
 
 
