@@ -43,16 +43,11 @@ from agentguard.guardian import GuardianClient
 from agentguard.guardian.server import RunningServer, create_app, parse_rules, serve_in_thread
 
 from .conftest import SPEC, Shop, make_tools, pii_check, toxicity_check
-from .test_oa_streaming import UNCHECKED, TokenModel, _carried, _delta, cut_off
+from .test_oa_streaming import NO_PROMISES, UNCHECKED, TokenModel, _carried, _delta, cut_off
 
-MESSAGE_RULES = """
-default_decision: allow
-rules:
-  - name: no-promises
-    methods: [steps/message]
-    when: params.message.role == "agent" && params.message.content.exists(p, p.text.contains("guarantee"))
-    decision: deny
-    message: The agent may not make guarantees
+MESSAGE_RULES = (
+    NO_PROMISES
+    + """\
   - name: mask-ssn
     methods: [steps/message]
     when: params.message.role == "agent" && params.message.content.exists(p, p.text.contains("SSN"))
@@ -61,6 +56,8 @@ rules:
     set:
       params.message.content: '[{"kind": "text", "text": "[masked]"}]'
 """
+)
+"""The streaming tests' guardian rules (no guarantees), and an SSN masked."""
 
 MODES = ["run", "run_sync", "streamed", "streamed-timed"]
 """``Runner.run``, ``Runner.run_sync``, ``Runner.run_streamed`` (the SDK pulls the model's stream in its run loop,
