@@ -36,7 +36,7 @@ from typing import Any
 import httpcore
 import httpx
 
-from agentguard._httputil import declared_too_large
+from agentguard._httputil import content_codings, declared_too_large
 
 __all__ = [
     "AsyncIdentityOnly",
@@ -240,10 +240,7 @@ class Compressed(httpx.DecodingError):
 
 
 def _refuse_coding(request: httpx.Request, response: httpx.Response) -> None:
-    codings = [
-        coding.strip().lower() for coding in response.headers.get_list("content-encoding", split_commas=True)
-    ]
-    refused = [coding for coding in codings if coding not in ("", "identity")]
+    refused = content_codings(response.headers.get_list("content-encoding"))
     if refused:
         raise Compressed(refused, request)
 

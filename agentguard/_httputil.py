@@ -16,9 +16,16 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Iterable
 
-__all__ = ["bearer_challenge", "declared_too_large", "is_json_media_type", "is_loopback", "read_limited"]
+__all__ = [
+    "bearer_challenge",
+    "content_codings",
+    "declared_too_large",
+    "is_json_media_type",
+    "is_loopback",
+    "read_limited",
+]
 
 
 def is_json_media_type(content_type: str | None) -> bool:
@@ -31,6 +38,18 @@ def is_json_media_type(content_type: str | None) -> bool:
         if name.strip() == "charset" and value.strip().strip('"') not in ("utf-8", "utf8"):
             return False
     return media_type == "application/json"
+
+
+def content_codings(headers: Iterable[str]) -> list[str]:
+    """The content codings the ``Content-Encoding`` header lines ``headers`` name, ``identity`` aside: what a
+    body would have to be inflated from. agentguard inflates none (a small body can inflate far past any size
+    cap), on either side of the wire.
+
+        >>> content_codings(["gzip, identity", " BR"])
+        ['gzip', 'br']
+    """
+    codings = (coding.strip().lower() for header in headers for coding in header.split(","))
+    return [coding for coding in codings if coding not in ("", "identity")]
 
 
 def bearer_challenge(authorization: str, token: bytes, *, realm: str) -> str | None:

@@ -455,7 +455,7 @@ class RemoteAgent:
     def _refused(self, what: str, reply: _Reply) -> RemoteAgentError:
         detail = ""
         try:
-            body = strict_json(reply.body.decode("utf-8"))
+            body = strict_json(reply.body)
         except (ValueError, RecursionError):  # UnicodeDecodeError and AmbiguousJSON are ValueErrors
             body = None
         if isinstance(body, dict) and isinstance(body.get("error"), str):
@@ -485,11 +485,9 @@ class RemoteAgent:
         as UTF-16 or with encoded surrogates: not what every other reader of the same bytes reads.
         """
         try:
-            text = reply.body.decode("utf-8")
+            value = strict_json(reply.body)
         except UnicodeDecodeError as exc:
             raise self._error(f"{what} is not UTF-8") from exc
-        try:
-            value = strict_json(text)
         except AmbiguousJSON as exc:
             raise self._error(f"{what} is JSON that parsers read differently: {exc}") from exc
         except (ValueError, RecursionError) as exc:

@@ -47,11 +47,13 @@ def _finite(text: str) -> float:
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite)
 
 
-def strict_json(text: str) -> object:
-    """``text`` (already decoded from UTF-8, strictly: RFC 8259 §8.1) as JSON, read strictly.
+def strict_json(body: bytes | str) -> object:
+    r"""``body`` as JSON, read strictly: bytes as UTF-8 (RFC 8259 §8.1), strictly too (``json.loads`` on bytes
+    would guess UTF-16/32 and let encoded surrogates through).
 
-    Raises :class:`AmbiguousJSON` for a key given twice in any object, ``NaN``/``Infinity``, or a number too
-    large for a double; ``ValueError`` (``json.JSONDecodeError``) or ``RecursionError`` for text that is not
-    JSON.
+    Raises ``UnicodeDecodeError`` for bytes that are not UTF-8; :class:`AmbiguousJSON` for a key given twice
+    in any object, ``NaN``/``Infinity``, or a number too large for a double; ``json.JSONDecodeError`` or
+    ``RecursionError`` for text that is not JSON. The first three are ``ValueError``\ s: catch
+    ``UnicodeDecodeError`` and ``AmbiguousJSON`` before ``ValueError`` to tell them apart.
     """
-    return _DECODER.decode(text)
+    return _DECODER.decode(body.decode("utf-8") if isinstance(body, bytes) else body)

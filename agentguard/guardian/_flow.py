@@ -271,11 +271,9 @@ def _classify(reply: Reply) -> httpx.Response | _Failure:
 def _decode_json(body: bytes) -> object | _Failure:
     """The body as JSON read strictly (UTF-8, RFC 8259 §8.1), or the failure."""
     try:
-        text = body.decode("utf-8")  # strict: json.loads on bytes would guess UTF-16/32 and pass surrogates
+        decoded: object = strict_json(body)
     except UnicodeDecodeError:
         return _malformed("body is not UTF-8")
-    try:
-        decoded: object = strict_json(text)
     except AmbiguousJSON as exc:
         return _malformed(str(exc))
     except (ValueError, RecursionError) as exc:

@@ -62,7 +62,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the OpenAgentSpec server needs Starlette and uvicorn: pip install 'agentguard[server]'"
     ) from exc
 
-from agentguard._httputil import bearer_challenge, declared_too_large, is_json_media_type, read_limited
+from agentguard._httputil import (
+    bearer_challenge,
+    content_codings,
+    declared_too_large,
+    is_json_media_type,
+    read_limited,
+)
 from agentguard.aos import AmbiguousJSON, strict_json
 from agentguard.errors import ConfigurationError
 from agentguard.guard import Guard
@@ -96,7 +102,7 @@ def _refuse(status: int, message: str, headers: Mapping[str, str] | None = None,
 def _json_object(body: bytes) -> tuple[dict[str, Any] | None, str]:
     """The body as a JSON object read strictly (:func:`agentguard.aos.strict_json`), or ``None`` and why not."""
     try:
-        value = strict_json(body.decode("utf-8"))
+        value = strict_json(body)
     except UnicodeDecodeError:
         return None, "the body is not UTF-8"
     except AmbiguousJSON as exc:
@@ -119,16 +125,6 @@ def _checked_input(agent: ServedAgent, body: bytes) -> tuple[dict[str, Any] | No
         return value, "", agent.input_problems(value)
     except RecursionError:
         return None, "the input is nested too deeply to check", []
-
-
-def _content_codings(headers: Headers) -> list[str]:
-    """The content codings a request body says it has, ``identity`` aside."""
-    codings = (
-        coding.strip().lower()
-        for header in headers.getlist("content-encoding")
-        for coding in header.split(",")
-    )
-    return [coding for coding in codings if coding not in ("", "identity")]
 
 
 def _etag_matches(header: str | None, etag: str) -> bool:
@@ -197,7 +193,7 @@ class _Api:
         limit = self.max_body_bytes
         if not is_json_media_type(request.headers.get("content-type")):
             return _refuse(415, "send the input as application/json")
-        codings = _content_codings(request.headers)
+        codings = content_codings(request.headers.getlist("content-encoding"))
         if codings:
             # Never inflated: a small compressed body can inflate far past max_body_bytes. Nor read as if it
             # were not compressed: the client and the server would mean two different inputs.

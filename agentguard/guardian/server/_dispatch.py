@@ -81,7 +81,7 @@ class Dispatcher:
     def handle(self, body: bytes) -> bytes | None:
         """The response body for ``body``, or ``None`` when nothing is to be answered (notifications)."""
         try:
-            payload = strict_json(body.decode("utf-8"))  # strict UTF-8: see _escapes_nothing
+            payload = strict_json(body)  # strict UTF-8: see _escapes_nothing
         except AmbiguousJSON as exc:
             # What the agent will run is what its own parser reads: a rule must not decide on another reading.
             return _encode(_error(None, ErrorCode.PARSE_ERROR, f"Parse error: {exc}"))

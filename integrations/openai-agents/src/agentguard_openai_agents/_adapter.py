@@ -248,13 +248,20 @@ class AgentGuard:
             checked = await eng.acheck_output(text)
         except GuardrailViolation as exc:
             verdict = GuardrailFunctionOutput(output_info=exc, tripwire_triggered=True)
-            result = OutputGuardrailResult(
-                guardrail=self.output_guardrail, agent_output=text, agent=agent, output=verdict
-            )
-            raise OutputGuardrailTripwireTriggered(result) from exc
+            raise self.tripwire(agent, text, verdict) from exc
         passed = message if checked == text else with_text(message, checked)
         self._checked[id(passed)] = passed
         return passed
+
+    def tripwire(
+        self, agent: Agent[Any], output: Any, verdict: GuardrailFunctionOutput
+    ) -> OutputGuardrailTripwireTriggered:
+        """The SDK's error for ``output`` stopped before its output guardrail ran (held by
+        :class:`CheckedModel`), as that guardrail would have raised it."""
+        result = OutputGuardrailResult(
+            guardrail=self.output_guardrail, agent_output=output, agent=agent, output=verdict
+        )
+        return OutputGuardrailTripwireTriggered(result)
 
     def was_checked(self, message: ResponseOutputMessage) -> bool:
         """Did :meth:`check_message` pass this very message (the model's response was checked on its way)?"""

@@ -40,7 +40,6 @@ from agentguard_openai_agents._host import (
     ModelRetryAdviceRequest,
     ModelSettings,
     ModelTracing,
-    OutputGuardrailResult,
     OutputGuardrailTripwireTriggered,
     Response,
     ResponseCompletedEvent,
@@ -172,12 +171,7 @@ class CheckedModel(Model):
         if final is not _NOT_AN_ANSWER:
             verdict = await self.adapter.check_answer(final)
             if verdict.tripwire_triggered:
-                guardrail = self.adapter.output_guardrail
-                raise OutputGuardrailTripwireTriggered(
-                    OutputGuardrailResult(
-                        guardrail=guardrail, agent_output=final, agent=self.agent, output=verdict
-                    )
-                )
+                raise self.adapter.tripwire(self.agent, final, verdict)
         return _with_replaced(held, replaced, output) if replaced else held
 
     def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
