@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,7 @@ from agentguard import (
 from agentguard.steps import MCP
 from agentguard_mcp._host import MCPError
 
-__all__ = ["Names", "denial_result", "guarded_call", "report_message", "wire"]
+__all__ = ["Catalog", "Names", "denial_result", "guarded_call", "report_message", "wire"]
 
 """Denials of one call the model can recover from: they come back as a tool result with ``isError: true``.
 Everything else (a loop stop, a failed guardrail, a stopped engagement) ends the exchange with an error."""
@@ -37,7 +37,13 @@ Send = Callable[[dict[str, Any]], Awaitable[Wire]]
 class Names:
     """How MCP tool names become spec capability names: an explicit mapping wins; otherwise ``prefix`` plus
     the name lowercased, with runs of characters a spec name cannot hold turned into ``-``
-    (``get_current_time`` with prefix ``time.`` → ``time.get-current-time``)."""
+    (``get_current_time`` with prefix ``time.`` → ``time.get-current-time``).
+
+    That default maps many names to one (``send_email``, ``SEND-EMAIL`` and ``send-email`` all become
+    ``send-email``), so a server's tools are mapped as a whole (:meth:`resolve`): of the tools that map to one
+    capability, only the ones the mapping names, else the one already spelled as the capability, stand for
+    it; any other would be run under permissions written for a different tool.
+    """
 
     prefix: str = ""
     mapping: Mapping[str, str] = field(default_factory=dict)
@@ -48,9 +54,102 @@ class Names:
             return mapped
         return self.prefix + re.sub(r"[^a-z0-9.-]+", "-", tool.lower()).strip("-")
 
+    def resolve(self, tools: Iterable[str]) -> dict[str, str]:
+        """The capability of each of a server's ``tools`` that stands for one unambiguously; a tool left out
+        shares its capability name with another tool and is not the one the spec means."""
+        claims: dict[str, list[str]] = {}
+        for tool in dict.fromkeys(tools):
+            claims.setdefault(self.spec_name(tool), []).append(tool)
+        resolved: dict[str, str] = {}
+        for capability, claimants in claims.items():
+            chosen = (
+                claimants
+                if len(claimants) == 1
+                else [t for t in claimants if t in self.mapping]
+                or [t for t in claimants if self.prefix + t == capability]
+            )
+            resolved.update((tool, capability) for tool in chosen)
+        return resolved
+
+
+MAX_LISTING_PAGES = 100
+"""How many ``tools/list`` pages the guard reads to learn a server's tools before it gives up (and refuses the
+calls it could not place)."""
+
+List = Callable[[str | None], Awaitable[tuple[list[str], str | None]]]
+"""One ``tools/list`` page: given a cursor, the tool names and the next cursor."""
+
+
+class Catalog:
+    """The tools a server lists, each with the capability it stands for (see :meth:`Names.resolve`).
+
+    A call is placed only against what the server lists: a tool name not seen in a listing makes the guard
+    list the server's tools itself (every page) before it decides, so a tool added since, or one the server
+    serves without listing it, is never run under another tool's capability. One catalog serves every
+    session of a client or server; a listing that differs by session makes the catalog the latest one's.
+    """
+
+    def __init__(self, names: Names) -> None:
+        self.names = names
+        self._listed: set[str] = set()
+        self._resolved: dict[str, str] = {}
+        self._incomplete = False
+
+    def learn(self, tools: Iterable[str], *, complete: bool) -> None:
+        """Add the tools of one listing page; a ``complete`` listing (every page) replaces what was known."""
+        listed = set(tools) if complete else self._listed.union(tools)
+        self._listed = listed
+        self._resolved = self.names.resolve(sorted(listed))
+        if complete:
+            self._incomplete = False
+
+    def known(self, tool: str) -> bool:
+        return tool in self._listed
+
+    async def relist(self, list_page: List) -> None:
+        """List every page of the server's tools (at most :data:`MAX_LISTING_PAGES`) and learn them."""
+        tools: list[str] = []
+        cursor: str | None = None
+        for _ in range(MAX_LISTING_PAGES):
+            page, cursor = await list_page(cursor)
+            tools.extend(page)
+            if cursor is None:
+                self.learn(tools, complete=True)
+                return
+        self.learn(tools, complete=False)
+        self._incomplete = True
+
+    def capability(self, tool: str) -> str | None:
+        """The capability ``tool`` stands for (the mapping's, listed or not), or ``None``: the call is refused
+        (:meth:`refusal` says why)."""
+        return self.names.mapping.get(tool) or self._resolved.get(tool)
+
     def offered(self, guard: Guard, tool: str) -> bool:
-        """Is the tool offered to the model: is its spec name a capability of ``guard``'s spec?"""
-        return self.spec_name(tool) in guard.spec.capabilities
+        """Is the tool offered to the model: does it stand for a capability of ``guard``'s spec?"""
+        capability = self._resolved.get(tool)
+        return capability is not None and capability in guard.spec.capabilities
+
+    async def place(self, tool: str, list_page: List) -> str | None:
+        """:meth:`capability`, after listing the server's tools when ``tool`` was never listed."""
+        if tool not in self._listed and tool not in self.names.mapping:
+            await self.relist(list_page)
+        return self.capability(tool)
+
+    def refusal(self, tool: str) -> str:
+        """Why ``tool`` stands for no capability (for a tool :meth:`capability` gave ``None``)."""
+        if tool not in self._listed:
+            if self._incomplete:
+                return (
+                    f"the server's tool list has more than {MAX_LISTING_PAGES} pages and {tool!r} is not in "
+                    "those read"
+                )
+            return f"the server does not list a tool {tool!r}"
+        capability = self.names.spec_name(tool)
+        sharing = sorted(t for t in self._listed if self.names.spec_name(t) == capability)
+        return (
+            f"the server's tools {sharing!r} all map to capability {capability!r}; only a tool the "
+            "`names` mapping names, or one spelled as the capability, stands for it"
+        )
 
 
 def wire(model: Any) -> Wire:
@@ -120,12 +219,14 @@ def delivered(output: Any, received: Wire, derived: Any) -> Wire:
     return {**_envelope(received), "content": content, "isError": False}
 
 
-def denial_result(exc: PolicyViolation, *, modern: bool) -> Wire:
-    """What the model reads instead of the tool's result: an ``isError`` result naming the rule."""
+def denial_result(exc: PolicyViolation, *, modern: bool, why: str | None = None) -> Wire:
+    """What the model reads instead of the tool's result: an ``isError`` result naming the rule (and ``why``
+    the call stood for no capability, when that was the reason)."""
     after = (
         "The tool ran, but its result was withheld." if exc.phase is Phase.OUTPUT else "The tool was not run."
     )
-    result: Wire = {"content": [_text(f"agentguard denied this tool call: {exc}. {after}")], "isError": True}
+    text = f"agentguard denied this tool call: {exc}. {why + '. ' if why else ''}{after}"
+    result: Wire = {"content": [_text(text)], "isError": True}
     if modern:
         result["resultType"] = "complete"
     return result
@@ -159,20 +260,25 @@ async def report_message(guard: Guard, message: Wire) -> None:
 
 async def guarded_call(
     guard: Guard,
-    names: Names,
+    catalog: Catalog,
     tool: str,
     arguments: Mapping[str, Any],
     send: Send,
     message_id: str | int,
     *,
+    list_page: List,
     modern: bool = False,
 ) -> Wire:
     """Run one ``tools/call`` through the pipeline; returns the wire result the host may see.
 
     ``send(arguments)`` performs the call (to the server, or down the server's handler chain) and returns
-    the wire result. A recoverable denial becomes an ``isError`` result; a loop stop or failed guardrail
-    raises the typed :class:`~agentguard.PolicyViolation` for the caller to turn into its own error.
+    the wire result; ``list_page`` reads the server's tool list, when ``catalog`` has not seen ``tool`` in it.
+    A recoverable denial becomes an ``isError`` result; a loop stop or failed guardrail raises the typed
+    :class:`~agentguard.PolicyViolation` for the caller to turn into its own error.
     """
+    capability = await catalog.place(tool, list_page)
+    if capability is None:
+        return await _refused(guard, tool, arguments, catalog.refusal(tool), modern)
     received: list[tuple[Wire, Any]] = []
 
     async def run(**inputs: Any) -> Any:
@@ -197,7 +303,7 @@ async def guarded_call(
         return received[-1][1]
 
     try:
-        output = await guard.acall(names.spec_name(tool), arguments, run)
+        output = await guard.acall(capability, arguments, run)
     except ToolFailed as failed:  # its text passed the output checks
         return {**_envelope(failed.result), "content": [_text(str(failed))], "isError": True}
     except PolicyViolation as exc:
@@ -205,3 +311,20 @@ async def guarded_call(
             raise
         return denial_result(exc, modern=modern)
     return delivered(output, *received[-1])
+
+
+async def _refused(guard: Guard, tool: str, arguments: Mapping[str, Any], why: str, modern: bool) -> Wire:
+    """A call that stands for no capability: put to the pipeline under a name no spec capability can have (a
+    spec name holds no ``:``), so it is denied and recorded as any call outside the spec is, and answered
+    with ``why``. Its run refuses too: whatever the pipeline decided, nothing is sent to the server."""
+
+    async def refuse(**inputs: Any) -> Any:
+        raise RuntimeError(f"agentguard refused MCP tool {tool!r}: {why}")
+
+    try:
+        await guard.acall(f"mcp:{tool}", arguments, refuse)
+    except PolicyViolation as exc:
+        if not exc.recoverable:
+            raise
+        return denial_result(exc, modern=modern, why=why)
+    raise AssertionError("unreachable: the refusing run raises")

@@ -8,8 +8,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentguard import Guard
-from agentguard_mcp._calls import Names, guarded_call, report_message, wire
-from agentguard_mcp._host import CallToolResult, Client, ClientSession, ListToolsResult, ProgressFnT
+from agentguard_mcp._calls import Catalog, Names, guarded_call, report_message, wire
+from agentguard_mcp._host import (
+    CallToolResult,
+    Client,
+    ClientSession,
+    ListToolsResult,
+    PaginatedRequestParams,
+    ProgressFnT,
+)
 
 __all__ = ["GuardedClient"]
 
@@ -43,7 +50,9 @@ class GuardedClient:
             listed = await tools.list_tools()          # only the spec's capabilities are offered
             result = await tools.call_tool("get_current_time", {"timezone": "UTC"})
 
-    The capability is the MCP tool name mapped by ``prefix`` / ``names`` (see :class:`Names`). A denial the
+    The capability is the MCP tool name mapped by ``prefix`` / ``names`` (see :class:`Names`), among the tools
+    the server lists: a name not seen in a listing is looked up in a fresh one first (:class:`Catalog`). A
+    denial the
     model can recover from comes back as a ``CallToolResult`` with ``is_error=True`` naming the rule; a loop
     stop or failed guardrail raises agentguard's typed error. Each request and response is recorded as an AOS
     ``protocols/MCP`` step.
@@ -59,16 +68,26 @@ class GuardedClient:
     ) -> None:
         self._client = client
         self.guard = guard
-        self.names = Names(prefix, dict(names or {}))
+        self.catalog = Catalog(Names(prefix, dict(names or {})))
 
     async def list_tools(self, **kwargs: Any) -> ListToolsResult:
-        """The server's tools, less those that are not capabilities of the spec."""
+        """The server's tools, less those that stand for no capability of the spec."""
         message_id = f"agentguard-{next(_ids)}"
         await report_message(self.guard, {"jsonrpc": "2.0", "id": message_id, "method": "tools/list"})
         listed = await self._client.list_tools(**kwargs)
         await report_message(self.guard, {"jsonrpc": "2.0", "id": message_id, "result": wire(listed)})
-        offered = [tool for tool in listed.tools if self.names.offered(self.guard, tool.name)]
+        first = kwargs.get("cursor") is None and getattr(kwargs.get("params"), "cursor", None) is None
+        self.catalog.learn((t.name for t in listed.tools), complete=first and listed.next_cursor is None)
+        offered = [tool for tool in listed.tools if self.catalog.offered(self.guard, tool.name)]
         return listed.model_copy(update={"tools": offered})
+
+    async def _page(self, cursor: str | None) -> tuple[list[str], str | None]:
+        """One page of the server's tool list, read fresh (not from the client's cache) for the catalog."""
+        if isinstance(self._client, ClientSession):
+            listed = await self._client.list_tools(params=PaginatedRequestParams(cursor=cursor))
+        else:
+            listed = await self._client.list_tools(cursor=cursor, cache_mode="refresh")
+        return [t.name for t in listed.tools], listed.next_cursor
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any] | None = None, **kwargs: Any
@@ -86,7 +105,13 @@ class GuardedClient:
             return wire(await self._client.call_tool(name, inputs, **kwargs))
 
         result = await guarded_call(
-            self.guard, self.names, name, arguments or {}, send, f"agentguard-{next(_ids)}"
+            self.guard,
+            self.catalog,
+            name,
+            arguments or {},
+            send,
+            f"agentguard-{next(_ids)}",
+            list_page=self._page,
         )
         return CallToolResult.model_validate(result)
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentguard import Approval, Engagement, Guard, PolicyViolation, Reviewer, ReviewRequest, User
-from agentguard_mcp._calls import Names, Wire, guarded_call, report_message
+from agentguard_mcp._calls import Catalog, Names, Wire, guarded_call, report_message
 from agentguard_mcp._host import (
     MODERN_PROTOCOL_VERSIONS,
     CallNext,
@@ -143,7 +143,7 @@ class GuardMiddleware:
         elicit_reviews: bool = False,
     ) -> None:
         self.guard = guard
-        self.names = Names(prefix, dict(names or {}))
+        self.catalog = Catalog(Names(prefix, dict(names or {})))
         self._user = user
         self._key = engagement_key or default_engagement_key
         self._by_session = engagement_key is None  # the default key: a session's engagement ends with it
@@ -197,19 +197,42 @@ class GuardMiddleware:
         await report_message(self.guard, request)
         result = _as_wire(await call_next(ctx))
         await report_message(self.guard, {"jsonrpc": "2.0", "id": ctx.request_id, "result": result})
-        tools = [t for t in result.get("tools", []) if self.names.offered(self.guard, str(t.get("name")))]
-        return {**result, "tools": tools}
+        listed = [t for t in result.get("tools", []) if isinstance(t, Mapping)]
+        complete = params.get("cursor") is None and result.get("nextCursor") is None
+        self.catalog.learn((str(t.get("name")) for t in listed), complete=complete)
+        return {
+            **result,
+            "tools": [t for t in listed if self.catalog.offered(self.guard, str(t.get("name")))],
+        }
 
     async def _call(self, ctx: Request, params: Wire, call_next: CallNext) -> HandlerResult:
         async def send(inputs: dict[str, Any]) -> Wire:
             return _as_wire(await call_next(dataclasses.replace(ctx, params={**params, "arguments": inputs})))
+
+        async def list_page(cursor: str | None) -> tuple[list[str], str | None]:
+            """A page of the server's own tool list, from the handler chain below (not reported: the guard's
+            own look-up, not a step of the agent's)."""
+            page = {key: params[key] for key in ("_meta",) if key in params}  # the protocol's, on 2026-07-28
+            if cursor is not None:
+                page["cursor"] = cursor
+            listed = _as_wire(await call_next(dataclasses.replace(ctx, method="tools/list", params=page)))
+            names = [str(t.get("name")) for t in listed.get("tools", []) if isinstance(t, Mapping)]
+            following = listed.get("nextCursor")
+            return names, following if isinstance(following, str) else None
 
         tool = str(params.get("name", ""))
         arguments = params.get("arguments") or {}
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         assert ctx.request_id is not None  # notifications were passed on above
         return await guarded_call(
-            self.guard, self.names, tool, arguments, send, ctx.request_id, modern=modern
+            self.guard,
+            self.catalog,
+            tool,
+            arguments,
+            send,
+            ctx.request_id,
+            list_page=list_page,
+            modern=modern,
         )
 
 

@@ -221,6 +221,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--upstream", metavar="URL", help="guard a remote streamable HTTP server")
     parser.add_argument("--prefix", default="", help="spec name prefix of the server's tools, e.g. 'time.'")
+    parser.add_argument(
+        "--name",
+        action="append",
+        default=[],
+        metavar="TOOL=CAPABILITY",
+        help="the capability a server tool stands for, instead of its name lowercased (repeatable; "
+        "chooses among tools whose names map to one capability)",
+    )
     parser.add_argument("--guardian", metavar="URL", help="an AOS guardian asked about every step")
     parser.add_argument(
         "--elicit-reviews",
@@ -240,6 +248,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("agentguard-mcp-proxy: give either --upstream URL or -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     token, problem = _listening(args)
+    names = dict(name.partition("=")[::2] for name in args.name)
+    if any(not tool or not capability for tool, capability in names.items()):
+        problem = "--name takes TOOL=CAPABILITY"
     if problem is not None:
         print(f"agentguard-mcp-proxy: {problem}", file=sys.stderr)
         return 2
@@ -250,7 +261,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         options["guardian"] = GuardianClient(args.guardian)
     guard = Guard.from_file(args.spec, **options)
     upstream: Upstream = args.upstream or StdioServerParameters(command=command[0], args=command[1:])
-    proxy_options: dict[str, Any] = {"prefix": args.prefix, "elicit_reviews": args.elicit_reviews}
+    proxy_options: dict[str, Any] = {
+        "prefix": args.prefix,
+        "names": names,
+        "elicit_reviews": args.elicit_reviews,
+    }
     if args.shared_engagement:
         proxy_options["engagement_key"] = lambda ctx, user: "shared"
     server = build_proxy(guard, upstream, **proxy_options)
