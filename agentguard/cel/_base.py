@@ -87,30 +87,32 @@ class CelEvaluationError(CelError):
 
 
 _QUOTED = re.compile(r"""(["'])((?:(?!\1)[^\\]|\\.)*)\1""")
+# Where an engine's message stops being its own words: a quote, a bracket, a colon, an equals sign, or a
+# number standing alone (``int64`` is a word, `` -92...`` a value).
+_DATA_START = re.compile(r"""["'`{}\[\]():=<>]|(?<![A-Za-z_])[-+]?\d""")
 
 
 def redacted(message: str, source: str) -> str:
     """An engine's evaluation error without the values it quotes.
 
     Engines put the data they failed on into their messages (``Key not found in map : "SECRET-42"``,
-    ``Index error: index=5 size=1``, a regular expression taken from the data). A withheld output must not
-    reach a denial reason, a span or a log through them. So only the message's first clause is kept, and a
-    quoted name only where it is written in the expression ``source`` itself (a field or key the spec names,
-    which says what was missing without saying anything the spec does not). The operand *types* of "No
-    matching overloads found" hold no value and are kept.
+    ``Index error: index=5 size=1``, a regular expression taken from the data, the repr of a whole map with
+    quotes nested in quotes). A withheld output must not reach a denial reason, a span or a log through them.
+    So only the engine's own words before anything that may be data are kept, and a quoted name only where it
+    is written in the expression ``source`` itself (a field or key the spec names, which says what was missing
+    without saying anything the spec does not). The operand *types* of "No matching overloads found" hold no
+    value and are kept.
     """
 
-    def named(match: re.Match[str]) -> str:
-        quoted = match.group(2)
-        written = quoted and re.search(rf"(?<![\w-]){re.escape(quoted)}(?![\w-])", source)
-        return match.group(0) if written else "…"
+    def written(quoted: str) -> bool:
+        return bool(quoted) and re.search(rf"(?<![\w-]){re.escape(quoted)}(?![\w-])", source) is not None
 
-    text = _QUOTED.sub(named, message.strip())  # a quoted value not written in the source is gone
-    head, _, tail = text.partition(":")
-    if head.startswith("No matching overloads found"):
-        return _unquoted_prefix(text)
-    names = [m.group(0) for m in _QUOTED.finditer(tail)]
-    head = _unquoted_prefix(head).strip() or "evaluation error"
+    text = message.strip()
+    if text.startswith("No matching overloads found"):
+        return _unquoted_prefix(_QUOTED.sub(lambda m: m.group(0) if written(m.group(2)) else "…", text))
+    cut = _DATA_START.search(text)
+    head = (text if cut is None else text[: cut.start()]).strip() or "evaluation error"
+    names = list(dict.fromkeys(m.group(0) for m in _QUOTED.finditer(text) if written(m.group(2))))
     return f"{head}: {', '.join(names)}" if names else head
 
 

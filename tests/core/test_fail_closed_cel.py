@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import agentguard.cel
@@ -314,6 +314,32 @@ def test_no_evaluation_error_quotes_a_value(backend_name: str, secret: str) -> N
     for expression in ERRING:
         outcome = _outcome_text(backend.compile(expression, ENGAGEMENT_DECLARATIONS), variables)
         assert "S3CR3T" not in outcome, expression
+
+
+@pytest.mark.parametrize("backend_name", ["cel-expr-python", "cel-python"])
+@settings(max_examples=60, deadline=None)
+@given(
+    secret=st.text(st.characters(codec="utf-8"), max_size=20).map(lambda s: "S3CR3T" + s),
+    big=st.sampled_from([-(2**63) - 1, 2**64, -(10**30)]),
+    shape=st.sampled_from(["beside", "key", "nested"]),
+)
+@example(secret="S3CR3T", big=-(2**63) - 1, shape="beside")  # hypothesis found it through the MCP adapter
+def test_an_integer_out_of_range_beside_the_data_quotes_none_of_it(
+    backend_name: str, secret: str, big: int, shape: str
+) -> None:
+    """cel-expr-python names an integer it cannot hold by the path to it, each step with the repr of the
+    container, quotes nested in quotes: the data around it must not survive the redaction."""
+    outputs = {
+        "beside": {"a": [big, secret]},
+        "key": {secret: {"n": big}},
+        "nested": {"a": {"b": [secret, {"c": big}]}},
+    }[shape]
+    program = get_backend(backend_name).compile(
+        'type(recent["x"].outputs) != string || !recent["x"].outputs.contains("x")', ENGAGEMENT_DECLARATIONS
+    )
+    outcome = _outcome_text(program, {"recent": {"x": {"outputs": outputs}}})
+    assert "S3CR3T" not in outcome
+    assert str(abs(big)) not in outcome
 
 
 @pytest.mark.parametrize("backend_name", ["cel-expr-python", "cel-python"])
