@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
-from agentguard_mcp import STOPPED, GuardMiddleware, guard_server
+from agentguard_mcp import FULL, STOPPED, GuardMiddleware, guard_server
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.auth.middleware.auth_context import auth_context_var
@@ -224,6 +225,46 @@ async def test_an_operator_key_lets_stateless_requests_in() -> None:
                 await client.call_tool("lookup_order", {"order_id": "A-1"})
     assert list(middleware.engagements) == ["the-one-agent"]
     assert len(ran) == 2
+
+
+def _key_per_order(ctx: Any, user: Any) -> str:
+    """An operator key that gives every order its own engagement (and the client's tool listings one)."""
+    return str(((ctx.params or {}).get("arguments") or {}).get("order_id", "listings"))
+
+
+async def test_a_request_that_would_open_one_engagement_too_many_is_refused() -> None:
+    ran: list[tuple[str, dict[str, Any]]] = []
+    server = make_server(ran)
+    middleware = guard_server(server, make_guard(), engagement_key=_key_per_order, max_engagements=3)
+    async with Client(server) as client:
+        await client.call_tool("lookup_order", {"order_id": "A-1"})
+        await client.call_tool("lookup_order", {"order_id": "A-2"})
+        full = dict(middleware.engagements)
+        with pytest.raises(MCPError, match="3 engagements are open") as refused:
+            await client.call_tool("lookup_order", {"order_id": "A-3"})
+        again = await client.call_tool("lookup_order", {"order_id": "A-1"})  # an open one goes on
+    assert refused.value.code == FULL
+    assert [order for _, order in ran] == [{"order_id": "A-1"}, {"order_id": "A-2"}, {"order_id": "A-1"}]
+    assert not again.is_error
+    assert middleware.engagements == full  # none was closed to make room
+    assert sorted(full) == ["A-1", "A-2", "listings"]
+    assert all(e.status == "active" for e in full.values())
+
+
+@pytest.mark.parametrize("idle_timeout", [None, 0.05])
+async def test_engagements_no_session_ends_are_closed_when_idle_only_if_asked(
+    idle_timeout: float | None,
+) -> None:
+    server = make_server([])
+    middleware = guard_server(server, make_guard(), engagement_key=_key_per_order, idle_timeout=idle_timeout)
+    async with Client(server) as client:
+        await client.call_tool("lookup_order", {"order_id": "A-1"})
+        first = middleware.engagements["A-1"]
+        await anyio.sleep(0.1)
+        await client.call_tool("lookup_order", {"order_id": "A-2"})  # a request comes: idle ones are closed
+    assert ("A-1" in middleware.engagements) is (idle_timeout is None)
+    assert first.status == ("active" if idle_timeout is None else "closed")
+    assert "A-2" in middleware.engagements
 
 
 class _Tokens:

@@ -26,6 +26,7 @@ from agentguard_mcp._calls import Names
 from agentguard_mcp._client import GuardedClient
 from agentguard_mcp._server import (
     ANONYMOUS,
+    FULL,
     NO_SESSION,
     STOPPED,
     GuardMiddleware,
@@ -40,6 +41,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ANONYMOUS",
+    "FULL",
     "NO_SESSION",
     "STOPPED",
     "GuardMiddleware",

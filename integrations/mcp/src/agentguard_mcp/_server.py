@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,6 +31,7 @@ from agentguard_mcp._host import (
 
 __all__ = [
     "ANONYMOUS",
+    "FULL",
     "NO_SESSION",
     "STOPPED",
     "GuardMiddleware",
@@ -46,10 +49,16 @@ NO_SESSION = -32600
 """The JSON-RPC error code (``INVALID_REQUEST``) of a request refused because it has no engagement: no MCP
 session, no authenticated user, and over HTTP (see :func:`default_engagement_key`)."""
 
+FULL = -32002
+"""The JSON-RPC error code of a request refused because it would open one engagement more than
+``max_engagements`` (nothing runs; the refusal is logged)."""
+
 ANONYMOUS = "anonymous"
 """The engagement key of a server's one client on stdio or in process (no session, no user)."""
 
 Request = ServerRequestContext[Any, Any]
+
+_log = logging.getLogger("agentguard_mcp")
 
 _request: contextvars.ContextVar[Request | None] = contextvars.ContextVar(
     "agentguard_mcp_request", default=None
@@ -117,19 +126,22 @@ class GuardMiddleware:
 
         server = MCPServer("shop", middleware=[GuardMiddleware(guard)])   # or guard_server(server, guard)
 
-    A denial the model can recover from is a tool result with ``isError: true`` naming the rule; a loop stop
-    or failed guardrail is a JSON-RPC error (:data:`STOPPED`). Engagements are kept per ``engagement_key``
-    (default :func:`default_engagement_key`: one per MCP session, closed and forgotten when the session
-    ends; per user without a session; the one client on stdio; a request over HTTP with neither session
-    nor user is refused, :data:`NO_SESSION`). A key of your own may return ``None`` to refuse too; its
-    engagements stay in :attr:`engagements` until you close and remove them. ``user`` reads the user from the
-    request (default :func:`user_from_auth`). Reviews are asked of
-    the reviewer registered on the guard. With ``elicit_reviews=True``, one the guard has none for is asked of
-    the client through MCP elicitation when it can answer, and is rejected otherwise. Off by default: the
-    client is the one asking for the call, and a ``require_review`` names a reviewer other than the caller (an
-    agent host that accepts every elicitation would approve its own calls); turn it on when the client's user
-    is the reviewer the spec means. Without it, an engagement does not start while a reviewer is missing
-    (:meth:`agentguard.Guard.missing_configuration`).
+    A denial the model can recover from is a tool result with ``isError: true`` naming the rule; a loop stop or
+    failed guardrail is a JSON-RPC error (:data:`STOPPED`). Engagements are kept per ``engagement_key`` (default
+    :func:`default_engagement_key`: one per MCP session, closed and forgotten when the session ends; per user
+    without a session; the one client on stdio; a request over HTTP with neither session nor user is refused,
+    :data:`NO_SESSION`). A key of your own may return ``None`` to refuse too. At most ``max_engagements`` are
+    kept: a request that would open one more is refused (:data:`FULL`, logged) rather than an open one closed
+    early, since a closed engagement's successor starts with an empty history, and a limit such as
+    ``size(history.x) < 5`` would start over (``None``: no bound). For the same reason an engagement no session
+    ends (a user's, a key of your own) lives as long as the server unless you give ``idle_timeout``: then it is
+    closed and forgotten once no request has used it for that many seconds. ``user`` reads the user from the
+    request (default :func:`user_from_auth`). Reviews are asked of the reviewer registered on the guard. With
+    ``elicit_reviews=True``, one the guard has none for is asked of the client through MCP elicitation when it can
+    answer, and is rejected otherwise. Off by default: the client is the one asking for the call, and a
+    ``require_review`` names a reviewer other than the caller (an agent host that accepts every elicitation would
+    approve its own calls); turn it on when the client's user is the reviewer the spec means. Without it, an
+    engagement does not start while a reviewer is missing (:meth:`agentguard.Guard.missing_configuration`).
     """
 
     def __init__(
@@ -141,6 +153,8 @@ class GuardMiddleware:
         user: Callable[[Request], User | None] = user_from_auth,
         engagement_key: Callable[[Request, User | None], str | None] | None = None,
         elicit_reviews: bool = False,
+        max_engagements: int | None = 10_000,
+        idle_timeout: float | None = None,
     ) -> None:
         self.guard = guard
         self.catalog = Catalog(Names(prefix, dict(names or {})))
@@ -148,6 +162,9 @@ class GuardMiddleware:
         self._key = engagement_key or default_engagement_key
         self._by_session = engagement_key is None  # the default key: a session's engagement ends with it
         self.engagements: dict[str, Engagement] = {}
+        self.max_engagements = max_engagements
+        self.idle_timeout = idle_timeout
+        self._used: dict[str, float] = {}  # engagements no session ends: key -> when a request last used it
         if elicit_reviews:
             for reviewer_id in guard.required_reviewers():
                 reviewer, config = guard.reviewer_for(reviewer_id)
@@ -163,13 +180,42 @@ class GuardMiddleware:
             raise MCPError(NO_SESSION, _NO_ENGAGEMENT)
         eng = self.engagements.get(key)
         if eng is None:
+            if self.max_engagements is not None and len(self.engagements) >= self.max_engagements:
+                _log.warning("refused a request for a new engagement: %d are open", len(self.engagements))
+                raise MCPError(
+                    FULL,
+                    f"agentguard: {len(self.engagements)} engagements are open, the most this server keeps "
+                    "(max_engagements); try again when one has ended",
+                )
             eng = self.engagements[key] = self.guard.engagement(user=user)
             connection = connection_of(ctx) if self._by_session else None
             if connection is not None and connection.session_id is not None:
                 # the SDK closes a session on DELETE, idle timeout (30 min by default) or shutdown, and caps
                 # how many are open (10 000 by default): so are the engagements kept for sessions
                 connection.exit_stack.push_async_callback(self._session_ended, key, eng)
+                return eng
+        elif key not in self._used:  # a session's: it ends with the session
+            return eng
+        self._used.pop(key, None)  # most recently used last: the idle ones are first
+        self._used[key] = time.monotonic()
         return eng
+
+    async def _close_idle(self) -> None:
+        """Close and forget the engagements no session ends that no request used for ``idle_timeout``
+        seconds (one with a call still running is kept, as used now)."""
+        if self.idle_timeout is None:
+            return
+        now = time.monotonic()
+        for key, used in list(self._used.items()):
+            if now - used <= self.idle_timeout:
+                break
+            del self._used[key]
+            eng = self.engagements.get(key)
+            if eng is not None and eng.state.in_flight:
+                self._used[key] = now
+            elif eng is not None:
+                del self.engagements[key]
+                await eng.aclose()
 
     async def _session_ended(self, key: str, eng: Engagement) -> None:
         """Forget and close a session's engagement: its calls are over, and nothing can reach it again."""
@@ -181,6 +227,7 @@ class GuardMiddleware:
         if ctx.method not in ("tools/call", "tools/list") or ctx.request_id is None:
             return await call_next(ctx)
         params = dict(ctx.params or {})
+        await self._close_idle()
         token = _request.set(ctx)
         try:
             with self.engagement_for(ctx).activate():
