@@ -13,6 +13,7 @@ import pytest
 from agentguard_langchain import AgentGuardMiddleware
 from agentguard_langchain.testing import ScriptedChatModel
 from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -149,7 +150,8 @@ BuildAgent = Callable[..., Harness]
 
 @pytest.fixture
 def build_agent() -> BuildAgent:
-    """``build_agent(script, retain=, checkpointer=, extra_tools=, guard=, then=, **middleware options)``."""
+    """``build_agent(script, retain=, checkpointer=, extra_tools=, guard=, then=, inner=, **middleware options)``;
+    ``inner``: middleware placed after the guard's (inside it)."""
 
     def build(
         script: Sequence[Any],
@@ -159,6 +161,7 @@ def build_agent() -> BuildAgent:
         extra_tools: Sequence[BaseTool] = (),
         guard: Guard | None = None,
         then: Any = None,
+        inner: Sequence[AgentMiddleware[Any, Any, Any]] = (),
         **options: Any,
     ) -> Harness:
         shop = Shop()
@@ -169,7 +172,7 @@ def build_agent() -> BuildAgent:
         agent = create_agent(
             model,
             tools=shop.tools,
-            middleware=[middleware],
+            middleware=[middleware, *inner],
             checkpointer=InMemorySaver() if checkpointer else None,
         )
         return Harness(guard, model, middleware, agent, shop)

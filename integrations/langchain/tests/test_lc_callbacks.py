@@ -69,6 +69,21 @@ def test_observe_records_messages_tools_and_retrievals() -> None:
     assert retrieval["results"][1]["id"] == "1"
 
 
+def test_observe_records_a_tool_artifact_as_the_middleware_checks_it() -> None:
+    @tool(response_format="content_and_artifact")
+    def lookup_order(order_id: str) -> tuple[str, dict[str, str]]:
+        """Look an order up."""
+        return "shipped", {"order_id": order_id, "carrier": "DHL"}
+
+    guard = make_guard(reviewers=REFUSING)
+    with guard.engagement() as eng:
+        cfg: Any = {"callbacks": [AgentGuardCallbackHandler(guard)]}
+        call = {"name": "lookup_order", "args": {"order_id": "A-1"}, "id": "c1", "type": "tool_call"}
+        assert lookup_order.invoke(call, cfg).artifact == {"order_id": "A-1", "carrier": "DHL"}
+    outputs = eng.view()["history"]["lookup-order"][0]["outputs"]
+    assert outputs == {"content": "shipped", "artifact": {"order_id": "A-1", "carrier": "DHL"}}
+
+
 def test_observe_never_breaks_the_host(caplog: pytest.LogCaptureFixture) -> None:
     guard = make_guard(reviewers=REFUSING)
     model = ScriptedChatModel(script=[answer("a stupid answer")])

@@ -33,7 +33,7 @@ from typing import Any
 from uuid import UUID
 
 from agentguard import Engagement, Guard, PolicyViolation, User
-from agentguard_langchain._content import decode_output, message_text
+from agentguard_langchain._content import message_text, tool_output
 from agentguard_langchain._host import (
     AIMessage,
     BaseCallbackHandler,
@@ -182,7 +182,7 @@ class AgentGuardCallbackHandler(BaseCallbackHandler):
         started = self._tools.pop(run_id, None)
         if started is None:
             return
-        value = decode_output(output.content) if isinstance(output, ToolMessage) else output
+        value = tool_output(output) if isinstance(output, ToolMessage) else output
         self._guard(f"tool {started[0]}", lambda: self._tool(started, lambda **_: value))
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:

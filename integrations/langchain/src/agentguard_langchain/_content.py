@@ -3,7 +3,8 @@
 A LangChain tool's result reaches the agent as a ``ToolMessage`` whose content is a string (a ``dict`` result
 is JSON-encoded by langchain-core) or a list of content blocks. Output restrictions are CEL over the tool's
 *output*, so a JSON object or array is decoded back into the value the tool returned; anything else is
-checked as the text the model would see.
+checked as the text the model would see. A message that also carries an artifact is checked as both
+(:func:`tool_output`).
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar
 
-from agentguard_langchain._host import BaseMessage
+from agentguard_langchain._host import BaseMessage, ToolMessage
 
-__all__ = ["decode_output", "encode_output", "message_text", "with_text"]
+__all__ = ["decode_output", "encode_output", "message_text", "tool_output", "with_output", "with_text"]
 
 M = TypeVar("M", bound=BaseMessage)
 
@@ -86,3 +87,30 @@ def encode_output(value: Any, original: object = "") -> str | list[str | dict[An
     ):
         return value
     return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def tool_output(message: ToolMessage) -> Any:
+    """The output the checks see for a tool's message: its content (:func:`decode_output`), and when it carries
+    an artifact, ``{"content": <the content>, "artifact": <the artifact>}``.
+
+    LangChain's chat models do not send an artifact to the model, but it stays in the message: in the graph
+    state, in what the caller gets back, for any prompt or middleware that reads it. So the checks see it, and
+    an output they withhold takes its artifact along.
+    """
+    content = decode_output(message.content)
+    if message.artifact is None:
+        return content
+    return {"content": content, "artifact": message.artifact}
+
+
+def with_output(message: ToolMessage, output: Any) -> ToolMessage:
+    """``message`` carrying an output the pipeline replaced: a guardian's ``modify``, or the JSON-like value it
+    made of an artifact that was not one (what is delivered is what was checked). The artifact is the replaced
+    output's; none when that output no longer has the shape :func:`tool_output` gave it.
+    """
+    content, artifact = output, None
+    if message.artifact is not None and isinstance(output, dict) and "content" in output:
+        content, artifact = output["content"], output.get("artifact")
+    return message.model_copy(
+        update={"content": encode_output(content, message.content), "artifact": artifact}
+    )

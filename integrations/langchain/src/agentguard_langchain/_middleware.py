@@ -22,6 +22,8 @@ What each hook does (the Guard decides; this module only translates):
                    message content.
 ``wrap_tool_call`` ``guard.call`` around LangChain's tool handler. A denial the model can recover from
                    becomes an error ``ToolMessage``; a loop or failed guardrail ends the run with its error.
+                   A result that would put more than its ``ToolMessage`` into the graph (a ``Command``'s
+                   other updates, a ``goto``) is withheld (see :mod:`agentguard_langchain._toolcall`).
 
 Reviews: ``require_review`` ids with no reviewer on the Guard are answered through LangGraph ``interrupt()``
 (see :mod:`agentguard_langchain._review`); they need a checkpointer.

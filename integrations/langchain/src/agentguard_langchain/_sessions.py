@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from agentguard import Engagement, User
-from agentguard_langchain._host import Command, RunnableConfig, ToolMessage
+from agentguard_langchain._host import RunnableConfig, ToolMessage
 
 __all__ = [
     "EngagementKey",
@@ -46,9 +46,9 @@ UserResolver: TypeAlias = Callable[[object], "User | None"]
 class HeldResult:
     """A tool result held by the adapter while the pipeline decides about it (output review may pause)."""
 
-    result: ToolMessage | Command[Any]
+    result: ToolMessage
+    """The call's own message, as the tool (or inner middleware) made it."""
     output: Any
-    content: object
     stored: bool = False
     """Also kept in the graph's store, for a resume on another worker (see ``_toolcall``)."""
     interrupts: int = 0

@@ -3,6 +3,11 @@
 The pipeline decides; this module only maps names, hands the pipeline a function that runs LangChain's own
 tool handler (so inputs a guardian rewrote reach the tool and inner middleware still runs), converts the
 ``ToolMessage`` into the tool's output and back, and turns a denial into what the model or the caller sees.
+
+A tool may also return a LangGraph ``Command`` (ToolNode: a list of them). One that carries nothing but the
+call's ``ToolMessage`` is that message. Anything more it would put into the graph -- other state keys, other
+messages, a ``goto``, an update of the parent graph -- no check could see, so such a result is withheld
+(:class:`UncheckedResult`).
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from typing import Any, Literal
 from agentguard import (
     Phase,
     PolicyViolation,
+    RestrictionViolation,
 )
-from agentguard_langchain._content import decode_output, encode_output, message_text
+from agentguard_langchain._content import encode_output, message_text, tool_output, with_output
 from agentguard_langchain._host import (
     AIMessage,
     BaseStore,
@@ -29,7 +35,7 @@ from agentguard_langchain._host import (
 from agentguard_langchain._scope import Scope
 from agentguard_langchain._sessions import HeldResult, Session
 
-__all__ = ["OnDenied", "StoredResult", "ToolCallTranslation", "ToolFailed", "ToolResolver"]
+__all__ = ["OnDenied", "StoredResult", "ToolCallTranslation", "ToolFailed", "ToolResolver", "UncheckedResult"]
 
 log = logging.getLogger("agentguard_langchain")
 
@@ -39,11 +45,25 @@ ToolResult = ToolMessage | Command[Any]
 
 
 class ToolFailed(Exception):
-    """The tool itself failed and LangChain made that an error ``ToolMessage``: pass it on unchanged."""
+    """The tool itself failed and LangChain made that an error ``ToolMessage``: the pipeline checks its text as
+    the error of a tool that raised, and the message is passed on, without an artifact (no check saw one)."""
 
     def __init__(self, message: ToolMessage) -> None:
-        self.message = message
+        self.message = message if message.artifact is None else message.model_copy(update={"artifact": None})
         super().__init__(str(message.content))
+
+
+class UncheckedResult(Exception):
+    """The tool's result would put more into the graph than the call's ``ToolMessage``: it is withheld.
+
+    Raised where the pipeline runs the tool, so the engagement records the call as failed, with this reason
+    (and a guardian hears of it); :meth:`ToolCallTranslation.fail` then tells the model, or ends the run with
+    :attr:`violation` under ``on_denied="raise"``.
+    """
+
+    def __init__(self, violation: RestrictionViolation) -> None:
+        self.violation = violation
+        super().__init__(violation.reason)
 
 
 class ToolResolver:
@@ -94,8 +114,8 @@ class StoredResult:
 
     With a Guard whose store is shared (:class:`~agentguard_langchain.GraphStore`, ``RedisStore``) the
     engagement's record itself keeps the paused call's output, and the pipeline resumes it without asking
-    for the tool at all: the stored result then only gives back the tool's own message (its artifact, its
-    ``Command``) instead of one rebuilt from the output, and is deleted once the call is over either way.
+    for the tool at all: the stored result then only gives back the tool's own message (its artifact)
+    instead of one rebuilt from the output, and is deleted once the call is over either way.
     """
 
     NAMESPACE = "agentguard-held-results"
@@ -205,7 +225,7 @@ class ToolCallTranslation(Scope):
         return self.request.override(tool_call=tool_call)
 
     def runner(self, handler: Callable[[ToolCallRequest], ToolResult]) -> Callable[..., Any]:
-        """The function ``guard.call`` runs: LangChain's handler."""
+        """The function ``guard.call`` runs: LangChain's handler (whose result :meth:`accept` translates)."""
 
         def run(**inputs: Any) -> Any:
             self._ran = True
@@ -228,17 +248,30 @@ class ToolCallTranslation(Scope):
 
         return run
 
-    def accept(self, result: ToolResult, *, stored: bool = False) -> Any:
-        """The tool's output for the pipeline; the LangChain result is held until the pipeline lets it out,
-        with the number of interrupts answered before the tool ran (see :meth:`interrupts_to_replay`)."""
-        message = result if isinstance(result, ToolMessage) else _tool_message(result, self.call_id)
-        content = None
-        if message is not None:
-            if message.status == "error":
-                raise ToolFailed(message)
-            content = message.content
-        output = decode_output(content)
-        self._held = HeldResult(result, output, content, stored, self.interrupts)
+    def accept(self, result: object, *, stored: bool = False) -> Any:
+        """The tool's output for the pipeline (:func:`~agentguard_langchain._content.tool_output` of the call's
+        message); the message is held until the pipeline lets the output out, with the number of interrupts
+        answered before the tool ran (see :meth:`interrupts_to_replay`).
+
+        ``result`` is what LangChain's handler returned: typed as a message or a ``Command``, a list of them
+        at run time too (ToolNode's). A result that is more than the call's message is refused here.
+        """
+        message = _own_message(result, self.call_id)
+        if message is None:
+            reason = (
+                f"the tool returned {_shape(result)}; agentguard checks a tool's own ToolMessage (its content "
+                "and artifact), and a result that would put anything else into the graph (other state, other "
+                "messages, a goto, the parent graph) is withheld"
+            )
+            engagement = self.session.engagement.id
+            violation = RestrictionViolation(
+                reason, capability=self.capability, phase=Phase.OUTPUT, engagement_id=engagement
+            )
+            raise UncheckedResult(violation)
+        if message.status == "error":
+            raise ToolFailed(message)
+        output = tool_output(message)
+        self._held = HeldResult(message, output, stored, self.interrupts)
         return output
 
     # -- a run paused for review ------------------------------------------------------------------------
@@ -287,9 +320,9 @@ class ToolCallTranslation(Scope):
     def _adopt(self, result: ToolResult | None) -> None:
         if result is None or self.call_id is None:
             return
-        message = result if isinstance(result, ToolMessage) else _tool_message(result, self.call_id)
-        content = message.content if message is not None else None
-        self._held = HeldResult(result, decode_output(content), content, True)
+        message = _own_message(result, self.call_id)
+        if message is not None:
+            self._held = HeldResult(message, tool_output(message), True)
 
     def _to_release(self) -> bool:
         if self.stored is None:
@@ -316,26 +349,25 @@ class ToolCallTranslation(Scope):
         earlier = held.get(self.call_id) if held and self.call_id is not None else None
         return earlier.interrupts if earlier is not None else 0
 
-    def finish(self, output: Any) -> ToolResult:
+    def finish(self, output: Any) -> ToolMessage:
         """The result the pipeline let out: the tool's own message, or one carrying the replaced output."""
         held = self._pop()
-        if held is not None and output is held.output:
-            return held.result
-        content = encode_output(output, held.content if held is not None else "")
         if held is None:
-            return ToolMessage(content=content, name=self.name, tool_call_id=self.call_id or "")
-        if isinstance(held.result, ToolMessage):
-            return held.result.model_copy(update={"content": content})
-        return _replace_in_command(held.result, self.call_id, content)
+            return ToolMessage(content=encode_output(output), name=self.name, tool_call_id=self.call_id or "")
+        if output is held.output:
+            return held.result
+        return with_output(held.result, output)
 
-    def fail(self, exc: BaseException, on_denied: OnDenied) -> ToolResult:
-        """Translate an exception out of the pipeline: an error message for the model, or re-raise.
+    def fail(self, exc: BaseException, on_denied: OnDenied) -> ToolMessage:
+        """Translate an exception out of the pipeline: an error message for the model, or raise.
 
         Not for LangGraph's control flow (an interrupt): a paused call keeps its held result for the re-run.
         """
         self._pop()
         if isinstance(exc, ToolFailed):
             return exc.message
+        if isinstance(exc, UncheckedResult):
+            exc = exc.violation
         if on_denied == "message" and isinstance(exc, PolicyViolation) and exc.recoverable:
             return self.denial(exc)
         raise exc
@@ -365,29 +397,50 @@ class ToolCallTranslation(Scope):
         return done
 
 
-def _tool_message(command: Command[Any], call_id: str | None) -> ToolMessage | None:
-    """The call's own ``ToolMessage`` among those a tool's ``Command`` adds to the state, if any."""
-    update = command.update
-    messages = update.get("messages") if isinstance(update, Mapping) else None
-    for message in messages or ():
-        if isinstance(message, ToolMessage) and (call_id is None or message.tool_call_id == call_id):
-            return message
+def _own_message(result: object, call_id: str | None) -> ToolMessage | None:
+    """The call's ``ToolMessage`` when that is all ``result`` would put into the graph, else ``None``.
+
+    Only a ``Command`` whose one update is the call's message (an object: LangGraph also takes a dict, which
+    the checks would not see as the message) is the same as that message. Its other updates would reach the
+    graph state, and through it the model (a prompt that reads a key, an AI message no output guardrail saw)
+    or the caller (``structured_response``), and a ``goto`` could run a node out of turn (this middleware's
+    ``after_agent``, ending a thread-less engagement mid-run).
+    """
+    if isinstance(result, list) and len(result) == 1:  # ToolNode takes a list of results from one tool
+        result = result[0]
+    if isinstance(result, ToolMessage):
+        return result
+    if not isinstance(result, Command) or result.goto or result.graph is not None:
+        return None
+    update = result.update
+    if not isinstance(update, Mapping) or update.keys() != {"messages"}:
+        return None
+    messages = update["messages"]
+    if not isinstance(messages, list | tuple) or len(messages) != 1:
+        return None
+    (message,) = messages
+    if isinstance(message, ToolMessage) and (call_id is None or message.tool_call_id == call_id):
+        return message
     return None
 
 
-def _replace_in_command(command: Command[Any], call_id: str | None, content: object) -> Command[Any]:
-    update = command.update
-    if not isinstance(update, Mapping):
-        return command
-    messages = [
-        m.model_copy(update={"content": content})
-        if isinstance(m, ToolMessage) and (call_id is None or m.tool_call_id == call_id)
-        else m
-        for m in update.get("messages") or ()
-    ]
-    return Command(
-        graph=command.graph, update={**update, "messages": messages}, resume=command.resume, goto=command.goto
-    )
+def _shape(result: object) -> str:
+    """What a refused result is, named without any of its content (the model reads the denial)."""
+    if isinstance(result, list):
+        return f"a list of {len(result)} results"
+    if not isinstance(result, Command):
+        return f"a {type(result).__name__}"
+    update = result.update
+    parts = []
+    if isinstance(update, Mapping):
+        parts.append(f"update={sorted(str(key) for key in update)}")
+    elif update is not None:
+        parts.append(f"update={type(update).__name__}")
+    if result.goto:
+        parts.append("goto")
+    if result.graph is not None:
+        parts.append(f"graph={result.graph}")
+    return f"Command({', '.join(parts)})"
 
 
 def _reasoning(state: object, call_id: str | None) -> str | None:
