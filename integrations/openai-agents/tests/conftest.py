@@ -4,6 +4,7 @@ and a factory that wraps a real SDK ``Agent`` around a scripted model."""
 from __future__ import annotations
 
 import textwrap
+import types
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from agentguard_openai_agents import AgentGuard
 from agentguard_openai_agents.testing import ScriptedModel
-from agents import Agent, FunctionTool, function_tool, set_tracing_disabled
+from agents import Agent, FunctionTool, Model, function_tool, set_tracing_disabled
 
 from agentguard import Guard
 from agentguard.guardian.server import RunningServer, create_app, parse_rules, serve_in_thread
@@ -183,3 +184,32 @@ def guardian() -> Iterator[RunningServer]:
     """The real reference guardian on 127.0.0.1, with rules that deny and modify."""
     with serve_in_thread(create_app(parse_rules(SHOP_GUARDIAN_RULES))) as server:
         yield server
+
+
+def reachable(root: object, text: str) -> list[str]:
+    """Where ``text`` can be read from ``root`` by following attributes, items and an exception's args, cause and
+    context: what an app that logs or reports ``root`` could record. Agents and models are not followed (a scripted
+    model holds its script), nor code (functions, methods, classes, modules)."""
+    found: list[str] = []
+    seen: set[int] = set()
+    stack: list[tuple[str, object]] = [("", root)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if text in value:
+                found.append(path)
+            continue
+        skipped = (Agent, Model, type, types.FunctionType, types.MethodType, types.ModuleType)
+        if id(value) in seen or isinstance(value, skipped):
+            continue
+        seen.add(id(value))
+        if isinstance(value, dict):
+            stack += [(f"{path}[{key!r}]", item) for key, item in value.items()]
+        elif isinstance(value, list | tuple | set | frozenset):
+            stack += [(f"{path}[{i}]", item) for i, item in enumerate(value)]
+        if isinstance(value, BaseException):
+            stack += [
+                (f"{path}.{name}", getattr(value, name)) for name in ("args", "__cause__", "__context__")
+            ]
+        stack += [(f"{path}.{name}", item) for name, item in getattr(value, "__dict__", {}).items()]
+    return found

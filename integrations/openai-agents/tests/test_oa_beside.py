@@ -35,7 +35,6 @@ from openai.types.responses import (
     ResponseOutputRefusal,
     ResponseOutputText,
 )
-from openai.types.responses.response_output_item import McpCall
 from pydantic import BaseModel
 
 from agentguard import Engagement, EngagementStatus, Guard, GuardianDenied, GuardrailViolation, User
@@ -226,14 +225,6 @@ def message(*parts: str | tuple[str, str], item_id: str = "msg-said") -> Respons
     )
 
 
-def mcp_call() -> McpCall:
-    """A hosted MCP tool's call, already run by the provider (the adapter refuses hosted tools at ``wrap``, but
-    a model's response may still carry one)."""
-    return McpCall(
-        id="mcp-1", type="mcp_call", server_label="docs", name="search", arguments="{}", output="3 results"
-    )
-
-
 def lookup() -> Any:
     return function_call("lookup_order", {"order_id": "A-1"}, call_id="call-lookup")
 
@@ -269,35 +260,29 @@ def test_a_guardian_denial_of_text_beside_tool_calls_ends_the_run_before_its_too
     assert "guarantee" not in out.seen()
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(
-    ("output", "secret", "modes"),
+    ("output", "secret"),
     [
         pytest.param([message("Looking it up."), message("Stupid question.", item_id="msg-2"), lookup()],
-                     "Stupid", MODES, id="second-of-two-messages"),
-        pytest.param([message(("refusal", "I refuse, stupid."))], "refuse", MODES, id="refused-answer"),
-        pytest.param([message(("refusal", "I refuse, stupid.")), lookup()], "refuse", MODES,
-                     id="refusal-beside-calls"),
-        pytest.param([message("What a stu", "pid question"), lookup()], "pid question", MODES,
-                     id="split-over-text-parts"),
-        pytest.param([message("What a stu", ("refusal", "pid question")), lookup()], "pid question", MODES,
+                     "Stupid", id="second-of-two-messages"),
+        pytest.param([message(("refusal", "I refuse, stupid."))], "refuse", id="refused-answer"),
+        pytest.param([message(("refusal", "I refuse, stupid.")), lookup()], "refuse", id="refusal-beside-calls"),
+        pytest.param([message("What a stu", "pid question"), lookup()], "pid question", id="split-over-text-parts"),
+        pytest.param([message("What a stu", ("refusal", "pid question")), lookup()], "pid question",
                      id="split-over-text-and-refusal"),
         pytest.param([message("Stupid question."), message("A-1 has shipped.", item_id="msg-2")], "Stupid",
-                     MODES, id="before-the-answer"),
-        pytest.param([mcp_call(), message("Stupid question."), lookup()], "Stupid", ["run", "run_sync"],
-                     id="beside-a-hosted-mcp-call"),
+                     id="before-the-answer"),
     ],
 )  # fmt: skip
-def test_every_message_the_caller_would_get_is_checked(
-    output: list[Any], secret: str, modes: list[str]
-) -> None:
+def test_every_message_the_caller_would_get_is_checked(output: list[Any], secret: str, mode: str) -> None:
     """Attacker shapes of one response: a second message item, a refusal (which the SDK hands out as
-    ``ModelRefusalError``, no guardrail run), a word split over content parts, a message before the answer,
-    text beside a hosted tool's call. (The SDK's scripted model does not stream hosted tool calls.)"""
-    for mode in modes:
-        out = run([output, answer("never")], mode)
-        assert isinstance(out.error, OutputGuardrailTripwireTriggered), mode
-        assert out.shop.runs == {}, mode
-        assert secret not in out.seen(), mode
+    ``ModelRefusalError``, no guardrail run), a word split over content parts, a message before the answer.
+    (A response showing a hosted tool's call ends the run before its messages are checked: test_oa_hosted.)"""
+    out = run([output, answer("never")], mode)
+    assert isinstance(out.error, OutputGuardrailTripwireTriggered)
+    assert out.shop.runs == {}
+    assert secret not in out.seen()
 
 
 # -- a passed check: the text arrives as the model said it, checked once ---------------------------------------
@@ -315,22 +300,18 @@ def test_text_beside_tool_calls_that_passes_reaches_the_caller_checked_once(mode
         assert out.deltas() == "Let me look that up.A-1 has shipped."
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(
-    ("script", "checked", "modes"),
+    "script",
     [
-        pytest.param([calls(LOOKUP), answer("Done.")], ["Done."], MODES, id="only-tool-calls"),
-        pytest.param([[assistant_message(""), lookup()], answer("Done.")], ["Done."], MODES, id="empty-text"),
-        pytest.param([[mcp_call(), message("Here it is.")]], ["Here it is."], ["run", "run_sync"],
-                     id="answer-beside-a-hosted-mcp-call"),
+        pytest.param([calls(LOOKUP), answer("Done.")], id="only-tool-calls"),
+        pytest.param([[assistant_message(""), lookup()], answer("Done.")], id="empty-text"),
     ],
-)  # fmt: skip
-def test_nothing_to_check_costs_no_check_and_the_answer_is_checked_once(
-    script: list[Any], checked: list[str], modes: list[str]
-) -> None:
-    for mode in modes:
-        out = run(script, mode)
-        assert out.error is None, mode
-        assert out.checked == checked, mode
+)
+def test_nothing_to_check_costs_no_check_and_the_answer_is_checked_once(script: list[Any], mode: str) -> None:
+    out = run(script, mode)
+    assert out.error is None
+    assert out.checked == ["Done."]
 
 
 @pytest.mark.parametrize("mode", MODES)

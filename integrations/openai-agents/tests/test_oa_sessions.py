@@ -87,7 +87,7 @@ async def test_handoffs_and_agents_as_tools_are_agent_capabilities(shop_guard: A
         Agent(
             name="triage",
             model=triage_model,
-            tools=[helper.as_tool(tool_name="run_helper", tool_description="a helper agent")],
+            tools=[guarded.wrap(helper).as_tool(tool_name="run_helper", tool_description="a helper agent")],
             handoffs=[billing],
         )
     )

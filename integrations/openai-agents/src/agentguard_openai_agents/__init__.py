@@ -17,23 +17,28 @@ guardrails, ``require_review`` through the SDK's approvals, one engagement per S
             result = await Runner.run(agent, state, session=session, hooks=guarded.hooks)
 
 A denied call reaches the model as the tool's output; a loop stop ends the run with :class:`RunStopped`, a
-failed guardrail with the SDK's tripwire exception. :func:`violation_of` finds agentguard's typed error in
-either.
+failed guardrail with the SDK's tripwire exception (an output tripwire holds no trace of the stopped output: its
+``agent_output`` is :data:`WITHHELD`). :func:`violation_of` finds agentguard's typed error in either. A tool the
+adapter cannot guard (a hosted tool, an agent tool of an unwrapped agent, a tool added after ``wrap``) is refused
+with :class:`UnguardedTool`, never run unguarded.
 """
 
 from agentguard.timeline import format_timeline, print_timeline
 from agentguard_openai_agents._adapter import AgentGuard, GuardHooks, UncheckedStreamWarning
 from agentguard_openai_agents._sessions import GuardedSession
-from agentguard_openai_agents._tools import RunStopped, spec_name, violation_of
+from agentguard_openai_agents._tools import RunStopped, UnguardedTool, spec_name, violation_of
+from agentguard_openai_agents._withheld import WITHHELD
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "WITHHELD",
     "AgentGuard",
     "GuardHooks",
     "GuardedSession",
     "RunStopped",
     "UncheckedStreamWarning",
+    "UnguardedTool",
     "__version__",
     "format_timeline",
     "print_timeline",

@@ -15,9 +15,12 @@ What goes where: every function tool's ``on_invoke_tool`` runs through ``guard.a
 :mod:`agentguard_openai_agents._tools`); the spec's guardrails are the agent's blocking input guardrail and
 its output guardrail; the agent's model holds a streamed answer until it is checked, and checks the text a
 response shows beside its tool calls before the SDK sees it (see :mod:`agentguard_openai_agents._streaming`);
-handoffs are agent capabilities; :attr:`AgentGuard.hooks` records the model's messages (checking the text beside
-tool calls of a model the adapter does not hold) and settles rejected reviews. The engagement is the one current
-in the calling context: a :meth:`AgentGuard.session` block, or any ``with guard.engagement(...)`` block.
+handoffs and agents-as-tools are agent capabilities, an agent tool's own run guarded in the same engagement;
+:attr:`AgentGuard.hooks` records the model's messages (checking the text beside tool calls of a model the adapter
+does not hold) and settles rejected reviews. What the adapter cannot guard is refused (:class:`UnguardedTool`):
+at ``wrap``, and again at each run's start and model call, for what was added since; a response showing that the
+model's provider ran a tool ends the run. The engagement is the one current in the calling context: a
+:meth:`AgentGuard.session` block, or any ``with guard.engagement(...)`` block.
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ import json
 import threading
 import warnings
 import weakref
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping
+from typing import Any, NoReturn
 
-from agentguard import Engagement, EngagementStatus, Guard, GuardrailViolation, Phase, User
+from agentguard import Engagement, EngagementStatus, Guard, GuardrailViolation, Phase, PolicyViolation, User
 from agentguard_openai_agents._host import (
     Agent,
     FunctionTool,
@@ -40,17 +43,16 @@ from agentguard_openai_agents._host import (
     Model,
     ModelResponse,
     OutputGuardrail,
-    OutputGuardrailResult,
-    OutputGuardrailTripwireTriggered,
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     RunContextWrapper,
     RunHooks,
     Session,
+    Tool,
     TResponseInputItem,
     handoff,
 )
-from agentguard_openai_agents._messages import beside_answer, message_text, with_text
+from agentguard_openai_agents._messages import beside_answer, message_text, provider_run, with_text
 from agentguard_openai_agents._sessions import GuardedSession
 from agentguard_openai_agents._streaming import CheckedModel
 from agentguard_openai_agents._tools import (
@@ -58,8 +60,12 @@ from agentguard_openai_agents._tools import (
     GuardedTool,
     Pending,
     ReviewPending,
+    UnguardedTool,
+    calling,
     sdk_reviewer,
+    stopping,
 )
+from agentguard_openai_agents._withheld import OutputWithheld
 
 __all__ = ["AgentGuard", "GuardHooks"]
 
@@ -121,32 +127,23 @@ class AgentGuard:
         (not a model name) is wrapped in a :class:`CheckedModel`, so that ``Runner.run_streamed`` holds each
         answer until it is checked.
 
-        Refuses (``ValueError``) what it cannot guard: hosted tools and MCP servers (their calls never pass
-        through Python code the adapter could wrap).
+        Refuses (:class:`UnguardedTool`, a ``ValueError``) what it cannot guard: hosted tools (run by the model's
+        provider, which hands their results to the model), MCP servers (their tools are listed at run time), an
+        agent tool (``Agent.as_tool``) made of an agent it did not wrap (that agent's own tools would run
+        unguarded), and an agent it wrapped whose tools or handoffs changed since.
         """
         return self._wrap(agent, {})
 
     def _wrap(self, agent: Agent[Any], done: dict[int, Agent[Any]]) -> Agent[Any]:
         """``wrap`` with ``done``: the agents wrapped in this call so far, by id (handoff cycles end there)."""
-        if any(g is self.input_guardrail for g in agent.input_guardrails):
-            return agent
         if id(agent) in done:
             return done[id(agent)]
+        if self._wrapped(agent):
+            self.check_reach(agent)
+            return agent
         if agent.mcp_servers:
-            raise ValueError(
-                f"agent {agent.name!r} has MCP servers: their tools are listed at run time and would bypass "
-                "agentguard; convert them to function tools or guard the MCP client"
-            )
-        tools = []
-        for tool in agent.tools:
-            if not isinstance(tool, FunctionTool):
-                raise ValueError(
-                    f"agent {agent.name!r}: {type(tool).__name__} {getattr(tool, 'name', '')!r} runs outside "
-                    "this process (or outside function-tool code) and cannot be guarded; remove it"
-                )
-            # ``Agent.as_tool`` marks its tools with this private flag; no public accessor says so (0.24).
-            kind: Literal["tool", "agent"] = "agent" if getattr(tool, "_is_agent_tool", False) else "tool"
-            tools.append(GuardedTool(self, tool, kind).build(tool))
+            _refuse(_mcp_servers(agent))
+        tools = [self._guarded_tool(agent, tool) for tool in agent.tools]
         clone = agent.clone(
             tools=tools,
             input_guardrails=[*agent.input_guardrails, self.input_guardrail],
@@ -168,6 +165,60 @@ class AgentGuard:
             )
         clone.handoffs = [self._handoff(h, done) for h in agent.handoffs]
         return clone
+
+    def _guarded_tool(self, agent: Agent[Any], tool: Tool) -> FunctionTool:
+        """The guarded copy of one of ``agent``'s tools (refused if it cannot be guarded)."""
+        if not isinstance(tool, FunctionTool):
+            _refuse(f"agent {agent.name!r}: {_unguardable(tool)}")
+        if not _runs_agent(tool):
+            return GuardedTool(self, tool, "tool").build(tool)
+        # The tool runs its agent (``Agent.as_tool`` keeps it in a private attribute, 0.24) in a run of its own:
+        # guarded only if that agent is one this adapter wrapped, its calls then checked in the same engagement.
+        inner = getattr(tool, "_agent_instance", None)
+        if not (isinstance(inner, Agent) and self._wrapped(inner)):
+            _refuse(f"agent {agent.name!r}: {_unguardable(tool)}")
+        self.check_reach(inner)
+        return GuardedTool(self, tool, "agent").build(tool)
+
+    def _wrapped(self, agent: Agent[Any]) -> bool:
+        """Did this adapter wrap ``agent`` (it has the adapter's input guardrail)?"""
+        return any(g is self.input_guardrail for g in agent.input_guardrails)
+
+    def check_reach(self, agent: Agent[Any]) -> None:
+        """Refuse (:class:`UnguardedTool`) an agent this adapter wrapped whose tools, handoffs or MCP servers changed
+        since (``agent.tools.append(...)``, ``agent.clone(tools=...)``): what was added would run unguarded.
+        Asked by :meth:`wrap`, by the input guardrail when a run starts, and by the hooks before each model call."""
+        if agent.mcp_servers:
+            _refuse(_mcp_servers(agent))
+        self.check_tools(agent.name, agent.tools, agent.handoffs)
+
+    def check_tools(
+        self, owner: str, tools: Iterable[Tool], handoffs: Iterable[Agent[Any] | Handoff[Any, Any]]
+    ) -> None:
+        """Refuse (:class:`UnguardedTool`) a tool or handoff of agent ``owner`` that this adapter does not guard.
+        :class:`CheckedModel` asks it with what the SDK offers the model on each call (MCP tools included)."""
+        for tool in tools:
+            if _adapter_of(getattr(tool, "on_invoke_tool", None)) is not self:
+                _refuse(f"agent {owner!r}: {_unguardable(tool)}")
+        for target in handoffs:
+            if not isinstance(target, Handoff) or _adapter_of(target.on_invoke_handoff) is not self:
+                name = target.name if isinstance(target, Agent) else target.agent_name
+                _refuse(
+                    f"agent {owner!r}: the handoff to {name!r} was added after wrap and would run that agent "
+                    "unguarded; wrap the agent once its handoffs are set"
+                )
+
+    def check_provider_run(self, agent: Agent[Any], output: Iterable[Any]) -> None:
+        """Refuse (:class:`UnguardedTool`) a model response of ``agent`` showing that the model's provider ran a
+        tool itself: a hosted tool the agent got elsewhere than its tools (a stored prompt), whose call nobody
+        checked. The run ends there, before the SDK or the caller sees the call's result."""
+        called = provider_run(output)
+        if called is not None:
+            _refuse(
+                f"agent {agent.name!r}: the model's provider ran a hosted tool ({called}) that the agent was given "
+                "outside its tools (a stored prompt?): agentguard never checked the call and withholds its result; "
+                "remove that tool"
+            )
 
     def _handoff(
         self, target: Agent[Any] | Handoff[Any, Any], done: dict[int, Agent[Any]]
@@ -212,56 +263,74 @@ class AgentGuard:
     async def _check_input(
         self, ctx: RunContextWrapper[Any], agent: Agent[Any], data: str | list[TResponseInputItem]
     ) -> GuardrailFunctionOutput:
+        """The input guardrail, blocking: run first, before any model call. It refuses an agent changed since
+        :meth:`wrap` (whatever the model), and checks the user's input, which starts a turn. An agent tool's own
+        run (inside a guarded call) is no user input: its input is the call's arguments, checked as the agent
+        capability's inputs."""
         eng = self._engagement()
+        self.check_reach(agent)
+        if calling():
+            return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
         eng.new_turn()
-        return await _guardrail(eng, _last_user_text(data), Phase.INPUT)
+        violation = await _guardrail(eng, _last_user_text(data), Phase.INPUT)
+        return GuardrailFunctionOutput(output_info=violation, tripwire_triggered=violation is not None)
 
     async def _check_output(
         self, ctx: RunContextWrapper[Any], agent: Agent[Any], output: Any
     ) -> GuardrailFunctionOutput:
+        """The output guardrail: the final output, unless the agent's model already had it checked (then it is
+        passed on without a second check and record). A stopped output raises :class:`OutputWithheld` from here
+        rather than tripping the SDK's tripwire, whose exception would carry the output."""
         eng = self._engagement()
         text = _answer_text(output)
-        if self._answered.pop(eng, None) == text:  # checked while streamed, before the caller saw it
-            return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
-        return await _guardrail(eng, text, Phase.OUTPUT)
+        if self._answered.pop(eng, None) != text:
+            await self._withhold(eng, agent, text)
+        return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
 
-    async def check_answer(self, output: Any) -> GuardrailFunctionOutput:
-        """The output guardrail's check of a final output, run by :class:`CheckedModel` before the answer is
-        streamed. A passed answer is remembered, so the output guardrail does not check (and record) it twice."""
+    async def check_answer(self, agent: Agent[Any], output: Any) -> None:
+        """The output guardrail's check of a final output, run by :class:`CheckedModel` before the SDK sees the
+        response (raises :class:`OutputWithheld`). A passed answer is remembered, so the output guardrail does not
+        check (and record) it twice."""
         eng = self._engagement()
         text = _answer_text(output)
-        verdict = await _guardrail(eng, text, Phase.OUTPUT)
-        if not verdict.tripwire_triggered:
-            self._answered[eng] = text
-        return verdict
+        await self._withhold(eng, agent, text)
+        self._answered[eng] = text
+
+    async def _withhold(self, eng: Engagement, agent: Agent[Any], text: str) -> None:
+        """Check a final answer; raise :class:`OutputWithheld` if it is stopped.
+
+        A guardian's denial is a stop like a failed guardrail: raised as itself from an output guardrail, the SDK
+        would take it for a broken guardrail and save the answer to the run's session before re-raising it.
+        """
+        violation: PolicyViolation | None
+        try:
+            violation = await _guardrail(eng, text, Phase.OUTPUT)
+        except PolicyViolation as exc:
+            violation = exc
+        if violation is not None:
+            raise self.tripwire(agent, violation) from violation
 
     async def check_message(self, agent: Agent[Any], message: ResponseOutputMessage) -> ResponseOutputMessage:
         """Check a model message the output guardrail will not see (text beside tool calls, a message before the
         answer, a refusal: see :mod:`agentguard_openai_agents._messages`) as the spec checks any model response
         before the user sees it. Returns the message to pass on: itself, or a copy saying what a guardian's
-        ``modify`` put instead. A failed guardrail raises the SDK's ``OutputGuardrailTripwireTriggered`` (as
-        for the final answer, its ``output_info`` the violation), a guardian's denial
+        ``modify`` put instead. A failed guardrail raises :class:`OutputWithheld` (the SDK's
+        ``OutputGuardrailTripwireTriggered``, as for the final answer), a guardian's denial
         :class:`~agentguard.GuardianDenied`: the run ends there, before any tool of the response runs."""
         eng = self._engagement()
         text = message_text(message)
         try:
             checked = await eng.acheck_output(text)
         except GuardrailViolation as exc:
-            verdict = GuardrailFunctionOutput(output_info=exc, tripwire_triggered=True)
-            raise self.tripwire(agent, text, verdict) from exc
+            raise self.tripwire(agent, exc) from exc
         passed = message if checked == text else with_text(message, checked)
         self._checked[id(passed)] = passed
         return passed
 
-    def tripwire(
-        self, agent: Agent[Any], output: Any, verdict: GuardrailFunctionOutput
-    ) -> OutputGuardrailTripwireTriggered:
-        """The SDK's error for ``output`` stopped before its output guardrail ran (held by
-        :class:`CheckedModel`), as that guardrail would have raised it."""
-        result = OutputGuardrailResult(
-            guardrail=self.output_guardrail, agent_output=output, agent=agent, output=verdict
-        )
-        return OutputGuardrailTripwireTriggered(result)
+    def tripwire(self, agent: Agent[Any], violation: PolicyViolation) -> OutputWithheld:
+        """The SDK's error for an output of ``agent`` the guard stopped, as its output guardrail raises it,
+        without the output (see :mod:`agentguard_openai_agents._withheld`)."""
+        return stopping(OutputWithheld(self.output_guardrail, agent, violation))
 
     def was_checked(self, message: ResponseOutputMessage) -> bool:
         """Did :meth:`check_message` pass this very message (the model's response was checked on its way)?"""
@@ -281,28 +350,71 @@ class UncheckedStreamWarning(UserWarning):
     tool calls when the run is given ``hooks=guarded.hooks``)."""
 
 
+def _runs_agent(tool: FunctionTool) -> bool:
+    """Is ``tool`` an agent tool? ``Agent.as_tool`` marks its tools with this private flag; no public accessor
+    says so (0.24)."""
+    return bool(getattr(tool, "_is_agent_tool", False))
+
+
+def _adapter_of(method: object) -> AgentGuard | None:
+    """The adapter whose guarded tool or handoff ``method`` is a method of (``None``: not one of them)."""
+    owner = getattr(method, "__self__", None)
+    return owner.adapter if isinstance(owner, GuardedTool | GuardedHandoff) else None
+
+
+def _unguardable(tool: Tool) -> str:
+    """Why ``tool`` cannot be in a guarded agent's reach, and what to do."""
+    name = getattr(tool, "name", "")
+    if not isinstance(tool, FunctionTool):
+        return (
+            f"{type(tool).__name__} {name!r} runs outside this process and cannot be guarded (a hosted tool runs "
+            "at the model's provider, which hands its results straight to the model: agentguard could neither "
+            "check its calls nor withhold its results); remove it"
+        )
+    if _runs_agent(tool):
+        inner = getattr(getattr(tool, "_agent_instance", None), "name", None)
+        return (
+            f"tool {name!r} runs agent {inner!r} in a run of its own, whose tools agentguard guards only if that "
+            "agent is wrapped: make the tool of the wrapped agent, guarded.wrap(agent).as_tool(...)"
+        )
+    return (
+        f"function tool {name!r} was added after wrap (or listed by an MCP server) and would run unguarded; wrap "
+        "the agent once its tools are set"
+    )
+
+
+def _refuse(reason: str) -> NoReturn:
+    """Raise :class:`UnguardedTool` (noted for the agent tool call this runs in, if any: see :func:`stopping`)."""
+    raise stopping(UnguardedTool(reason))
+
+
+def _mcp_servers(agent: Agent[Any]) -> str:
+    return (
+        f"agent {agent.name!r} has MCP servers: their tools are listed at run time and would bypass agentguard; "
+        "convert them to function tools or guard the MCP client"
+    )
+
+
 def _answer_text(output: Any) -> str:
     """A final output as the text the output guardrail checks (structured output as JSON)."""
     return output if isinstance(output, str) else json.dumps(output, default=str, ensure_ascii=False)
 
 
-async def _guardrail(eng: Engagement, text: str, phase: Phase) -> GuardrailFunctionOutput:
-    """Run one guardrail; a violation trips the SDK's tripwire and is its ``output_info``.
+async def _guardrail(eng: Engagement, text: str, phase: Phase) -> GuardrailViolation | None:
+    """Run one guardrail: the violation that stops the message, if any.
 
     The SDK's guardrails cannot rewrite text, so a guardian ``modify`` of the message fails closed.
     """
     try:
         checked = await (eng.acheck_input(text) if phase is Phase.INPUT else eng.acheck_output(text))
     except GuardrailViolation as exc:
-        return GuardrailFunctionOutput(output_info=exc, tripwire_triggered=True)
+        return exc
     if checked != text:
         reason = (
             "the guardian rewrote the message and an OpenAI Agents SDK guardrail cannot pass a rewrite on"
         )
-        return GuardrailFunctionOutput(
-            output_info=GuardrailViolation(reason, phase=phase), tripwire_triggered=True
-        )
-    return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
+        return GuardrailViolation(reason, phase=phase)
+    return None
 
 
 def _last_user_text(data: str | list[TResponseInputItem]) -> str:
@@ -349,9 +461,10 @@ class GuardHooks(RunHooks[Any]):
     the output guardrail instead). When the guard checks answers, the text a response shows beside its tool
     calls (or before its answer, or as a refusal) is checked: :class:`CheckedModel` has done so on the way
     when the agent's model object made the response; for a model the adapter does not hold (a model name,
-    ``RunConfig.model``) it is done here, still before any tool of the response runs. Before each model call,
-    reviews the SDK rejected are recorded as rejections (the SDK never invokes a rejected tool, so nothing
-    else would).
+    ``RunConfig.model``) it is done here, still before any tool of the response runs; so is the refusal of a
+    response showing that the provider ran a tool. Before each model call, the agent is checked for tools or
+    handoffs added since ``wrap``, and reviews the SDK rejected are recorded as rejections (the SDK never
+    invokes a rejected tool, so nothing else would).
     """
 
     def __init__(self, adapter: AgentGuard) -> None:
@@ -364,6 +477,7 @@ class GuardHooks(RunHooks[Any]):
         system_prompt: str | None,
         input_items: list[TResponseInputItem],
     ) -> None:
+        self.adapter.check_reach(agent)
         pending = self.adapter.pending
         for call_id, paused in list(pending.items()):
             if not paused.answered and context.is_tool_approved(paused.tool.sdk_name, call_id) is False:
@@ -373,6 +487,7 @@ class GuardHooks(RunHooks[Any]):
     async def on_llm_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
     ) -> None:
+        self.adapter.check_provider_run(agent, response.output)
         eng = self.adapter.guard.current_engagement()
         if eng is None:
             return

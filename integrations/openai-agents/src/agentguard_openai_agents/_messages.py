@@ -12,7 +12,7 @@ does not hold).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from agentguard_openai_agents._host import (
@@ -22,30 +22,43 @@ from agentguard_openai_agents._host import (
     TResponseOutputItem,
 )
 
-__all__ = ["answer_message", "beside_answer", "message_text", "with_text"]
+__all__ = ["answer_message", "beside_answer", "message_text", "provider_run", "with_text"]
 
-_DONE = frozenset(
+_PROVIDER_RUN = frozenset(
     {
-        "reasoning",
         "file_search_call",
         "web_search_call",
         "code_interpreter_call",
         "image_generation_call",
         "mcp_call",
         "mcp_list_tools",
-        "compaction",
         "tool_search_call",
         "tool_search_output",
     }
 )
-"""Output items the provider has dealt with itself (hosted tools, reasoning): the run ends on a response that has
-only these besides its messages (SDK 0.24). Any other item, a function call or one unknown here, is taken to keep
-the run going: its messages are then checked as text beside it (at worst a final answer is checked twice), never
-left to an output guardrail that might not run."""
+"""Output items of tools the model's provider ran itself (hosted tools): a call and its result the provider handed
+to the model before anyone else saw them."""
+
+_DONE = _PROVIDER_RUN | {"reasoning", "compaction"}
+"""Output items the provider has dealt with itself: the run ends on a response that has only these besides its
+messages (SDK 0.24). Any other item, a function call or one unknown here, is taken to keep the run going: its
+messages are then checked as text beside it (at worst a final answer is checked twice), never left to an output
+guardrail that might not run."""
 
 
-def _item_type(item: Any) -> Any:
-    return item.get("type") if isinstance(item, Mapping) else getattr(item, "type", None)
+def provider_run(output: Iterable[Any]) -> str | None:
+    """The first item of ``output`` that a provider-run tool made (``"mcp_call 'search'"``), if any."""
+    for item in output:
+        kind = _item_field(item, "type")
+        if kind in _PROVIDER_RUN:
+            name = _item_field(item, "name")
+            return f"{kind} {name!r}" if name else str(kind)
+    return None
+
+
+def _item_field(item: Any, name: str) -> Any:
+    """A field of an output item, which may be a model or (from some providers) a plain mapping."""
+    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
 
 
 def answer_message(output: Sequence[TResponseOutputItem]) -> ResponseOutputMessage | None:
@@ -55,7 +68,7 @@ def answer_message(output: Sequence[TResponseOutputItem]) -> ResponseOutputMessa
     for item in output:
         if isinstance(item, ResponseOutputMessage):
             last = item
-        elif _item_type(item) not in _DONE:
+        elif _item_field(item, "type") not in _DONE:
             return None
     if last is None or any(not isinstance(part, ResponseOutputText) for part in last.content):
         return None  # a refusal part (or a part of a kind the SDK does not read as text) is no answer

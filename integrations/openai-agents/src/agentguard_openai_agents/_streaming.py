@@ -11,7 +11,9 @@ whole before handing any of it on. If the response is the run's answer (a messag
 is checked there, with the text the output guardrail would check. A stopped answer ends the run with the SDK's
 ``OutputGuardrailTripwireTriggered`` before a single event of it is queued. A passed answer is handed on as the
 model sent it (its deltas in one burst), and the output guardrail does not check it a second time. When nothing
-checks answers, the stream passes through untouched, token by token.
+checks answers, the stream passes through untouched, token by token. Not streamed (``Runner.run``, ``run_sync``),
+the SDK still hands the response out before its output guardrail runs (to the run's hooks, into the run data an
+error carries), so ``get_response`` checks the answer the same way, before the SDK sees the response.
 
 Every other message of a response reaches the caller too, with no output guardrail ever run on it: the text a
 model writes beside its tool calls, a message before its answer, a refusal (see
@@ -40,7 +42,6 @@ from agentguard_openai_agents._host import (
     ModelRetryAdviceRequest,
     ModelSettings,
     ModelTracing,
-    OutputGuardrailTripwireTriggered,
     Response,
     ResponseCompletedEvent,
     ResponseContentPartAddedEvent,
@@ -60,6 +61,8 @@ from agentguard_openai_agents._host import (
     TResponseStreamEvent,
 )
 from agentguard_openai_agents._messages import answer_message, beside_answer
+from agentguard_openai_agents._tools import UnguardedTool
+from agentguard_openai_agents._withheld import OutputWithheld
 
 if TYPE_CHECKING:
     from agentguard_openai_agents._adapter import AgentGuard
@@ -89,23 +92,48 @@ class CheckedModel(Model):
             raise AttributeError(name)
         return getattr(self.inner, name)
 
-    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-        """Not streamed: the output guardrail checks the run's answer before the caller sees any of it, so that
-        is passed on as the model gives it (with whatever the SDK passes, in any version). The response's other
-        messages (text beside its tool calls) are checked here, before the SDK makes items of them or runs a
-        tool; a guardian's replacement takes their place."""
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: ResponsePromptParam | None,
+    ) -> ModelResponse:
+        """Not streamed, the SDK still hands a response out before its output guardrail runs: to the run's hooks
+        (``on_llm_end``), and into the run's data that an error carries. So the response is checked here, whole,
+        before the SDK sees it, as a streamed one is: its answer (the output guardrail's check, made once) and the
+        text beside its tool calls, a guardian's replacement taking that text's place."""
         self.adapter.forget_answer()
-        response = await self.inner.get_response(*args, **kwargs)
+        self.adapter.check_tools(self.agent.name, tools, handoffs)
+        response = await self.inner.get_response(
+            system_instructions,
+            input,
+            model_settings,
+            tools,
+            output_schema,
+            handoffs,
+            tracing,
+            previous_response_id=previous_response_id,
+            conversation_id=conversation_id,
+            prompt=prompt,
+        )
+        self.adapter.check_provider_run(self.agent, response.output)
         if not self.adapter.guard.checks_answers:
             return response
         output = list(response.output)
-        changed = False
-        for index, message in beside_answer(output):
-            passed = await self.adapter.check_message(self.agent, message)
-            if passed is not message:
-                output[index] = passed
-                changed = True
-        return dataclasses.replace(response, output=output) if changed else response
+        replaced = await self._check(output, output_schema)
+        if not replaced:
+            return response
+        return dataclasses.replace(
+            response, output=[replaced[i][1] if i in replaced else item for i, item in enumerate(output)]
+        )
 
     async def stream_response(
         self,
@@ -122,6 +150,7 @@ class CheckedModel(Model):
         prompt: ResponsePromptParam | None,
     ) -> AsyncIterator[TResponseStreamEvent]:
         self.adapter.forget_answer()
+        self.adapter.check_tools(self.agent.name, tools, handoffs)
         checked = self.adapter.guard.checks_answers  # asked per call: a guardian may be set at any time
         stream = self.inner.stream_response(
             system_instructions,
@@ -138,6 +167,7 @@ class CheckedModel(Model):
         try:
             if not checked:
                 async for event in stream:
+                    self.adapter.check_provider_run(self.agent, _items(event))
                     yield event
                 return
             held = [event async for event in stream]
@@ -151,7 +181,8 @@ class CheckedModel(Model):
     async def _release(
         self, held: list[TResponseStreamEvent], output_schema: AgentOutputSchemaBase | None
     ) -> list[TResponseStreamEvent]:
-        """The events of one whole response the caller may see; raises the tripwire for a stopped answer."""
+        """The events of one whole response the caller may see; raises :class:`OutputWithheld` for a stopped
+        answer."""
         completed = next((e for e in reversed(held) if isinstance(e, ResponseCompletedEvent)), None)
         if completed is None:
             # The response failed: the SDK raises on its terminal event. The partial answer before it is unchecked.
@@ -162,27 +193,32 @@ class CheckedModel(Model):
             (e.output_index, e.item) for e in held if isinstance(e, ResponseOutputItemDoneEvent)
         ]
         output = [item for _, item in indexed]
+        self.adapter.check_provider_run(self.agent, output)
+        checked = await self._check(output, output_schema)
+        replaced = {indexed[position][0]: pair for position, pair in checked.items()}
+        return _with_replaced(held, replaced, output) if replaced else held
+
+    async def _check(
+        self, output: list[TResponseOutputItem], output_schema: AgentOutputSchemaBase | None
+    ) -> dict[int, tuple[ResponseOutputMessage, ResponseOutputMessage]]:
+        """Check one whole response before the SDK sees any of it: each message the output guardrail will not see,
+        then the run's answer if the response is one (:class:`OutputWithheld` when it is stopped). Returns the
+        messages a guardian's ``modify`` replaced, with their replacements, by position in ``output``."""
         replaced: dict[int, tuple[ResponseOutputMessage, ResponseOutputMessage]] = {}
-        for position, message in beside_answer(output):  # text beside tool calls: checked before it streams
+        for position, message in beside_answer(output):
             passed = await self.adapter.check_message(self.agent, message)
             if passed is not message:
-                replaced[indexed[position][0]] = (message, passed)
+                replaced[position] = (message, passed)
         final = _final_output(output, output_schema)
         if final is not _NOT_AN_ANSWER:
-            verdict = await self.adapter.check_answer(final)
-            if verdict.tripwire_triggered:
-                raise self.adapter.tripwire(self.agent, final, verdict)
-        return _with_replaced(held, replaced, output) if replaced else held
+            await self.adapter.check_answer(self.agent, final)
+        return replaced
 
     def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
         """A stopped answer is final: no retry policy may ask the model again for another one. (The check
-        raises the tripwire, or agentguard's own error, e.g. a guardian's denial; the model raises neither.)"""
-        error = request.error
-        ours = (
-            isinstance(error, OutputGuardrailTripwireTriggered)
-            and error.guardrail_result.guardrail is self.adapter.output_guardrail
-        )
-        if ours or isinstance(error, PolicyViolation):
+        raises :class:`OutputWithheld`, or agentguard's own error, e.g. a guardian's denial of text beside tool
+        calls; the model raises neither.)"""
+        if isinstance(request.error, OutputWithheld | PolicyViolation | UnguardedTool):
             return ModelRetryAdvice(
                 suggested=False, replay_safety="unsafe", reason="agentguard stopped the answer"
             )
@@ -217,6 +253,13 @@ def _final_output(output: list[TResponseOutputItem], schema: AgentOutputSchemaBa
         return schema.validate_json(text)
     except Exception:
         return text
+
+
+def _items(event: TResponseStreamEvent) -> list[Any]:
+    """The output items a stream event carries: its item (``output_item.added`` / ``done``: the first event of each
+    item), or the output of its response (``response.completed``)."""
+    response = getattr(event, "response", None)
+    return [getattr(event, "item", None), *(response.output if isinstance(response, Response) else ())]
 
 
 def _without_output(event: TResponseStreamEvent) -> TResponseStreamEvent:

@@ -23,8 +23,8 @@ import dataclasses
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from agentguard import (
     Approval,
@@ -42,6 +42,7 @@ from agentguard_openai_agents._host import (
     RunContextWrapper,
     ToolContext,
 )
+from agentguard_openai_agents._withheld import OutputWithheld
 
 if TYPE_CHECKING:
     from agentguard_openai_agents._adapter import AgentGuard
@@ -51,8 +52,11 @@ __all__ = [
     "GuardedTool",
     "ReviewPending",
     "RunStopped",
+    "UnguardedTool",
+    "calling",
     "sdk_reviewer",
     "spec_name",
+    "stopping",
     "violation_of",
 ]
 
@@ -67,6 +71,17 @@ class RunStopped(AgentsException):
     def __init__(self, violation: PolicyViolation) -> None:
         super().__init__(str(violation))
         self.violation = violation
+        self.__cause__ = violation
+
+
+class UnguardedTool(AgentsException, ValueError):
+    """A tool or handoff agentguard does not guard is within a guarded agent's reach, and is refused rather than
+    run unguarded: by :meth:`AgentGuard.wrap <agentguard_openai_agents.AgentGuard.wrap>`, when a run starts or a
+    model is called with it, or when a model's response shows that its provider ran one (a hosted tool).
+
+    A ``ValueError``, for it is the agent's setup that must change; an :class:`agents.AgentsException`, so the
+    SDK passes it through a run unchanged.
+    """
 
 
 class ReviewPending(Exception):
@@ -77,11 +92,12 @@ def violation_of(error: BaseException) -> PolicyViolation | None:
     """agentguard's typed error inside an exception a guarded run ended with (``None`` if there is none).
 
     Covers :class:`RunStopped` and the SDK's input / output guardrail tripwires raised by the guard's
-    guardrails (their ``output_info`` is the :class:`~agentguard.GuardrailViolation`).
+    guardrails (their ``output_info`` is the violation; an output tripwire also keeps it as ``violation``, for
+    the SDK replaces the guardrail result of a stopped tool result with one without it).
     """
     if isinstance(error, PolicyViolation):
         return error
-    if isinstance(error, RunStopped):
+    if isinstance(error, RunStopped | OutputWithheld):
         return error.violation
     if isinstance(error, InputGuardrailTripwireTriggered | OutputGuardrailTripwireTriggered):
         info = error.guardrail_result.output.output_info
@@ -127,9 +143,28 @@ class _Scope:
     tool: GuardedTool
     call_id: str
     inputs: dict[str, Any]
+    stops: list[AgentsException] = field(default_factory=list)
+    """What agentguard raised to end the agent's own run, when the call is an agent tool's (see :func:`stopping`)."""
 
 
 _scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("agentguard_oa_scope", default=None)
+
+_Stop = TypeVar("_Stop", bound=AgentsException)
+
+
+def calling() -> bool:
+    """Is a guarded call running in this context? (Then a run starting here is an agent tool's own run.)"""
+    return _scope.get() is not None
+
+
+def stopping(error: _Stop) -> _Stop:
+    """``error``, which agentguard is about to raise to end a run, noted for the agent tool call this run runs in,
+    if any. The SDK turns an error of an agent tool's own run into the tool's output for the outer model, which
+    would carry on; the call raises the noted error instead (:meth:`GuardedTool.guarded`)."""
+    scope = _scope.get()
+    if scope is not None:
+        scope.stops.append(error)
+    return error
 
 
 def sdk_reviewer(reviewer_id: str) -> Callable[[ReviewRequest], Approval]:
@@ -222,22 +257,32 @@ class GuardedTool:
         return status is not None and ctx.tool_call_id not in self.adapter.pending
 
     async def guarded(self, ctx: ToolContext[Any], inputs: dict[str, Any]) -> Any:
-        """``guard.acall`` with the SDK's invoker as the tool; denials become output, stops :class:`RunStopped`."""
+        """``guard.acall`` with the SDK's invoker as the tool; denials become output, stops :class:`RunStopped`.
+        The error that stopped a run made inside the call (an agent tool's own run), which the SDK hands back as
+        the call's output, is raised again here."""
 
         async def run(**arguments: Any) -> Any:
             return await self._invoke(ctx, json.dumps(arguments))
 
-        token = _scope.set(_Scope(self.adapter, ctx, self, ctx.tool_call_id, inputs))
+        scope = _Scope(self.adapter, ctx, self, ctx.tool_call_id, inputs)
+        token = _scope.set(scope)
+        stop: AgentsException
         try:
-            return await self.adapter.guard.acall(
+            output = await self.adapter.guard.acall(
                 self.name, inputs, run, kind=self.kind, call_id=ctx.tool_call_id
             )
         except PolicyViolation as exc:  # one refused call is the tool's output; a stopped run ends here
             if exc.recoverable:
                 return denial_text(exc)
-            raise RunStopped(exc) from exc
+            stop = RunStopped(exc)
+        else:
+            if not scope.stops:
+                return output
+            # A run inside the call (an agent tool's own) was stopped: the SDK made that the call's output.
+            stop = scope.stops[0]
         finally:
             _scope.reset(token)
+        raise stopping(stop)  # out of this call's scope: noted for the agent tool call around it, if any
 
     async def settle(self, context: RunContextWrapper[Any], call_id: str, pending: Pending) -> None:
         """Record the SDK's rejection of a paused call (the SDK never invokes a rejected tool)."""
@@ -281,5 +326,5 @@ class GuardedHandoff:
         try:
             await self.adapter.guard.acall(self.name, _inputs(arguments), run, kind="agent")
         except PolicyViolation as exc:  # the SDK has no error output for a handoff: the run ends
-            raise RunStopped(exc) from exc
+            raise stopping(RunStopped(exc)) from exc
         return targets[0]
