@@ -12,11 +12,12 @@ from typing import Any
 
 import httpx
 import pytest
+from agentguard_mcp import FULL
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from .conftest import SHOP_SERVER, SPEC, free_port, start_http, stop
+from .conftest import SHOP_SERVER, SPEC, eventually, free_port, start_http, stop
 
 PROXY = shutil.which("agentguard-mcp-proxy", path=str(Path(sys.executable).parent))
 
@@ -318,3 +319,62 @@ async def test_with_a_token_every_http_request_must_carry_it(
     assert 'error="invalid_token"' in wrong.headers["www-authenticate"]
     assert not found.is_error
     assert [name for name, _ in _ran(log)] == ["lookup_order"]
+
+
+STATE_SPEC = """
+kind: openagentspec:v1/agent
+name: state-agent
+description: Keeps notes on a server that remembers them.
+intent: You keep notes.
+owner: shop-team@corp.com
+capabilities:
+  note: {}
+  notes: {}
+"""
+
+
+def _state_proxy(tmp_path: Path, port: int, *args: str) -> tuple[list[str], Path]:
+    """The proxy's command line over HTTP in front of ``state_server.py``, and the servers' start/stop log."""
+    assert PROXY is not None
+    spec, log = tmp_path / "state-agent.yaml", tmp_path / "upstreams.log"
+    spec.write_text(STATE_SPEC)
+    server = [sys.executable, str(Path(__file__).parent / "state_server.py"), str(log)]
+    return [PROXY, "--spec", str(spec), "--listen", f"127.0.0.1:{port}", *args, "--", *server], log
+
+
+@pytest.mark.parametrize("shared", [False, True])
+async def test_each_http_session_has_its_own_upstream_connection(tmp_path: Path, shared: bool) -> None:
+    """An upstream server that keeps state per connection: B never reads what A left there (unless the operator
+    says the upstream keeps none, --shared-upstream), and a session's upstream ends with the session."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    argv, log = _state_proxy(tmp_path, port, *(["--shared-upstream"] * shared))
+    proc = start_http(argv, url)
+    try:
+        async with Client(url, mode="legacy") as a, Client(url, mode="legacy") as b:
+            await a.call_tool("note", {"text": "A-SECRET"})
+            seen_by_b = _text(await b.call_tool("notes", {}))
+            seen_by_a = _text(await a.call_tool("notes", {}))
+        ended = eventually(lambda: log.read_text().count("stop") == (0 if shared else 2))
+    finally:
+        stop(proc)
+    assert seen_by_a == "A-SECRET"
+    assert ("A-SECRET" in seen_by_b) is shared
+    assert log.read_text().count("start") == (1 if shared else 2)
+    assert ended  # each session's upstream server stopped when the session ended
+
+
+async def test_a_session_that_would_open_one_upstream_too_many_is_refused(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    argv, log = _state_proxy(tmp_path, port, "--max-upstreams", "1")
+    proc = start_http(argv, url)
+    try:
+        async with Client(url, mode="legacy") as a, Client(url, mode="legacy") as b:
+            await a.call_tool("note", {"text": "A-1"})
+            with pytest.raises(MCPError, match="1 upstream connections are open") as refused:
+                await b.call_tool("notes", {})
+    finally:
+        stop(proc)
+    assert refused.value.code == FULL
+    assert log.read_text().count("start") == 1

@@ -8,8 +8,9 @@
     agentguard-mcp-proxy --spec agent.yaml --listen 0.0.0.0:8765 --token-env TOKEN_VAR -- mcp-server-time
 
 The proxy is an MCP server whose ``tools/list`` and ``tools/call`` handlers forward to the upstream server
-through the SDK's ``Client``, with :class:`~agentguard_mcp.GuardMiddleware` in front: the same checks, the
-same results, as a server that guards itself. Only tools are proxied; resources and prompts are not offered.
+through the SDK's ``Client`` (one connection per MCP session, :class:`Upstreams`), with
+:class:`~agentguard_mcp.GuardMiddleware` in front: the same checks, the same results, as a server that guards
+itself. Only tools are proxied; resources and prompts are not offered.
 Over HTTP each MCP session is an engagement of its own (a client without a session is refused unless
 ``--shared-engagement``), and, as with agentguard's other servers, the proxy listens beyond loopback only
 with a bearer token (``--token-env``) or ``--insecure-open``.
@@ -29,20 +30,24 @@ from functools import partial
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 
 from agentguard import Guard
 from agentguard_mcp._host import (
+    INTERNAL_ERROR,
     CallToolResult,
     Client,
     ListToolsResult,
+    MCPError,
     PaginatedRequestParams,
     Server,
     ServerRequestContext,
     StdioServerParameters,
+    connection_of,
 )
-from agentguard_mcp._server import guard_server
+from agentguard_mcp._server import FULL, guard_server
 
-__all__ = ["RequireBearerToken", "build_proxy", "main", "serve"]
+__all__ = ["RequireBearerToken", "Upstreams", "build_proxy", "main", "serve"]
 
 Upstream = StdioServerParameters | str
 
@@ -54,31 +59,115 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 REALM = "agentguard-mcp-proxy"
 
 
-def build_proxy(guard: Guard, upstream: Upstream, **options: Any) -> Server[Client]:
+def build_proxy(
+    guard: Guard,
+    upstream: Upstream,
+    *,
+    upstream_per_session: bool = True,
+    max_upstreams: int = 64,
+    **options: Any,
+) -> Server[Upstreams]:
     """A guarded MCP server forwarding tools to ``upstream`` (a command to start, or a streamable HTTP URL).
 
-    The upstream connection is opened once, in the server's lifespan. ``options`` go to
+    Each MCP session of the proxy gets its own upstream connection (:class:`Upstreams`), so an upstream server
+    that keeps state per session (a login, a browser page, a transaction) never shows one client what another
+    did there; ``upstream_per_session=False`` shares one among all. ``options`` go to
     :class:`~agentguard_mcp.GuardMiddleware` (``prefix``, ``names``, ``engagement_key``, ...).
     """
 
     @asynccontextmanager
-    async def connect(_: Server[Client]) -> AsyncIterator[Client]:
-        async with Client(upstream, cache=None) as client:  # the proxy must see every listing it filters
-            yield client
+    async def connect(_: Server[Upstreams]) -> AsyncIterator[Upstreams]:
+        async with anyio.create_task_group() as holders:
+            upstreams = Upstreams(upstream, holders, per_session=upstream_per_session, limit=max_upstreams)
+            try:
+                yield upstreams
+            finally:
+                upstreams.close_all()
 
     async def list_tools(
-        ctx: ServerRequestContext[Client], params: PaginatedRequestParams | None
+        ctx: ServerRequestContext[Upstreams], params: PaginatedRequestParams | None
     ) -> ListToolsResult:
-        return await ctx.lifespan_context.list_tools(cursor=params.cursor if params else None)
+        client = await ctx.lifespan_context.client_for(ctx)
+        return await client.list_tools(cursor=params.cursor if params else None)
 
-    async def call_tool(ctx: ServerRequestContext[Client], params: Any) -> CallToolResult:
-        return await ctx.lifespan_context.call_tool(params.name, params.arguments)
+    async def call_tool(ctx: ServerRequestContext[Upstreams], params: Any) -> CallToolResult:
+        client = await ctx.lifespan_context.client_for(ctx)
+        return await client.call_tool(params.name, params.arguments)
 
-    server: Server[Client] = Server(
+    server: Server[Upstreams] = Server(
         "agentguard-mcp-proxy", lifespan=connect, on_list_tools=list_tools, on_call_tool=call_tool
     )
     guard_server(server, guard, **options)
     return server
+
+
+class _Held:
+    """One upstream connection, held open by a task of its own until ``closed`` is set."""
+
+    def __init__(self) -> None:
+        self.ready = anyio.Event()
+        self.closed = anyio.Event()
+        self.client: Client | None = None
+        self.error: BaseException | None = None
+
+
+class Upstreams:
+    """The proxy's upstream connections: one per MCP session of the proxy (one in all without a session: stdio,
+    or ``per_session=False``), opened at the session's first request and closed when it ends.
+
+    A ``Client`` runs tasks of its own (a subprocess's pipes, an HTTP stream), which must be entered and left in
+    one task; so each connection is held by a task of the proxy's lifespan, and requests borrow it. At most
+    ``limit`` are open: a session that would open one more is refused (:data:`~agentguard_mcp.FULL`).
+    """
+
+    def __init__(self, upstream: Upstream, holders: TaskGroup, *, per_session: bool, limit: int) -> None:
+        self._upstream = upstream
+        self._holders = holders
+        self._per_session = per_session
+        self._limit = limit
+        self._held: dict[str, _Held] = {}
+
+    async def client_for(self, ctx: ServerRequestContext[Any]) -> Client:
+        """The upstream connection of ``ctx``'s session, opened now if it is its first request."""
+        connection = connection_of(ctx) if self._per_session else None
+        key = connection.session_id if connection is not None and connection.session_id is not None else ""
+        held = self._held.get(key)
+        if held is None:
+            if len(self._held) >= self._limit:
+                raise MCPError(
+                    FULL,
+                    f"agentguard-mcp-proxy: {len(self._held)} upstream connections are open, the most it keeps",
+                )
+            held = self._held[key] = _Held()
+            self._holders.start_soon(self._hold, key, held)
+            if key and connection is not None:
+                connection.exit_stack.callback(held.closed.set)
+        await held.ready.wait()
+        if held.client is None:
+            raise MCPError(
+                INTERNAL_ERROR, f"agentguard-mcp-proxy: the upstream server is not reachable ({held.error})"
+            )
+        return held.client
+
+    async def _hold(self, key: str, held: _Held) -> None:
+        try:
+            async with Client(
+                self._upstream, cache=None
+            ) as client:  # the proxy must see every listing it filters
+                held.client = client
+                held.ready.set()
+                await held.closed.wait()
+        except Exception as exc:  # told to the requests waiting for it, and to the next one
+            held.error = exc
+        finally:
+            held.client = None
+            held.ready.set()
+            if self._held.get(key) is held:
+                del self._held[key]
+
+    def close_all(self) -> None:
+        for held in self._held.values():
+            held.closed.set()
 
 
 class RequireBearerToken:
@@ -178,8 +267,11 @@ def _exposure_problem(host: str, token: str | None, insecure_open: bool) -> str 
 def _listening(args: argparse.Namespace) -> tuple[str | None, str | None]:
     """The bearer token the HTTP server requires (``None``: none), or the reason it must not start."""
     if args.listen is None:
-        if args.token_env or args.insecure_open or args.shared_engagement:
-            return None, "--token-env, --insecure-open and --shared-engagement apply to --listen only"
+        if args.token_env or args.insecure_open or args.shared_engagement or args.shared_upstream:
+            return (
+                None,
+                "--token-env, --insecure-open, --shared-engagement and --shared-upstream apply to --listen only",
+            )
         return None, None
     try:
         host, _ = _host_port(args.listen)
@@ -220,6 +312,20 @@ def _parser() -> argparse.ArgumentParser:
         "each call is checked against every client's history",
     )
     parser.add_argument("--upstream", metavar="URL", help="guard a remote streamable HTTP server")
+    parser.add_argument(
+        "--shared-upstream",
+        action="store_true",
+        help="over HTTP, one upstream connection for every client instead of one per MCP session (only for an "
+        "upstream server that keeps no state per session: otherwise a client sees what another did there)",
+    )
+    parser.add_argument(
+        "--max-upstreams",
+        type=int,
+        default=64,
+        metavar="N",
+        help="the most upstream connections open at once (one per MCP session; default 64): a session that "
+        "would open one more is refused",
+    )
     parser.add_argument("--prefix", default="", help="spec name prefix of the server's tools, e.g. 'time.'")
     parser.add_argument(
         "--name",
@@ -251,6 +357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = dict(name.partition("=")[::2] for name in args.name)
     if any(not tool or not capability for tool, capability in names.items()):
         problem = "--name takes TOOL=CAPABILITY"
+    if args.max_upstreams < 1:
+        problem = "--max-upstreams must be at least 1"
     if problem is not None:
         print(f"agentguard-mcp-proxy: {problem}", file=sys.stderr)
         return 2
@@ -265,6 +373,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "prefix": args.prefix,
         "names": names,
         "elicit_reviews": args.elicit_reviews,
+        "upstream_per_session": not args.shared_upstream,
+        "max_upstreams": args.max_upstreams,
     }
     if args.shared_engagement:
         proxy_options["engagement_key"] = lambda ctx, user: "shared"
