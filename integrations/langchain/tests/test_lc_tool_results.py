@@ -14,7 +14,7 @@ import pytest
 from agentguard_langchain.testing import answer, calls
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain_core.documents import Document
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command
@@ -94,13 +94,10 @@ def tool_messages(result: dict[str, Any]) -> list[ToolMessage]:
 
 
 def everything(h: Harness, result: dict[str, Any]) -> str:
-    """All the model was given and all the run's state, as text (artifacts included)."""
-
-    def shown(m: BaseMessage) -> str:
-        return f"{m.content!r} {getattr(m, 'artifact', None)!r}"
-
-    received = [shown(m) for batch in h.model.received for m in batch]
-    state = [shown(m) for m in result["messages"]]
+    """All the model was given and all the run's state, as text: every field of every message (artifacts,
+    ``additional_kwargs``, ``response_metadata``, extra fields)."""
+    received = [repr(m.model_dump()) for batch in h.model.received for m in batch]
+    state = [repr(m.model_dump()) for m in result["messages"]]
     others = [repr(v) for k, v in result.items() if k != "messages"]
     return "\n".join([*received, *state, *others])
 
@@ -383,6 +380,57 @@ def test_an_error_message_delivers_its_text_only(build_agent: BuildAgent) -> Non
     result = run(h)
     (message,) = tool_messages(result)
     assert (message.status, message.content, message.artifact) == ("error", "failed", None)
+    assert "SECRET" not in everything(h, result)
+
+
+# -- what else a message carries ---------------------------------------------------------------------------
+
+
+def _with_metadata(status: str = "success") -> Callable[[str], ToolMessage]:
+    def make(call_id: str) -> ToolMessage:
+        return ToolMessage(
+            "saved",
+            tool_call_id=call_id,
+            status=status,
+            artifact={"id": 7},
+            additional_kwargs={"note": "SECRET-1"},
+            response_metadata={"raw": "SECRET-1"},
+            debug="SECRET-1",  # messages take any extra field
+        )
+
+    return make
+
+
+def _metadata_in_a_command(call_id: str) -> Command[Any]:
+    return Command(update={"messages": [_with_metadata()(call_id)]})
+
+
+@pytest.mark.parametrize(
+    ("make", "flavour"),
+    [
+        (_with_metadata(), "sync"),
+        (_with_metadata(), "async"),
+        (_with_metadata("error"), "sync"),
+        (_metadata_in_a_command, "sync"),
+    ],
+    ids=["message", "message-async", "error", "command"],
+)
+def test_what_no_check_sees_of_a_tool_message_is_not_delivered(
+    build_agent: BuildAgent, make: Callable[[str], Any], flavour: str
+) -> None:
+    """Before, the checks saw "saved" (and the artifact), and the message went into the state with its
+    ``additional_kwargs``, ``response_metadata`` and extra fields: to the caller, and to the model (some chat
+    model integrations send ``additional_kwargs``)."""
+    h = build_agent(
+        [calls(("save_note", {"text": "x"})), answer("Saved.")],
+        extra_tools=[command_tool(make)],
+        tool_names={"save_note": "lookup-order"},
+    )
+    result = run(h, flavour)
+    (message,) = tool_messages(result)
+    assert (message.additional_kwargs, message.response_metadata, message.model_extra) == ({}, {}, {})
+    assert message.content == "saved"
+    assert message.artifact == (None if message.status == "error" else {"id": 7})
     assert "SECRET" not in everything(h, result)
 
 

@@ -23,7 +23,9 @@ What each hook does (the Guard decides; this module only translates):
 ``wrap_tool_call`` ``guard.call`` around LangChain's tool handler. A denial the model can recover from
                    becomes an error ``ToolMessage``; a loop or failed guardrail ends the run with its error.
                    A result that would put more than its ``ToolMessage`` into the graph (a ``Command``'s
-                   other updates, a ``goto``) is withheld (see :mod:`agentguard_langchain._toolcall`).
+                   other updates, a ``goto``) is withheld (see :mod:`agentguard_langchain._toolcall`). A
+                   message that may end the run (``return_direct``) is the agent's answer: the output
+                   guardrail checks it as it does a final answer of the model.
 
 Reviews: ``require_review`` ids with no reviewer on the Guard are answered through LangGraph ``interrupt()``
 (see :mod:`agentguard_langchain._review`); they need a checkpointer.
@@ -35,8 +37,8 @@ Limits worth knowing:
 
 - Put the middleware first in ``middleware=[...]`` (outermost), so retries or edits of inner middleware are
   guarded too.
-- ``stream_mode="messages"`` streams model tokens as they are generated, before the output guardrail has
-  seen the whole answer; stream ``"updates"`` or ``"values"`` to show users only guarded answers.
+- ``stream_mode="messages"`` streams model tokens as they are generated only when nothing checks answers (no
+  output guardrail, no guardian); otherwise each answer comes whole, once the checks let it out.
 - By default engagements live in this process: a run resumed after a restart, or by another worker, starts a
   new Engagement record for its thread. A tool that ran before its run paused for output review does not run
   again there when the graph has a store (``create_agent(..., store=...)``): its result waits in the store
@@ -484,12 +486,8 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         answers = _answers(result)
         if not answers:  # only tool calls: nothing reaches the user
             return result
-        guarded: list[str | GuardianDenied] = []
-        for _, text in answers:  # text beside tool calls reaches the user too: it is guarded alike
-            try:
-                guarded.append(eng.check_output(text))
-            except GuardianDenied as exc:
-                guarded.append(self._blocked(exc))
+        # Text beside tool calls reaches the user too: it is guarded alike.
+        guarded = [self._check_answer(eng, text) for _, text in answers]
         return _with_answers(result, answers, guarded)
 
     async def awrap_model_call(
@@ -510,19 +508,30 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         answers = _answers(result)
         if not answers:
             return result
-        guarded: list[str | GuardianDenied] = []
-        for _, text in answers:
-            try:
-                guarded.append(await eng.acheck_output(text))
-            except GuardianDenied as exc:
-                guarded.append(self._blocked(exc))
+        guarded = [await self._acheck_answer(eng, text) for _, text in answers]
         return _with_answers(result, answers, guarded)
 
-    def _blocked(self, exc: GuardianDenied) -> GuardianDenied:
-        """A guardian denied a model answer: the user is told it was blocked (AOS), or the run ends."""
-        if self.on_denied == "raise":
-            raise exc
-        return exc
+    def _check_answer(self, eng: Engagement, text: str) -> str | GuardianDenied:
+        """The output guardrail (and the guardian) on text the user gets as the agent's answer: the text to
+        deliver, or the guardian's denial, to deliver a notice that the answer was blocked (AOS) in its place.
+
+        A failed guardrail raises, and so does a denial under ``on_denied="raise"``: the run ends, and the
+        hook's result, the answer, goes nowhere (neither into the graph state nor into a stream).
+        """
+        try:
+            return eng.check_output(text)
+        except GuardianDenied as exc:
+            if self.on_denied == "raise":
+                raise
+            return exc
+
+    async def _acheck_answer(self, eng: Engagement, text: str) -> str | GuardianDenied:
+        try:
+            return await eng.acheck_output(text)
+        except GuardianDenied as exc:
+            if self.on_denied == "raise":
+                raise
+            return exc
 
     def _visible(
         self, request: ModelRequest[Any], session: Session
@@ -617,6 +626,8 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                 result = call.finish(output)
         if call.stored is not None:  # only a result kept in the graph's store has anything to release
             call.release()
+        if call.ends_run(result):  # the run's answer (return_direct): no model call, no guardrail after it
+            return _guarded_tool_answer(result, self._check_answer(session.engagement, message_text(result)))
         return result
 
     async def awrap_tool_call(
@@ -649,6 +660,9 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                 result = call.finish(output)
         if call.stored is not None:
             await call.arelease()
+        if call.ends_run(result):
+            answer = await self._acheck_answer(session.engagement, message_text(result))
+            return _guarded_tool_answer(result, answer)
         return result
 
 
@@ -681,11 +695,37 @@ def _answers(result: ModelResult) -> list[tuple[int, str]]:
     return out
 
 
+def _notice(denial: GuardianDenied) -> str:
+    """What the user reads in place of an answer a guardian denied."""
+    return f"The response was blocked by agentguard: {denial}"
+
+
 def _guarded_answer(message: AIMessage, new: str | GuardianDenied) -> AIMessage:
     """The message with its guarded text; a denied one is replaced by a notice without tool calls."""
     if isinstance(new, GuardianDenied):
-        return AIMessage(content=f"The response was blocked by agentguard: {new}", id=message.id)
+        return AIMessage(content=_notice(new), id=message.id)
     return with_text(message, new)
+
+
+def _guarded_tool_answer(message: ToolMessage, new: str | GuardianDenied) -> ToolMessage:
+    """A tool's message that ends the run, as the output guardrail let it out.
+
+    It stays the answer to the model's tool call (a chat model rejects a tool call left without one, at the
+    thread's next run). A denied one becomes a notice (status ``error``, as a withheld tool result). A
+    rewritten one keeps no artifact: the guardrail saw the text only, and the artifact may hold what it took
+    out of it.
+    """
+    if isinstance(new, GuardianDenied):
+        return ToolMessage(
+            content=_notice(new),
+            tool_call_id=message.tool_call_id,
+            name=message.name,
+            id=message.id,
+            status="error",
+        )
+    if new == message_text(message):
+        return message
+    return with_text(message, new).model_copy(update={"artifact": None})
 
 
 def _with_answers(

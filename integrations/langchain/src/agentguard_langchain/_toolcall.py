@@ -7,7 +7,11 @@ tool handler (so inputs a guardian rewrote reach the tool and inner middleware s
 A tool may also return a LangGraph ``Command`` (ToolNode: a list of them). One that carries nothing but the
 call's ``ToolMessage`` is that message. Anything more it would put into the graph -- other state keys, other
 messages, a ``goto``, an update of the parent graph -- no check could see, so such a result is withheld
-(:class:`UncheckedResult`).
+(:class:`UncheckedResult`). Of the message itself, what no check sees is not delivered either (see
+:func:`_checked_fields`).
+
+A message that may end the run (a ``return_direct`` tool's: :meth:`ToolCallTranslation.ends_run`) is the
+agent's answer to the user; the middleware puts it through the output guardrail as it does a model's.
 """
 
 from __future__ import annotations
@@ -250,8 +254,8 @@ class ToolCallTranslation(Scope):
 
     def accept(self, result: object, *, stored: bool = False) -> Any:
         """The tool's output for the pipeline (:func:`~agentguard_langchain._content.tool_output` of the call's
-        message); the message is held until the pipeline lets the output out, with the number of interrupts
-        answered before the tool ran (see :meth:`interrupts_to_replay`).
+        message); the message (:func:`_checked_fields`) is held until the pipeline lets the output out, with the
+        number of interrupts answered before the tool ran (see :meth:`interrupts_to_replay`).
 
         ``result`` is what LangChain's handler returned: typed as a message or a ``Command``, a list of them
         at run time too (ToolNode's). A result that is more than the call's message is refused here.
@@ -372,6 +376,31 @@ class ToolCallTranslation(Scope):
             return self.denial(exc)
         raise exc
 
+    def ends_run(self, message: ToolMessage) -> bool:
+        """Whether ``message`` may end the run as (part of) the agent's answer.
+
+        ``create_agent`` ends the run after the tools, with no model call (so no output guardrail) after it,
+        when every tool the step ran has ``return_direct``. It takes the tool a message ran from the message's
+        name when that names one of the agent's tools, else from the call. A message is an answer to check
+        when that tool has ``return_direct``, and when it is no tool of the agent (an unknown tool's denial
+        joins the answer of the tools beside it) while some tool does. Which messages do end the run is known
+        only once every call of the step is done, when the tools node has already handed them to the state
+        and the stream: so a message that may end it is checked, also in a step that goes back to the model.
+        """
+        tool, called = self.request.tool, self.request.tool_call["name"]
+        name = message.name or called
+        if tool is not None and name == tool.name:  # the message of the tool that was called: almost always
+            return tool.return_direct
+        tools = {t.name: t for t in self.request.runtime.tools}
+        named = tools.get(name)
+        if named is not None:
+            return named.return_direct
+        if name != called:
+            # A name that is no tool of the agent: create_agent also ends the run on a message named for a
+            # structured output tool, whose names the tool call does not show.
+            return True
+        return not tools or any(t.return_direct for t in tools.values())
+
     def denial(self, exc: PolicyViolation) -> ToolMessage:
         after = (
             "The tool ran, but its result was withheld."
@@ -409,7 +438,7 @@ def _own_message(result: object, call_id: str | None) -> ToolMessage | None:
     if isinstance(result, list) and len(result) == 1:  # ToolNode takes a list of results from one tool
         result = result[0]
     if isinstance(result, ToolMessage):
-        return result
+        return _checked_fields(result)
     if not isinstance(result, Command) or result.goto or result.graph is not None:
         return None
     update = result.update
@@ -420,8 +449,31 @@ def _own_message(result: object, call_id: str | None) -> ToolMessage | None:
         return None
     (message,) = messages
     if isinstance(message, ToolMessage) and (call_id is None or message.tool_call_id == call_id):
-        return message
+        return _checked_fields(message)
     return None
+
+
+def _checked_fields(message: ToolMessage) -> ToolMessage:
+    """``message`` with only what the checks see of it (content, artifact) and what LangGraph routes it by
+    (``tool_call_id``, ``name``, ``status``, ``id``).
+
+    A tool that returns its own message may also set ``additional_kwargs``, ``response_metadata`` or any extra
+    field (messages take them). They would stay in the graph state, reach the caller, and some chat model
+    integrations send ``additional_kwargs`` to the model. They are dropped rather than checked: a tool's output
+    in LangChain is its content and artifact (ToolNode's own messages set nothing else), and an output
+    restriction reads exactly that shape (``outputs``, or ``outputs.content`` / ``outputs.artifact``), which a
+    tool that adds metadata now and then would change under it.
+    """
+    if not (message.additional_kwargs or message.response_metadata or message.model_extra):
+        return message
+    return ToolMessage(
+        content=message.content,
+        artifact=message.artifact,
+        tool_call_id=message.tool_call_id,
+        name=message.name,
+        status=message.status,
+        id=message.id,
+    )
 
 
 def _shape(result: object) -> str:
