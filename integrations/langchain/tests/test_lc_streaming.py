@@ -11,16 +11,17 @@ from typing import Any
 
 import pytest
 from agentguard_langchain import AgentGuardMiddleware
-from agentguard_langchain.testing import ScriptedChatModel, answer
+from agentguard_langchain.testing import ScriptedChatModel, answer, calls
 from langchain.agents import create_agent
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.messages import AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk
+from langgraph.checkpoint.memory import InMemorySaver
 
-from agentguard import Engagement, Guard, GuardianDenied, GuardrailViolation
+from agentguard import ConfigurationError, Engagement, Guard, GuardianDenied, GuardrailViolation
 from agentguard.guardian import GuardianClient
 from agentguard.guardian.server import RunningServer, create_app, parse_rules, serve_in_thread
-from integrations.langchain.tests.conftest import make_guard, user_says
+from integrations.langchain.tests.conftest import Shop, config, make_guard, make_tools, user_says
 
 NO_PROMISES = """
 default_decision: allow
@@ -156,3 +157,48 @@ def test_an_answer_nothing_checks_still_streams_token_by_token(asynchronous: boo
     pieces, error = streamed(agent, asynchronous=asynchronous)
     assert error is None
     assert pieces[:4] == ["Nothing ", "here ", "is ", "checked."]
+
+
+# -- stream_mode="tools": LangGraph streams a tool's result as the tool ends, before any check ---------------
+
+
+def _search_agent() -> tuple[Any, Shop]:
+    """An agent whose web_search finds five results (SECRET among them), which the spec withholds."""
+    shop = Shop()
+    model = ScriptedChatModel(script=[calls(("web_search", {"query": "many"})), answer("done")])
+    agent = create_agent(
+        model,
+        tools=make_tools(shop),
+        middleware=[AgentGuardMiddleware(make_guard())],
+        checkpointer=InMemorySaver(),
+    )
+    return agent, shop
+
+
+def _tools_stream(agent: Any, *, asynchronous: bool) -> tuple[list[Any], BaseException | None]:
+    """Every chunk of a ``["tools", "updates"]`` stream of the search, and the error that ended it."""
+    chunks: list[Any] = []
+
+    async def consume() -> None:
+        async for chunk in agent.astream(user_says("hi"), config(), stream_mode=["tools", "updates"]):
+            chunks.append(chunk)
+
+    try:
+        if asynchronous:
+            asyncio.run(consume())
+        else:
+            chunks.extend(agent.stream(user_says("hi"), config(), stream_mode=["tools", "updates"]))
+    except ConfigurationError as exc:
+        return chunks, exc
+    return chunks, None
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_run_that_streams_tool_results_is_refused_before_a_tool_runs(asynchronous: bool) -> None:
+    agent, shop = _search_agent()
+    chunks, error = _tools_stream(agent, asynchronous=asynchronous)
+    assert isinstance(error, ConfigurationError)
+    assert 'stream_mode="tools"' in str(error)
+    assert [mode for mode, _ in chunks if mode == "tools"] == []  # not even the tool's start
+    assert "SECRET" not in repr(chunks)
+    assert shop.runs["web_search"] == 0  # the tool never ran

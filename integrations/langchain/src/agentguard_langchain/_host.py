@@ -79,6 +79,30 @@ __all__ = [
     "get_config",
     "interrupt",
     "langsmith_tracing",
+    "streams_tool_results",
     "tool",
     "var_child_runnable_config",
 ]
+
+
+def streams_tool_results() -> bool:
+    """Whether the current run streams with ``stream_mode="tools"``.
+
+    LangGraph then gives every tool run a callback handler that puts the tool's result (and the deltas it
+    emits) on the stream as the tool ends, before any middleware has it: a result the guard withholds would be
+    streamed all the same. The handler is LangGraph's private ``StreamToolCallHandler``, recognised by its
+    class name (a subclass too), so that a move of the class cannot hide it.
+    """
+    try:
+        config = get_config()
+    except RuntimeError:  # not inside a graph run
+        return False
+    callbacks = config.get("callbacks")
+    handlers = (
+        callbacks
+        if isinstance(callbacks, list)
+        else [*getattr(callbacks, "handlers", ()), *getattr(callbacks, "inheritable_handlers", ())]
+    )
+    return any(
+        any(cls.__name__ == "StreamToolCallHandler" for cls in type(handler).__mro__) for handler in handlers
+    )

@@ -57,7 +57,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Annotated, Any, NotRequired
 
-from agentguard import Engagement, Guard, GuardianDenied, StoreUnavailable, User
+from agentguard import ConfigurationError, Engagement, Guard, GuardianDenied, StoreUnavailable, User
 from agentguard.stores import MemoryStore
 from agentguard_langchain._content import message_text, with_text
 from agentguard_langchain._host import (
@@ -80,6 +80,7 @@ from agentguard_langchain._host import (
     ToolMessage,
     get_config,
     langsmith_tracing,
+    streams_tool_results,
     var_child_runnable_config,
 )
 from agentguard_langchain._review import install_interrupt_reviewers, replay_interrupts
@@ -603,6 +604,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         store and a thread) has a stored result to adopt or release: the others skip those calls (under
         asyncio, each would cost a coroutine).
         """
+        _refuse_streamed_tool_results()
         session = self._open_session(request.state) or self._session(request.state, request.runtime.context)
         call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed)
         with session.engagement.activate(), call:
@@ -635,6 +637,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
+        _refuse_streamed_tool_results()
         session = self._open_session(request.state) or await self._asession(
             request.state, request.runtime.context
         )
@@ -693,6 +696,17 @@ def _answers(result: ModelResult) -> list[tuple[int, str]]:
             if text or not message.tool_calls:
                 out.append((index, text))
     return out
+
+
+def _refuse_streamed_tool_results() -> None:
+    """A run that streams with ``stream_mode="tools"`` is refused at its first tool call, before the tool runs:
+    LangGraph would stream the tool's result as it ends, before the guard checked it (a withheld output
+    would reach the stream whole)."""
+    if streams_tool_results():
+        raise ConfigurationError(
+            'stream_mode="tools" streams each tool\'s result before agentguard has checked it, so a withheld '
+            'output would be streamed; stream "updates", "values" or "messages" instead'
+        )
 
 
 def _notice(denial: GuardianDenied) -> str:

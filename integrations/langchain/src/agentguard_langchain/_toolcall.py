@@ -272,6 +272,7 @@ class ToolCallTranslation(Scope):
                 reason, capability=self.capability, phase=Phase.OUTPUT, engagement_id=engagement
             )
             raise UncheckedResult(violation)
+        message = self._new_id(message)
         if message.status == "error":
             raise ToolFailed(message)
         output = tool_output(message)
@@ -375,6 +376,21 @@ class ToolCallTranslation(Scope):
         if on_denied == "message" and isinstance(exc, PolicyViolation) and exc.recoverable:
             return self.denial(exc)
         raise exc
+
+    def _new_id(self, message: ToolMessage) -> ToolMessage:
+        """``message`` without an id that a message of the conversation already has.
+
+        LangGraph's ``add_messages`` merges by id: a tool's message carrying another message's id would replace
+        it (the user's question, an earlier answer, a notice that a result was withheld) in what the model reads
+        from then on. Such a message loses its id and is given a new one when it is added.
+        """
+        if message.id is None:
+            return message
+        state = self.request.state
+        existing = state.get("messages") if isinstance(state, Mapping) else None
+        if any(getattr(other, "id", None) == message.id for other in existing or ()):
+            return message.model_copy(update={"id": None})
+        return message
 
     def ends_run(self, message: ToolMessage) -> bool:
         """Whether ``message`` may end the run as (part of) the agent's answer.
