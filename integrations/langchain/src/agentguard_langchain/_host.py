@@ -93,9 +93,8 @@ def streams_tool_results() -> bool:
     streamed all the same. The handler is LangGraph's private ``StreamToolCallHandler``, recognised by its
     class name (a subclass too), so that a move of the class cannot hide it.
     """
-    try:
-        config = get_config()
-    except RuntimeError:  # not inside a graph run
+    config = var_child_runnable_config.get()
+    if config is None:  # not inside a run
         return False
     callbacks = config.get("callbacks")
     handlers = (
