@@ -134,7 +134,7 @@ class ExprBackend:
             expression,
             checked,
             names,
-            compile_fast(tree, expression) if self._fast_path else None,
+            compile_fast(tree, expression, declarations) if self._fast_path else None,
             reads=reads_of(tree, names),
             declarations=dict(declarations),
             quiet="a regular expression is taken from the data" if dynamic_patterns(tree) else None,

@@ -19,17 +19,21 @@ mismatch, a mixed-type comparison, an overflow, an error) raises :class:`Unsure`
 the expression from scratch, producing the canonical value or error. The differential tests check the
 functions against the engine on the CEL conformance cases and on generated expressions and data.
 
-Supported: literals (null, bool, int, double, string), variables, ``a.f`` and ``has(a.f)`` on maps,
-``a[k]`` (map with string key, list with int index), ``== != < <= > >=``, ``&& || !``, ``?:``,
-``in`` (string key of a map, string in a list of strings), ``+`` and ``-`` on ints, ``+`` on strings,
-unary ``-`` on ints, ``size``, ``startsWith``, ``endsWith``, ``contains`` on strings (``size`` also on
-lists and maps), and the comprehension macros ``all``, ``exists``, ``exists_one``, ``filter``, ``map``
-(two and three arguments) over a list (a list literal too), and ``all``, ``exists``, ``exists_one`` over
-the keys of a map with string keys. Not supported, left to the engine: list literals elsewhere, map
-literals, the two-variable comprehensions and ``cel.bind``, uint, bytes, timestamps and durations, regular
-expressions, conversions, other functions. An operand of ``&&`` or ``||`` built from those is left unsure:
-another operand with the deciding value still answers (CEL's ``&&`` is false when any operand is false,
-errors included), and otherwise the engine evaluates the whole.
+Supported: literals (null, bool, int, double, string), variables (one declared ``string``, ``int`` or
+``bool`` only when its value has that type: the engine fails the read of any other), ``a.f`` and
+``has(a.f)`` on maps, ``a[k]`` (map with string key, list with int index), ``== != < <= > >=``,
+``&& || !``, ``?:``, ``in`` (string key of a map, string in a list of strings), ``+`` and ``-`` on ints,
+``+`` on strings, unary ``-`` on ints, ``size``, ``startsWith``, ``endsWith``, ``contains`` on strings
+(``size`` also on lists and maps), and the comprehension macros ``all``, ``exists``, ``exists_one``,
+``filter``, ``map`` (two and three arguments) over a list (a list literal too), and ``all``, ``exists``,
+``exists_one`` over the keys of a map with string keys. Not supported, left to the engine: list literals
+elsewhere, the two-variable comprehensions and ``cel.bind``, uint, bytes, timestamps and durations
+(variables declared ``timestamp`` too), regular expressions, conversions, other functions. An operand of
+``&&`` or ``||`` built from those is left unsure: another operand with the deciding value still answers
+(CEL's ``&&`` is false when any operand is false, errors included), and otherwise the engine evaluates the
+whole. An expression with a map literal is the engine's whole: the engine does not make a duplicate key an
+error that ``&&`` / ``||`` pass over, as CEL says, but fails the evaluation (``{m.a: 1, m.b: 2}.size() == 2
+|| true`` fails when ``m.a == m.b``).
 
 Comprehensions follow CEL's error rules: ``exists`` is true when any element's predicate is true, whatever
 the others give (errors included), ``all`` false when any is false; so an element the function is unsure of
@@ -57,10 +61,14 @@ predicate is a comparison of a field with a literal. Nothing from the expression
 literals written with :func:`repr` and names this module makes up.
 
 One difference is deliberate: the engine converts each bound variable whole, and refuses one that holds a
-value it cannot convert (an integer beyond 64 bits, a string that is not valid Unicode) even where the
-expression does not read that value. A function reads only what the expression reads, so it answers there, as
-CEL's semantics say it should; likewise a comprehension of more than 10,000 iterations, which the engine
-stops, answers within the budget.
+value it cannot convert (an integer beyond 64 bits, a string that is not valid Unicode, a Python value that is
+no CEL value: a tuple, a set, a ``datetime`` inside a ``dyn`` value, a map key that is null, a double or
+bytes) even where the expression does not read that value (``size(m)`` reads how many entries ``m`` has, not
+what they hold). A function reads only what the expression reads, so it answers there, as CEL's semantics
+say it should. Likewise for the engine's own stop after 10,000 comprehension iterations: a comprehension the
+fast path runs answers within the budget, and one in an operand of ``&&`` / ``||`` it passes over, beside an
+operand with the deciding value, is not run at all (the engine, evaluating from the left, fails when it meets
+that operand first).
 """
 
 from __future__ import annotations
@@ -70,6 +78,7 @@ from collections.abc import Callable, Iterator, Mapping
 from operator import length_hint
 from typing import Any, cast
 
+from agentguard.cel._base import VarType
 from agentguard.cel._budget import Exceeded, Meter, eval_budget
 from agentguard.cel._checked import CheckedExpr, Message, message, text
 
@@ -91,6 +100,12 @@ _ABSORBED = (Unsure, KeyError, IndexError, TypeError)
 
 class _Unsupported(Exception):
     """The expression uses a construct the fast path does not compile."""
+
+
+class _EngineOnly(Exception):
+    """The expression is the engine's alone, not even an operand of ``&&`` / ``||`` to pass over: it builds a
+    map, and the engine does not make a duplicate key (``{m.a: 1, m.b: 2}`` with ``m.a == m.b``) an error
+    value that ``&&`` / ``||`` pass over, as CEL says; it stops the whole evaluation with an error."""
 
 
 # --- Checks on values, called by the generated functions -----------------------------------------------------
@@ -328,16 +343,16 @@ _NAMESPACE: dict[str, Any] = {
 # --- Compiling ---------------------------------------------------------------------------------------------
 
 
-def compile_fast(tree: CheckedExpr, source: str) -> Closure | None:
-    """A function for a checked expression (``source`` is its text, for a failure's message), or ``None`` if
-    it uses anything the fast path does not compile."""
+def compile_fast(tree: CheckedExpr, source: str, declarations: Mapping[str, VarType]) -> Closure | None:
+    """A function for a checked expression (``source`` is its text, for a failure's message; ``declarations``
+    the variables' declared types), or ``None`` if it uses anything the fast path does not compile."""
     if tree.expr is None:
         return None
-    generator = _Generator(tree)
+    generator = _Generator(tree, declarations)
     try:
         body = generator.function(tree.expr)
-    except (_Unsupported, RecursionError, SyntaxError):  # SyntaxError: nested deeper than Python parses
-        return None
+    except (_Unsupported, _EngineOnly, RecursionError, SyntaxError):
+        return None  # SyntaxError: nested deeper than Python parses
 
     if not generator.loops:
 
@@ -439,6 +454,10 @@ _GUARDS = {
     bool: "type({1}) is bool",
 }
 _MIRRORED = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+# A variable declared with one of these types is read only when its value passes the check (formatted as
+# _GUARDS are); the engine fails the read of a value of another type. Both bounds for an int: unlike a
+# comparison's operand, the value read may go anywhere (``n`` alone, ``-n``, ``[n]...``).
+_DECLARED = {VarType.STRING: "type({1}) is str", VarType.INT: _GUARDS[int], VarType.BOOL: _GUARDS[bool]}
 # The builtins the generated code tests types with, made parameters of each function it defines (defaulting to
 # themselves): a local is read faster than a builtin, in checks made once per element.
 _FAST_NAMES = "type=type, dict=dict, int=int, str=str, bool=bool"
@@ -452,8 +471,9 @@ class _Generator:
     no comprehension) and the locals of the comprehension variables in scope; each ``&&`` / ``||`` and each
     comprehension becomes a function of its own (they need statements), called with those."""
 
-    def __init__(self, tree: CheckedExpr) -> None:
+    def __init__(self, tree: CheckedExpr, declarations: Mapping[str, VarType]) -> None:
         self._references = tree.references
+        self._declarations = declarations
         self._overloads = tree.overloads
         self._namespace = dict(_NAMESPACE)
         self._functions: list[str] = []
@@ -488,10 +508,10 @@ class _Generator:
                 if local is None:
                     raise _Unsupported
                 return local
-            return f"V[{self._references.get(node_id, name)!r}]"
+            return self._variable(self._references.get(node_id, name))
         if 5 in expr:
             if node_id in self._references:  # a.b.c resolved to a qualified variable name
-                return f"V[{self._references[node_id]!r}]"
+                return self._variable(self._references[node_id])
             select = message(expr[5][0])
             operand, field = self.expression(select[1][0], scope, loop), text(select, 2)
             temp, value = self._held(operand)
@@ -501,7 +521,23 @@ class _Generator:
             return self._call(node_id, message(expr[6][0]), scope, loop)
         if 9 in expr:
             return self._comprehension(message(expr[9][0]), scope, loop)
-        raise _Unsupported  # list and map literals
+        if 8 in expr:
+            raise _EngineOnly
+        raise _Unsupported  # list literals
+
+    def _variable(self, name: str) -> str:
+        """The code reading a bound variable. One declared ``string``, ``int`` or ``bool`` is read only when its
+        value has that type (the engine fails the read of any other: ``size(s)`` of a list bound to a string
+        ``s`` is an error, not the list's size); a ``timestamp`` is left to the engine, as nothing here reads
+        one."""
+        code = f"V[{name!r}]"
+        declared = self._declarations.get(name, VarType.DYN)
+        if declared is VarType.DYN:
+            return code
+        if declared not in _DECLARED:
+            raise _Unsupported
+        temp = self._name("t")
+        return f"({temp} if {_DECLARED[declared].format(temp, f'{temp} := {code}')} else _unsure())"
 
     def _held(self, code: str) -> tuple[str, str]:
         """A name for the value of ``code`` and the code that computes it into that name, for an expression
