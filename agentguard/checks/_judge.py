@@ -126,11 +126,12 @@ class GuardianJudge:
     """A judge that asks an AOS guardian: the content goes out as an agent ``steps/message``.
 
     The message carries the config under ``message.metadata.judge`` (``criteria``, ``threshold``, ``model``,
-    ``metadata``), so guardian rules can match on it; ``session.id`` is ``config.metadata["executionId"]``
-    when set (:func:`add_judge` sets it to the engagement id). The verdict becomes the score:
-    ``allow`` → 1, ``deny`` and ``modify`` → 0 (the content did not pass unchanged), overridden by a numeric
-    ``data.score`` in 0-1 when the guardian sends one; a guardian that could not decide scores 1 if the client's
-    ``on_failure`` let it proceed and 0 otherwise, with the cause in the reasoning.
+    ``metadata``), so guardian rules can match on it; ``session.id`` is ``config.metadata["executionId"]`` when
+    set (:func:`add_judge` sets it to the engagement id). The verdict becomes the score: ``allow`` → 1, ``deny``
+    and ``modify`` → 0 (the content did not pass unchanged), overridden by a numeric ``data.score`` in 0-1 when
+    the guardian sends one (a ``deny`` or ``modify`` whose score would pass contradicts itself and is a failed
+    judgment: a score never turns a refusal into a pass); a guardian that could not decide scores 1 if the
+    client's ``on_failure`` let it proceed and 0 otherwise, with the cause in the reasoning.
 
     ``agent`` is the AOS ``Agent`` descriptor sent in the step context (e.g. ``guard.agent_descriptor()``);
     by default a minimal one naming agentguard's judge.
@@ -187,6 +188,11 @@ class GuardianJudge:
             if sent is not None:
                 if isinstance(sent, bool) or not isinstance(sent, int | float) or not 0 <= sent <= 1:
                     raise ValueError(f"guardian sent data.score {sent!r}, not a number in 0..1")
+                if outcome is not GuardianOutcome.ALLOW and sent >= config.effective_threshold:
+                    raise ValueError(
+                        f"guardian answered {outcome.value} with data.score {sent!r}, which would pass: the "
+                        "reply contradicts itself"
+                    )
                 score = float(sent)
             reasoning = verdict.reasoning or verdict.message or f"guardian answered {outcome.value}"
         guardian: dict[str, JsonValue] = {"decision": outcome.value, "latencyMs": verdict.latency_ms}

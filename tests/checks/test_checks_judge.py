@@ -413,11 +413,23 @@ def test_guardian_judge_reads_a_score_from_data() -> None:
     with _scripted({"decision": "allow", "data": {"score": 0.7}, "reasoning": "almost"}) as client:
         result = GuardianJudge(client).evaluate("x", config)
     assert (result.score, result.passed, result.reasoning) == (0.7, False, "almost")
-    with _scripted({"decision": "deny", "data": {"score": 0.9}}) as client:
-        assert GuardianJudge(client).evaluate("x", config).passed
     with (
         _scripted({"decision": "allow", "data": {"score": "high"}}) as client,
         pytest.raises(ValueError, match=r"data\.score"),
+    ):
+        GuardianJudge(client).evaluate("x", config)
+    with _scripted({"decision": "deny", "data": {"score": 0.3}}) as client:
+        assert GuardianJudge(client).evaluate("x", config).score == 0.3  # a refusal's score, below the bar
+
+
+@pytest.mark.parametrize("decision", ["deny", "modify"])
+@pytest.mark.parametrize("score", [0.8, 0.9, 1, 1.0])
+def test_a_refusal_whose_score_would_pass_is_a_failed_judgment(decision: str, score: float) -> None:
+    """Before, ``deny`` with ``data.score`` 0.9 passed a 0.8 bar: a score never turns a refusal into a pass."""
+    config = JudgeConfig(criteria="c", threshold=0.8)
+    with (
+        _scripted({"decision": decision, "message": "no", "data": {"score": score}}) as client,
+        pytest.raises(ValueError, match="contradicts itself"),
     ):
         GuardianJudge(client).evaluate("x", config)
 
