@@ -203,6 +203,15 @@ class GuardianJudge:
         return JudgeResult.from_score(score, reasoning, config, metadata={"guardian": guardian})
 
 
+def _validated(result: object, who: str) -> JudgeResult:
+    """A judge's answer, validated again: anything but a :class:`JudgeResult` raises (a failed judgment), and so
+    does one built without validation (``model_construct``) whose fields break the model: a ``passed`` of
+    ``"false"`` is a true value to Python."""
+    if not isinstance(result, JudgeResult):
+        raise TypeError(f"{who} returned {type(result).__name__}, not a JudgeResult")
+    return JudgeResult.model_validate({**result.__dict__, **(result.model_extra or {})}, strict=True)
+
+
 def judge_tool(judge: Judge, config: JudgeConfig) -> Callable[[str], dict[str, Any]]:
     """A guardrail tool that judges a text: returns the ``JudgeResult`` wire dict.
 
@@ -214,7 +223,7 @@ def judge_tool(judge: Judge, config: JudgeConfig) -> Callable[[str], dict[str, A
     """
 
     def judge_text(text: str) -> dict[str, Any]:
-        return judge.evaluate(text, config).wire()
+        return _validated(judge.evaluate(text, config), "the judge").wire()
 
     judge_text.__doc__ = f"Judge a text against: {config.criteria}"
     return judge_text
@@ -248,7 +257,8 @@ def add_judge(
     def check(context: RuleContext) -> Flow[CheckResult]:
         extra = {"executionId": context.engagement_id, "capability": context.capability}
         run_config = config.model_copy(update={"metadata": {**(config.metadata or {}), **extra}})
-        result = yield CallUser(judge.evaluate, (context.outputs, run_config), f"the judge of {rule}")
+        answer = yield CallUser(judge.evaluate, (context.outputs, run_config), f"the judge of {rule}")
+        result = _validated(answer, f"the judge of {rule}")
         verdict = (
             f"{rule} {'passed' if result.passed else 'failed'} with score {result.score:.2f} "
             f"(threshold {config.effective_threshold:.2f}): {result.reasoning}"

@@ -457,3 +457,34 @@ def test_an_unreachable_guardian_follows_on_failure(on_failure: Any, passed: boo
     assert "no guardian decision (transport" in result.reasoning
     assert result.metadata is not None
     assert result.metadata["guardian"]["decision"] == "no-decision"  # type: ignore[index, call-overload]
+
+
+class ForgedJudge:
+    """A judge whose answer is no validated JudgeResult: a dict, another object, or one built without
+    validation whose ``passed`` is the string "false" (a true value to Python)."""
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+
+    def evaluate(self, content: object, config: JudgeConfig) -> Any:
+        return self.answer
+
+
+FORGED = [
+    JudgeResult.model_construct(score=0.1, passed="false", reasoning="forged"),
+    JudgeResult.model_construct(score=2.0, passed=1, reasoning="forged"),
+    {"score": 0.1, "passed": "false", "reasoning": "a dict"},
+    type("Lookalike", (), {"score": 0.1, "passed": "false", "reasoning": "x", "wire": lambda self: {}})(),
+]
+
+
+@pytest.mark.parametrize("answer", FORGED, ids=["construct-passed", "construct-score", "dict", "lookalike"])
+def test_a_judge_answer_that_is_no_valid_judge_result_fails_closed(answer: object) -> None:
+    guard = _guard()
+    add_judge(guard, ForgedJudge(answer), JudgeConfig(criteria="c"), name="forged")
+    with guard.engagement() as eng, pytest.raises(RuleViolation):
+        guard.call("lookup", {"key": "secret"})
+    assert eng.state.calls[-1].outputs is None
+    tool = judge_tool(ForgedJudge(answer), JudgeConfig(criteria="c"))
+    with pytest.raises((TypeError, ValidationError)):
+        tool("an answer")
