@@ -91,9 +91,16 @@ class RegisteredRule:
 
     def verdict(self, answer: object) -> CheckResult:
         """What the rule's answer means: a :class:`CheckResult` as it is, ``True`` passes, ``False`` fails,
-        anything else is a failure, never a pass. (The pipeline calls the rule; this decides.)"""
+        anything else is a failure, never a pass; so is a :class:`CheckResult` whose ``passed`` is no bool
+        (``CheckResult("blocked: a secret")`` puts the message where the verdict goes, and a non-empty string
+        is true to Python). (The pipeline calls the rule; this decides.)"""
         if isinstance(answer, CheckResult):
-            return answer
+            if type(answer.passed) is bool:
+                return answer
+            kind = type(answer.passed).__name__
+            return CheckResult(
+                False, f"rule {self.name!r} returned a CheckResult whose passed is {kind}, not a bool"
+            )
         if answer is True:
             return CheckResult(True, f"rule {self.name!r} passed")
         if answer is False:

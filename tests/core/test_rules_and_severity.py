@@ -173,6 +173,17 @@ def test_a_rule_that_raises_or_returns_garbage_fails() -> None:
         guard.rules.add("boom", lambda ctx: True)
 
 
+@pytest.mark.parametrize("passed", ["blocked: a secret", "false", 1, [False], None])
+def test_a_check_result_whose_passed_is_no_bool_fails(passed: object) -> None:
+    """``CheckResult("blocked: a secret")`` puts the message where the verdict goes; a non-empty string is
+    true to Python, so it passed."""
+    guard, ran = _guard()
+    guard.rules.add("odd", lambda ctx: CheckResult(passed, "m"), capabilities={"refund"})  # type: ignore[arg-type]
+    with guard.engagement(), pytest.raises(RuleViolation, match="not a bool"):
+        guard.call("refund", {"amount": 1})
+    assert ran == []
+
+
 def test_a_rule_in_shadow_mode_by_name() -> None:
     guard, ran = _guard(severity={"rule:new-policy": "warning"})
     guard.rules.add("new-policy", lambda ctx: False)
