@@ -103,9 +103,6 @@ class Catalog:
         if complete:
             self._incomplete = False
 
-    def known(self, tool: str) -> bool:
-        return tool in self._listed
-
     async def relist(self, list_page: List) -> None:
         """List every page of the server's tools (at most :data:`MAX_LISTING_PAGES`) and learn them."""
         tools: list[str] = []
@@ -119,24 +116,23 @@ class Catalog:
         self.learn(tools, complete=False)
         self._incomplete = True
 
-    def capability(self, tool: str) -> str | None:
-        """The capability ``tool`` stands for (the mapping's, listed or not), or ``None``: the call is refused
-        (:meth:`refusal` says why)."""
+    def _capability(self, tool: str) -> str | None:
         return self.names.mapping.get(tool) or self._resolved.get(tool)
 
     def offered(self, guard: Guard, tool: str) -> bool:
         """Is the tool offered to the model: does it stand for a capability of ``guard``'s spec?"""
-        capability = self._resolved.get(tool)
+        capability = self._capability(tool)
         return capability is not None and capability in guard.spec.capabilities
 
     async def place(self, tool: str, list_page: List) -> str | None:
-        """:meth:`capability`, after listing the server's tools when ``tool`` was never listed."""
+        """The capability ``tool`` stands for (the mapping's, listed or not), after listing the server's tools
+        when ``tool`` was never listed; ``None``: the call is refused (:meth:`refusal` says why)."""
         if tool not in self._listed and tool not in self.names.mapping:
             await self.relist(list_page)
-        return self.capability(tool)
+        return self._capability(tool)
 
     def refusal(self, tool: str) -> str:
-        """Why ``tool`` stands for no capability (for a tool :meth:`capability` gave ``None``)."""
+        """Why ``tool`` stands for no capability (for a tool :meth:`place` gave ``None``)."""
         if tool not in self._listed:
             if self._incomplete:
                 return (
@@ -277,11 +273,14 @@ async def guarded_call(
     :class:`~agentguard.PolicyViolation` for the caller to turn into its own error.
     """
     capability = await catalog.place(tool, list_page)
-    if capability is None:
-        return await _refused(guard, tool, arguments, catalog.refusal(tool), modern)
+    why = None if capability is not None else catalog.refusal(tool)
     received: list[tuple[Wire, Any]] = []
 
     async def run(**inputs: Any) -> Any:
+        if (
+            why is not None
+        ):  # no capability: the pipeline denies before this; nothing is sent whatever it does
+            raise RuntimeError(f"agentguard refused MCP tool {tool!r}: {why}")
         await report_message(
             guard,
             {
@@ -303,28 +302,13 @@ async def guarded_call(
         return received[-1][1]
 
     try:
-        output = await guard.acall(capability, arguments, run)
+        # A tool that stands for no capability goes under a name no capability can have (a spec name holds no
+        # ":"), so it is denied and recorded as any call outside the spec is, and answered with ``why``.
+        output = await guard.acall(capability or f"mcp:{tool}", arguments, run)
     except ToolFailed as failed:  # its text passed the output checks
         return {**_envelope(failed.result), "content": [_text(str(failed))], "isError": True}
     except PolicyViolation as exc:
         if not exc.recoverable:
             raise
-        return denial_result(exc, modern=modern)
-    return delivered(output, *received[-1])
-
-
-async def _refused(guard: Guard, tool: str, arguments: Mapping[str, Any], why: str, modern: bool) -> Wire:
-    """A call that stands for no capability: put to the pipeline under a name no spec capability can have (a
-    spec name holds no ``:``), so it is denied and recorded as any call outside the spec is, and answered
-    with ``why``. Its run refuses too: whatever the pipeline decided, nothing is sent to the server."""
-
-    async def refuse(**inputs: Any) -> Any:
-        raise RuntimeError(f"agentguard refused MCP tool {tool!r}: {why}")
-
-    try:
-        await guard.acall(f"mcp:{tool}", arguments, refuse)
-    except PolicyViolation as exc:
-        if not exc.recoverable:
-            raise
         return denial_result(exc, modern=modern, why=why)
-    raise AssertionError("unreachable: the refusing run raises")
+    return delivered(output, *received[-1])

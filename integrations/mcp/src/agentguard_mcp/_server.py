@@ -200,14 +200,12 @@ class GuardMiddleware:
         self._used[key] = time.monotonic()
         return eng
 
-    async def _close_idle(self) -> None:
-        """Close and forget the engagements no session ends that no request used for ``idle_timeout``
-        seconds (one with a call still running is kept, as used now)."""
-        if self.idle_timeout is None:
-            return
+    async def _close_idle(self, idle: float) -> None:
+        """Close and forget the engagements no session ends that no request used for ``idle`` seconds (one
+        with a call still running is kept, as used now)."""
         now = time.monotonic()
         for key, used in list(self._used.items()):
-            if now - used <= self.idle_timeout:
+            if now - used <= idle:
                 break
             del self._used[key]
             eng = self.engagements.get(key)
@@ -227,7 +225,8 @@ class GuardMiddleware:
         if ctx.method not in ("tools/call", "tools/list") or ctx.request_id is None:
             return await call_next(ctx)
         params = dict(ctx.params or {})
-        await self._close_idle()
+        if self.idle_timeout is not None:
+            await self._close_idle(self.idle_timeout)
         token = _request.set(ctx)
         try:
             with self.engagement_for(ctx).activate():
