@@ -36,7 +36,7 @@ from _common import RECENT, print_table, spec_text, thue_morse, tool_a, tool_b, 
 
 from agentguard import Guard, RestrictionViolation, User
 from agentguard.cel import available_backends
-from agentguard.record import repeated_block
+from agentguard.record import LoopDetector, repeated_block
 
 HISTORY = "history._total < 1000000"
 
@@ -50,8 +50,15 @@ class HandWritten:
     """The measured spec enforced by hand: what an engineer who needs no records, observers, guardian,
     reviews or identity would write around the two tools, with the guard's own compiled CEL programs."""
 
-    def __init__(self, guard: Guard, tools: dict[str, Callable[..., Any]], user: User) -> None:
+    def __init__(
+        self, guard: Guard, tools: dict[str, Callable[..., Any]], user: User, *, incremental: bool = False
+    ) -> None:
+        """``incremental``: check for loops with the guard's own :class:`~agentguard.record.LoopDetector`
+        (packed countdowns, updated per attempt) rather than matching the window against the regex
+        :func:`~agentguard.record.repeated_block`, which is what the guard did until it had that detector and
+        what this baseline has always done (``core_instructions.py`` counts both)."""
         self.tools = tools
+        self.detector = LoopDetector(1) if incremental else None
         self.user = {"id": user.id, "email": user.email}
         self.short_circuit = guard.policy.short_circuit or 0
         self.rules = {}
@@ -68,10 +75,15 @@ class HandWritten:
         self.attempts = ""
 
     def call(self, name: str, x: int) -> Any:
-        char = self.chars.setdefault(name, chr(0x100 + len(self.chars)))
-        self.attempts = (char + self.attempts)[: self.short_circuit * 100]
-        if repeated_block(self.attempts, self.short_circuit, 100) is not None:
-            raise RuntimeError("loop")
+        if self.detector is not None:
+            if self.detector.would_repeat(name, self.short_circuit, 100) is not None:
+                raise RuntimeError("loop")
+            self.detector.attempt(name)
+        else:
+            char = self.chars.setdefault(name, chr(0x100 + len(self.chars)))
+            self.attempts = (char + self.attempts)[: self.short_circuit * 100]
+            if repeated_block(self.attempts, self.short_circuit, 100) is not None:
+                raise RuntimeError("loop")
         inputs = {"x": x}
         entry: dict[str, Any] = {"inputs": inputs, "outputs": None}
         self.names.append(name)

@@ -63,6 +63,7 @@ from agentguard.pipeline._steps import new_step
 from agentguard.policy._identity import CredentialRequest, Credentials, identity_for
 from agentguard.policy._policy import CapabilityRule
 from agentguard.record import (
+    NOT_PLAIN,
     CallRecord,
     Decision,
     EngagementState,
@@ -70,9 +71,9 @@ from agentguard.record import (
     Outcome,
     StepRecord,
     StepRef,
-    is_plain,
     one_shot,
     owned_plain,
+    plain_copy,
     to_plain,
 )
 from agentguard.runs import Retry, Timeout, ToolTimeout
@@ -746,8 +747,11 @@ def _checked_output(
     """The local checks of a call's output (decision 3): recorded, then the output restriction. Returns the
     output to deliver."""
     _not_cancelled(ctx, state, step, record.name)
-    output = _deliverable(ctx, state, step, record.name, output)
-    _record_output(ctx, state, step, record, allows, output)
+    kept = plain_copy(output)
+    if kept is NOT_PLAIN:
+        output = _deliverable(ctx, state, step, record.name, output)
+        kept = to_plain(output)
+    _record_output(ctx, state, step, record, allows, output, kept)
     return output
 
 
@@ -758,13 +762,19 @@ def _record_output(
     record: CallRecord,
     allows: Allows | None,
     output: Any,
+    kept: Any = NOT_PLAIN,
 ) -> None:
-    """Keep the output in the record (``null`` unless ``collect_results``) and check the output restriction."""
+    """Keep the output in the record (``null`` unless ``collect_results``) and check the output restriction.
+
+    ``kept``: the record's copy of ``output``, when the caller has made it.
+    """
+    if kept is NOT_PLAIN:
+        kept = to_plain(output)
     if allows is None:
-        state.complete_call(record, to_plain(output))
+        state.complete_call(record, kept)
         return
     rule = allows.rule
-    state.complete_call(record, to_plain(output), collect=rule.collect_results)
+    state.complete_call(record, kept, collect=rule.collect_results)
     if rule.output_assertion is not None:
         check(ctx, state, step, rule.output_assertion, record.name, Phase.OUTPUT, allows.output)
 
@@ -845,11 +855,10 @@ def _after_invoke(
 
 
 def _deliverable(ctx: Runtime, state: EngagementState, step: StepRef, name: str, output: Any) -> Any:
-    """What is checked is what is delivered: a JSON-like output as it is, anything else converted once and
-    the converted value handed on. An output that can be consumed only once (a generator, an iterator) has no
-    faithful form -- checks would see its ``str()``, the caller its items -- and is withheld."""
-    if is_plain(output):
-        return output
+    """What is checked is what is delivered: an output that is not JSON-like (a JSON-like one is delivered as
+    it is) is converted once and the converted value handed on. An output that can be consumed only once (a
+    generator, an iterator) has no faithful form -- checks would see its ``str()``, the caller its items --
+    and is withheld."""
     problem = one_shot(output)
     if problem is not None:
         if hasattr(output, "close"):

@@ -37,10 +37,11 @@ from agentguard.record._types import (
     Steps,
     User,
 )
-from agentguard.record._values import is_plain, new_id, one_shot, owned_plain, to_plain
+from agentguard.record._values import NOT_PLAIN, is_plain, new_id, one_shot, owned_plain, plain_copy, to_plain
 from agentguard.record._view import ViewPlan
 
 __all__ = [
+    "NOT_PLAIN",
     "Appended",
     "CallRecord",
     "Chains",
@@ -66,6 +67,7 @@ __all__ = [
     "new_id",
     "one_shot",
     "owned_plain",
+    "plain_copy",
     "repeated_block",
     "to_plain",
 ]

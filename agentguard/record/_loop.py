@@ -1,8 +1,11 @@
 """The short-circuit detector (decision 5): does the sequence of attempted calls end in a repeated block?
 
-The attempted names are kept newest first, one character per distinct name, at most ``window`` long; a
-backreference regex anchored at position 0 finds the shortest block the sequence starts with ``k`` times, in
-C, at a cost independent of how long the engagement has run.
+The sequence ends with a block of length ``L`` repeated ``k`` times when its last ``(k - 1) * L`` attempts
+each equal the one ``L`` before. :class:`LoopDetector` keeps, for every ``L`` up to ``max_block``, how many
+more such equal attempts in a row it needs: a countdown, all of them packed side by side in one integer, so
+that one attempt updates every ``L`` with a dozen integer operations run in C, and a countdown at zero is a
+loop. Matching the whole window against a backreference regex, as :func:`repeated_block` does, costs several
+times more at the default ``max_block`` of 100; the regex stays the definition the detector is tested against.
 """
 
 from __future__ import annotations
@@ -13,6 +16,32 @@ from collections.abc import Sequence
 
 __all__ = ["LoopDetector", "find_short_circuit", "repeated_block"]
 
+_ASK = 1
+_ALWAYS = 2
+
+_Lanes = tuple[int, int, int, int, int, int, int, int]
+"""The constants of the packed countdowns for one ``(k, max_block)``, see :func:`_lanes`."""
+
+
+@functools.lru_cache(maxsize=64)
+def _lanes(k: int, max_block: int) -> _Lanes:
+    """``(k, max_block, width, first, window, low, high, reset)``: lane ``L`` (``width`` bits, at bit
+    ``width * L``) holds the countdown of block length ``L``; lane 0 holds none. ``first``: lane 0 all ones
+    (the newest attempt in a name's mask); ``window``: lanes 0 .. max_block all ones (what a mask keeps);
+    ``low`` / ``high``: in lanes 1 .. max_block, every bit below the top one / the top bit; ``reset``: lane
+    ``L`` holds ``(k - 1) * L``, the countdown after an attempt unlike the one ``L`` before. A countdown never
+    reaches its lane's top bit, which the ``(x + low) & high`` trick uses to tell the lanes not at zero."""
+    width = ((k - 1) * max_block).bit_length() + 1
+    top = 1 << (width - 1)
+    low = high = reset = 0
+    for block in range(1, max_block + 1):
+        at = width * block
+        low |= (top - 1) << at
+        high |= top << at
+        reset |= ((k - 1) * block) << at
+    window = (1 << (width * (max_block + 1))) - 1
+    return k, max_block, width, (1 << width) - 1, window, low, high, reset
+
 
 class LoopDetector:
     """Every attempted call of one engagement, invoked or refused, as the detector needs them.
@@ -20,16 +49,24 @@ class LoopDetector:
     Not locked: the :class:`~agentguard.record.EngagementState` that owns it holds its lock around each use.
     """
 
-    __slots__ = ("_chars", "_next", "_pattern", "_reversed", "window")
+    __slots__ = ("_attempts", "_chars", "_count", "_lanes", "_next", "_runs", "_seen", "window")
 
     def __init__(self, window: int) -> None:
+        # The attempted names, one character per distinct name, oldest first; the last ``window`` of them are
+        # what explains a loop (last) and what the countdowns are rebuilt from.
         self._chars: dict[str, str] = {}
-        self._reversed = ""
+        self._attempts: list[str] = []
         self.window = window
-        # The sequence would_repeat last looked at (the attempted name prepended to ``_reversed``), with the
-        # name and the ``_reversed`` it was made from: the attempt that usually follows reuses it.
-        self._next: tuple[str, str, str] | None = None
-        self._pattern: tuple[int, int, re.Pattern[str]] | None = None  # (k, max_block, its regex)
+        self._count = 0  # attempts so far
+        # The countdowns, for the (k, max_block) last asked about (None: rebuild them on the next question).
+        self._lanes: _Lanes | None = None
+        self._runs = 0
+        # Per name: (mask, count) -- lane j of mask all ones where the name was attempted j attempts before
+        # the count-th one (lanes 0 .. max_block).
+        self._seen: dict[str, tuple[int, int]] = {}
+        # What would_repeat last worked out (name, count it started from, countdowns, the name's mask): the
+        # attempt that usually follows takes it as it is.
+        self._next: tuple[str, int, int, int] | None = None
 
     def _char(self, name: str) -> str:
         char = self._chars.get(name)
@@ -37,41 +74,113 @@ class LoopDetector:
             char = self._chars[name] = chr(0x100 + len(self._chars))
         return char
 
+    def _reversed(self) -> str:
+        """The last ``window`` attempts, newest first."""
+        return "".join(reversed(self._attempts[-self.window :])) if self.window > 0 else ""
+
     def attempt(self, name: str) -> None:
         """Count one attempt at ``name``."""
+        lanes = self._lanes
+        if (
+            lanes is None
+        ):  # nobody asked yet: the countdowns are built from the sequence on the first question
+            self._count += 1
+            self._append(name)
+            return
         following = self._next
-        if following is not None and following[0] == name and following[1] is self._reversed:
-            self._reversed = following[2][: self.window]
+        if following is not None and following[0] == name and following[1] == self._count:
+            self._next = None
+            self._runs = following[2]
+            self._seen[name] = (following[3], self._count + 1)
+            self._count += 1
+            self._append(name)
         else:
-            self._reversed = (self._char(name) + self._reversed)[: self.window]
-        self._next = None
+            self.attempt_unless_repeat(name, lanes[0], lanes[1], _ALWAYS)
+
+    def _append(self, name: str) -> None:
+        attempts = self._attempts
+        attempts.append(self._chars.get(name) or self._char(name))
+        if len(attempts) > 2 * self.window + 64:  # trimmed now and then, not on every attempt
+            del attempts[: len(attempts) - self.window]
 
     def take_back(self, name: str) -> None:
         """Forget the latest attempt at ``name`` (a host paused the run and will attempt it again)."""
-        spot = self._reversed.find(self._char(name))
-        if spot >= 0:
-            self._reversed = self._reversed[:spot] + self._reversed[spot + 1 :]
+        char = self._char(name)
+        attempts = self._attempts
+        for position in range(len(attempts) - 1, max(len(attempts) - self.window, 0) - 1, -1):
+            if attempts[position] == char:
+                del attempts[position]
+                self._lanes = None  # the countdowns are rebuilt from the sequence on the next question
+                self._next = None
+                return
 
     def would_repeat(self, name: str, k: int, max_block: int) -> int | None:
         """Block length at which attempting ``name`` now repeats a block ``k`` times, else ``None``.
 
         A longer window than the current one asked for here widens it from now on.
         """
-        if k * max_block > self.window:
-            self.window = k * max_block
-        pattern = self._pattern
-        if pattern is None or pattern[0] != k or pattern[1] != max_block:
-            pattern = self._pattern = (k, max_block, _loop_pattern(k, max_block))
-        base = self._reversed
-        sequence = self._char(name) + base
-        self._next = (name, base, sequence)
-        match = pattern[2].match(sequence)
-        return len(match.group(1)) if match else None
+        return self.attempt_unless_repeat(name, k, max_block, _ASK)
+
+    def attempt_unless_repeat(self, name: str, k: int, max_block: int, mode: int = 0) -> int | None:
+        """:meth:`would_repeat`, and the attempt counted when it does not repeat (one pass, for the direct
+        path of a call). ``mode``: the attempt counted unless it repeats (0), never (``_ASK``: kept for the
+        attempt that usually follows), always (``_ALWAYS``)."""
+        lanes = self._lanes
+        if lanes is None or lanes[0] != k or lanes[1] != max_block:
+            if k < 1 or max_block < 1:
+                return None
+            lanes = self._rebuild(k, max_block)
+        _, max_block, width, first, window, low, high, reset = lanes
+        seen = self._seen.get(name)
+        count = self._count
+        mask = first
+        if seen is not None and (gap := count + 1 - seen[1]) <= max_block:
+            mask |= (seen[0] << (width * gap)) & window  # older than max_block: nothing to keep
+        # Lane L of mask is all ones where the attempt L before is this name: that countdown goes on (those
+        # not at zero go down by one), every other starts again (lane 0, this attempt, holds none).
+        runs = self._runs
+        runs = ((runs - (((runs + low) & high) >> (width - 1))) & mask) | (reset ^ (reset & mask))
+        zero = high ^ ((runs + low) & high)  # the top bit of every lane at zero
+        block = ((zero & -zero).bit_length() - 1) // width if zero else None
+        if mode == _ASK or (block is not None and mode != _ALWAYS):
+            self._next = (name, count, runs, mask)
+            return block
+        self._next = None
+        self._runs = runs
+        self._seen[name] = (mask, count + 1)
+        self._count = count + 1
+        self._append(name)
+        return block
+
+    def _rebuild(self, k: int, max_block: int) -> _Lanes:
+        """The countdowns and masks for ``(k, max_block)``, from the sequence (on the first question, when the
+        question changes, after a take-back); widens the window to ``k * max_block`` if it is narrower."""
+        self.window = max(self.window, k * max_block)
+        lanes = self._lanes = _lanes(k, max_block)
+        width, first = lanes[2], lanes[3]
+        sequence = self._reversed()
+        masks: dict[str, int] = {}
+        for j, char in enumerate(sequence[: max_block + 1]):
+            masks[char] = masks.get(char, 0) | (first << (width * j))
+        self._seen = {name: (masks[char], self._count) for name, char in self._chars.items() if char in masks}
+        # Every countdown starts full; a block shorter than the sequence may have counted down already (a new
+        # engagement's first question has nothing to look at).
+        runs = lanes[7]
+        for block in range(1, min(max_block, len(sequence) - 1) + 1):
+            limit = min((k - 1) * block, len(sequence) - block)
+            equal = 0
+            while equal < limit and sequence[equal] == sequence[equal + block]:
+                equal += 1
+            runs -= equal << (width * block)
+        self._runs = runs
+        self._next = None
+        return lanes
 
     def last(self, count: int) -> list[str]:
         """The last ``count`` attempted names, oldest first (to explain a loop)."""
         names = {char: name for name, char in self._chars.items()}
-        return [names[char] for char in reversed(self._reversed[:count])]
+        count = min(count, self.window)
+        return [names[char] for char in self._attempts[-count:]] if count > 0 else []
 
 
 @functools.lru_cache(maxsize=64)

@@ -45,6 +45,7 @@ from agentguard.record._types import (
     StepRef,
     Steps,
     User,
+    chained,
     new_entry,
 )
 from agentguard.record._values import new_id
@@ -147,7 +148,17 @@ class EngagementState:
         """The variables ``plan`` reads, and only the parts of ``recent`` and ``history`` it reads."""
         out: dict[str, Any] = {}
         if plan.reads_recent:
-            if plan.recent_keys is None:
+            one = plan.recent_one
+            if one is not None:
+                key, part = one
+                entry = self._recent.get(key)
+                if entry is None:
+                    out["recent"] = {}
+                elif type(entry) is dict:
+                    out["recent"] = {key: {part: entry[part]}}
+                else:
+                    out["recent"] = {key: entry}
+            elif plan.recent_keys is None:
                 out["recent"] = self._recent
             else:
                 recent = self._recent
@@ -207,6 +218,7 @@ class EngagementState:
             else SharedCallRecord(name, kind, call_id, entry, at, token)
         )
         with self._lock:
+            self._loop.attempt(name)
             self._add_call(record)
             self._in_flight.add(id(record))
             if token is not None:
@@ -236,16 +248,15 @@ class EngagementState:
         lock = self._lock
         lock.acquire()  # not `with`: its protocol costs as much again as the lock, on the per-call path
         try:
-            if (
-                self.status is not EngagementStatus.ACTIVE
-                or self.journal is not None
-                or (
-                    short_circuit is not None
-                    and self._loop.would_repeat(name, short_circuit, max_block) is not None
-                )
-            ):
+            if self.status is not EngagementStatus.ACTIVE or self.journal is not None:
                 return None
-            record = DirectCallRecord(name, kind, call_id, entry, time.time(), self.turn_id, decisions)
+            if short_circuit is None:
+                self._loop.attempt(name)
+            elif self._loop.attempt_unless_repeat(name, short_circuit, max_block) is not None:
+                return None
+            record = DirectCallRecord(name, kind, call_id, entry, time.time())
+            record.turn_id = self.turn_id
+            record.held = decisions
             self._add_call(record)
             self._in_flight.add(id(record))
             self.steps.append(record)
@@ -259,7 +270,14 @@ class EngagementState:
         lock = self._lock
         lock.acquire()  # as in begin_direct
         try:
-            step.add_shared(decision, chains)
+            held = step.held
+            if type(held) is tuple:
+                # Twice per allowed call: the chain's look-up is written out, a call saved when it is there.
+                longer = chains.get((held, decision)) or chained(held, decision, chains)
+                if longer is not None:
+                    step.held = longer
+                    return
+            step.step().add_shared(decision, chains)
         finally:
             lock.release()
 
@@ -271,9 +289,9 @@ class EngagementState:
             return step.step()
 
     def _add_call(self, record: CallRecord) -> None:
+        """The call in ``history`` and ``recent`` (its attempt is counted by the caller)."""
         name, entry = record.name, record.entry
         self._names.append(name)
-        self._loop.attempt(name)
         entries = self._history.get(name)
         if entries is None:
             entries = self._history[name] = []
@@ -597,6 +615,7 @@ class EngagementState:
                     str(name), str(call_kind), str(call_id) if call_id else None, entry, at, token
                 )
             self._by_token[token] = record
+            self._loop.attempt(record.name)
             self._add_call(record)
         elif kind == "a" and len(event) == 2:
             self._loop.attempt(str(event[1]))

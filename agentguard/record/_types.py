@@ -382,44 +382,25 @@ class DirectCallRecord(CallRecord):
     Not locked: the :class:`~agentguard.record.EngagementState` that owns it holds its lock around each use.
     """
 
-    __slots__ = ("_step", "turn_id")
+    __slots__ = ("held", "turn_id")
 
-    def __init__(
-        self,
-        name: str,
-        kind: str,
-        call_id: str | None,
-        entry: dict[str, Any],
-        started_at: float,
-        turn_id: str,
-        decisions: tuple[Decision, ...],
-    ) -> None:
-        super().__init__(name, kind, call_id, entry, started_at)
-        self.turn_id = turn_id
-        # The step's decisions (shared, untimed) until the step is read; then the StepRecord itself.
-        self._step: tuple[Decision, ...] | StepRecord = decisions
-
-    def add_shared(self, decision: Decision, chains: Chains) -> None:
-        """:meth:`StepRecord.add_shared` on the step, whether it is still kept here or was read."""
-        held = self._step
-        if type(held) is tuple:
-            # Twice per allowed call: the chain's look-up is written out, a call saved when it is there.
-            longer = chains.get((held, decision)) or chained(held, decision, chains)
-            if longer is not None:
-                self._step = longer
-                return
-        self.step().add_shared(decision, chains)
+    # Both set by EngagementState.begin_direct right after CallRecord.__init__ (no __init__ of its own: a
+    # frame and a super() look-up less on every direct call).
+    turn_id: str
+    held: tuple[Decision, ...] | StepRecord
+    """The step's decisions (shared, untimed) until the step is read; then the StepRecord itself. The
+    owning EngagementState extends the tuple under its lock (:meth:`EngagementState.add_shared`)."""
 
     def step(self) -> StepRecord:
         """The step of this call (a ``steps/toolCallRequest`` started when the call did), made once."""
-        held = self._step
+        held = self.held
         if isinstance(held, StepRecord):
             return held
         step = StepRecord("steps/toolCallRequest", turn_id=self.turn_id, name=self.name)
         step.at = self.started_at
         step._call = self
         step._decisions = held
-        self._step = step
+        self.held = step
         return step
 
 

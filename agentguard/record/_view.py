@@ -36,6 +36,9 @@ class ViewPlan:
     recent_parts: tuple[tuple[str, tuple[str, ...] | None], ...] = field(
         init=False, repr=False, compare=False
     )
+    # (name, part) when the expression reads one part of one recent entry and nothing else of ``recent``
+    # (``recent["send-email"].inputs.to``): the common shape, which the binding writes out.
+    recent_one: tuple[str, str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         variables = self.variables
@@ -49,6 +52,10 @@ class ViewPlan:
             for key in sorted(self.recent_keys or ())
         )
         object.__setattr__(self, "recent_parts", layout)
+        one = None
+        if len(layout) == 1 and layout[0][1] is not None and len(layout[0][1]) == 1:
+            one = (layout[0][0], layout[0][1][0])
+        object.__setattr__(self, "recent_one", one)
 
     @classmethod
     def of(cls, program: CelProgram) -> ViewPlan:

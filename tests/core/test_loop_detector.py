@@ -1,0 +1,111 @@
+"""The incremental short-circuit detector against its definition (decision 5).
+
+:class:`~agentguard.record.LoopDetector` updates packed countdowns, one per block length, on every attempt;
+a wrong bit there would let a loop run on. So every answer it gives is checked against the definition
+written out plainly (:func:`_definition`) over the whole sequence of attempts, through every operation the
+record performs on it: attempts asked about first or not, questions whose ``k`` or ``max_block`` change,
+take-backs, names unseen for longer than the window, and windows narrower than a block.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentguard.record import LoopDetector, find_short_circuit, repeated_block
+
+
+def _definition(attempts: list[str], k: int, max_block: int) -> int | None:
+    """The shortest block (at most ``max_block`` long) the attempts end with ``k`` times in a row."""
+    if k < 1:
+        return None
+    for block in range(1, min(max_block, len(attempts) // k) + 1):
+        tail = attempts[len(attempts) - k * block :]
+        if all(tail[i] == tail[i % block] for i in range(len(tail))):
+            return block
+    return None
+
+
+_names = st.sampled_from(["a", "b", "c", "d"])
+_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("attempt"), _names),
+        st.tuples(st.just("ask"), _names, st.integers(1, 4), st.integers(1, 9)),
+        st.tuples(st.just("ask-then-attempt"), _names, st.integers(1, 4), st.integers(1, 9)),
+        st.tuples(st.just("attempt-unless-repeat"), _names, st.integers(1, 4), st.integers(1, 9)),
+        st.tuples(st.just("take-back"), _names),
+    ),
+    max_size=120,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_operations, st.sampled_from([(2, 3), (3, 4), (3, 100)]))
+def test_every_answer_is_the_definitions(
+    operations: list[tuple[object, ...]], fixed: tuple[int, int]
+) -> None:
+    detector = LoopDetector(window=400)  # wider than any k * max_block asked: nothing is trimmed
+    attempts: list[str] = []
+    for operation in operations:
+        kind, name = operation[0], str(operation[1])
+        if kind == "attempt":
+            detector.attempt(name)
+            attempts.append(name)
+        elif kind == "take-back":
+            detector.take_back(name)
+            for position in range(len(attempts) - 1, -1, -1):
+                if attempts[position] == name:
+                    del attempts[position]
+                    break
+        else:
+            k, max_block = (int(operation[2]), int(operation[3])) if len(attempts) % 3 else fixed
+            expected = _definition([*attempts, name], k, max_block)
+            if kind == "attempt-unless-repeat":  # the direct path: counted only when it does not repeat
+                assert detector.attempt_unless_repeat(name, k, max_block) == expected
+                if expected is None:
+                    attempts.append(name)
+                continue
+            assert detector.would_repeat(name, k, max_block) == expected
+            if kind == "ask-then-attempt":
+                detector.attempt(name)
+                attempts.append(name)
+    assert detector.last(6) == attempts[-6:]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_names, max_size=300), st.integers(1, 5), st.integers(1, 60))
+def test_a_long_engagement_with_one_question(attempts: list[str], k: int, max_block: int) -> None:
+    detector = LoopDetector(window=1)  # widened to k * max_block by the first question
+    for index, name in enumerate(attempts):
+        expected = _definition(attempts[: index + 1], k, max_block)
+        assert detector.would_repeat(name, k, max_block) == expected
+        detector.attempt(name)
+
+
+def test_a_name_unseen_for_longer_than_any_block_starts_afresh() -> None:
+    detector = LoopDetector(window=9)
+    attempts = ["a", *"bc" * 3]  # "a", then 6 attempts of others: more than max_block (3) apart
+    for name in attempts:
+        detector.would_repeat(name, 3, 3)
+        detector.attempt(name)
+    assert detector.would_repeat("a", 3, 3) is None
+    assert detector.would_repeat("b", 3, 2) == 2  # ... c b c b c b: the block "cb" three times
+
+
+def test_large_k_and_block_lengths() -> None:
+    block = [f"tool-{i}" for i in range(250)]
+    detector = LoopDetector(window=10)
+    attempts = block * 4
+    answers = []
+    for name in attempts:
+        answers.append(detector.would_repeat(name, 4, 250))
+        detector.attempt(name)
+    assert answers[-1] == 250
+    assert answers[:-1] == [None] * (len(attempts) - 1)
+
+
+def test_the_regex_definition_agrees() -> None:
+    # The regex that was the detector, and find_short_circuit built on it, stay public and agree.
+    assert repeated_block("ababab", 3, 100) == 2
+    assert find_short_circuit(list("xababab"), 3, 2) == 2
+    assert find_short_circuit(list("xababab"), 3, 1) is None
