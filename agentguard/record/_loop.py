@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+from array import array
 from collections.abc import Sequence
 
 __all__ = ["LoopDetector", "find_short_circuit", "repeated_block"]
@@ -49,13 +50,13 @@ class LoopDetector:
     Not locked: the :class:`~agentguard.record.EngagementState` that owns it holds its lock around each use.
     """
 
-    __slots__ = ("_attempts", "_chars", "_count", "_lanes", "_next", "_runs", "_seen", "window")
+    __slots__ = ("_attempts", "_count", "_ids", "_lanes", "_next", "_runs", "_seen", "window")
 
     def __init__(self, window: int) -> None:
-        # The attempted names, one character per distinct name, oldest first; the last ``window`` of them are
-        # what explains a loop (last) and what the countdowns are rebuilt from.
-        self._chars: dict[str, str] = {}
-        self._attempts: list[str] = []
+        # The attempted names, as a number per distinct name, oldest first (4 bytes each); the last ``window``
+        # of them explain a loop (last) and are what the countdowns are rebuilt from.
+        self._ids: dict[str, int] = {}
+        self._attempts = array("I")
         self.window = window
         self._count = 0  # attempts so far
         # The countdowns, for the (k, max_block) last asked about (None: rebuild them on the next question).
@@ -68,15 +69,15 @@ class LoopDetector:
         # attempt that usually follows takes it as it is.
         self._next: tuple[str, int, int, int] | None = None
 
-    def _char(self, name: str) -> str:
-        char = self._chars.get(name)
-        if char is None:
-            char = self._chars[name] = chr(0x100 + len(self._chars))
-        return char
+    def _id(self, name: str) -> int:
+        number = self._ids.get(name)
+        if number is None:
+            number = self._ids[name] = len(self._ids)
+        return number
 
-    def _reversed(self) -> str:
+    def _reversed(self) -> list[int]:
         """The last ``window`` attempts, newest first."""
-        return "".join(reversed(self._attempts[-self.window :])) if self.window > 0 else ""
+        return self._attempts[-self.window :].tolist()[::-1] if self.window > 0 else []
 
     def attempt(self, name: str) -> None:
         """Count one attempt at ``name``."""
@@ -99,16 +100,17 @@ class LoopDetector:
 
     def _append(self, name: str) -> None:
         attempts = self._attempts
-        attempts.append(self._chars.get(name) or self._char(name))
-        if len(attempts) > 2 * self.window + 64:  # trimmed now and then, not on every attempt
+        number = self._ids.get(name)
+        attempts.append(self._id(name) if number is None else number)
+        if len(attempts) > self.window + 64:  # trimmed now and then, not on every attempt
             del attempts[: len(attempts) - self.window]
 
     def take_back(self, name: str) -> None:
         """Forget the latest attempt at ``name`` (a host paused the run and will attempt it again)."""
-        char = self._char(name)
+        number = self._id(name)
         attempts = self._attempts
         for position in range(len(attempts) - 1, max(len(attempts) - self.window, 0) - 1, -1):
-            if attempts[position] == char:
+            if attempts[position] == number:
                 del attempts[position]
                 self._lanes = None  # the countdowns are rebuilt from the sequence on the next question
                 self._next = None
@@ -159,10 +161,10 @@ class LoopDetector:
         lanes = self._lanes = _lanes(k, max_block)
         width, first = lanes[2], lanes[3]
         sequence = self._reversed()
-        masks: dict[str, int] = {}
-        for j, char in enumerate(sequence[: max_block + 1]):
-            masks[char] = masks.get(char, 0) | (first << (width * j))
-        self._seen = {name: (masks[char], self._count) for name, char in self._chars.items() if char in masks}
+        masks: dict[int, int] = {}
+        for j, number in enumerate(sequence[: max_block + 1]):
+            masks[number] = masks.get(number, 0) | (first << (width * j))
+        self._seen = {name: (masks[i], self._count) for name, i in self._ids.items() if i in masks}
         # Every countdown starts full; a block shorter than the sequence may have counted down already (a new
         # engagement's first question has nothing to look at).
         runs = lanes[7]
@@ -178,9 +180,9 @@ class LoopDetector:
 
     def last(self, count: int) -> list[str]:
         """The last ``count`` attempted names, oldest first (to explain a loop)."""
-        names = {char: name for name, char in self._chars.items()}
+        names = {number: name for name, number in self._ids.items()}
         count = min(count, self.window)
-        return [names[char] for char in self._attempts[-count:]] if count > 0 else []
+        return [names[number] for number in self._attempts[-count:]] if count > 0 else []
 
 
 @functools.lru_cache(maxsize=64)
