@@ -82,9 +82,7 @@ class LoopDetector:
     def attempt(self, name: str) -> None:
         """Count one attempt at ``name``."""
         lanes = self._lanes
-        if (
-            lanes is None
-        ):  # nobody asked yet: the countdowns are built from the sequence on the first question
+        if lanes is None:  # nobody asked yet: the first question builds the countdowns from the sequence
             self._count += 1
             self._append(name)
             return
@@ -125,8 +123,12 @@ class LoopDetector:
 
     def attempt_unless_repeat(self, name: str, k: int, max_block: int, mode: int = 0) -> int | None:
         """:meth:`would_repeat`, and the attempt counted when it does not repeat (one pass, for the direct
-        path of a call). ``mode``: the attempt counted unless it repeats (0), never (``_ASK``: kept for the
-        attempt that usually follows), always (``_ALWAYS``)."""
+        path of a call).
+
+        ``mode`` is the detector's own: the attempt counted unless it repeats (0), never (``_ASK``, for
+        :meth:`would_repeat`: the answer is kept for the attempt that usually follows), always (``_ALWAYS``,
+        for :meth:`attempt`). One method for the three, so that the direct path runs one frame.
+        """
         lanes = self._lanes
         if lanes is None or lanes[0] != k or lanes[1] != max_block:
             if k < 1 or max_block < 1:
