@@ -229,6 +229,25 @@ def test_short_circuit_matches_its_definition(sequence: list[str], k: int, max_b
         assert state.would_short_circuit(sequence[-1], k, max_block) == _brute_force(sequence, k, max_block)
 
 
+def test_one_part_of_one_recent_entry_is_bound_alone() -> None:
+    # The common shape of an assertion, which the binding writes out (ViewPlan.recent_one).
+    plan = _plan('recent["send-email"].inputs.to == "a" && user.id == "u"')
+    assert plan.recent_one == ("send-email", "inputs")
+    state = EngagementState(user=User(id="u"))
+    assert state.bindings(plan) == {"recent": {}, "user": {"id": "u", "email": None}}
+    state.complete_call(state.begin_call("send-email", {"to": "a"}), {"secret": "s"})
+    state.complete_call(state.begin_call("other", {}), None)
+    assert state.bindings(plan) == {
+        "recent": {"send-email": {"inputs": {"to": "a"}}},
+        "user": {"id": "u", "email": None},
+    }
+    named = _plan('recent["_name"].inputs == "x"')  # the last call's name: no entry to take a part of
+    assert named.recent_one == ("_name", "inputs")
+    assert state.bindings(named) == {"recent": {"_name": "other"}}
+    assert _plan('recent["send-email"].inputs.to == recent["send-email"].outputs').recent_one is None
+    assert _plan('recent["a"].inputs.x == recent["b"].inputs.x').recent_one is None
+
+
 def test_view_plan_prunes_recent_by_literal_name() -> None:
     plan = _plan('recent["send-email"].inputs.to != "" && recent._name == "x"')
     assert plan.recent_keys == frozenset({"send-email", "_name"})

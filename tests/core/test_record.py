@@ -164,3 +164,22 @@ def test_a_calls_entry_is_a_plain_dict_smaller_than_a_literal() -> None:
     assert state.view()["recent"]["lookup"] == entry
     # kept once per call for the engagement's life: a split table (keys shared by every entry), not a literal
     assert sys.getsizeof(entry) < sys.getsizeof({"inputs": {"n": 1}, "outputs": {"ok": True}})
+
+
+def test_plain_copy_copies_a_json_like_value_and_names_anything_else() -> None:
+    from collections import OrderedDict
+
+    from agentguard.record import NOT_PLAIN, plain_copy
+
+    flat = {"ok": True, "n": 1}
+    copied = plain_copy(flat)
+    assert copied == flat
+    assert copied is not flat
+    nested = {"items": [{"id": 1}], "next": None}
+    deep = plain_copy(nested)
+    assert deep == nested
+    assert deep["items"] is not nested["items"]
+    for value in (None, 0, 1.5, "text", False, [1, "a"]):
+        assert plain_copy(value) == value  # None is a JSON value, not the "not JSON-like" answer
+    for value in (OrderedDict(a=1), (1, 2), {1: "int key"}, iter([1]), {"a": {1, 2}}):
+        assert plain_copy(value) is NOT_PLAIN  # converted by the pipeline, or withheld when consumable once
