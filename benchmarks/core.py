@@ -9,7 +9,9 @@ Prints a table and writes ``benchmarks/results/core.json``. Four measurements pe
 2. ``vs hand-written``: the guarded call against :class:`HandWritten`, the same checks written by hand in
    plain Python with the guard's own compiled CEL programs (the same fast closures): the loop rule, the
    pending call visible in ``recent``/``history``, both assertions, rollback on denial, outputs withheld on
-   failure. Both run in the same process, interleaved round by round. Target: <= 1.5x.
+   failure. Both run in the same process, interleaved round by round. Target: <= 1.5x. ``vs hand-inc``: the
+   same against a :class:`HandWritten` that checks for loops with the guard's own incremental detector
+   rather than the regex (most of the first one's cost at a full window).
 3. ``recent/user at 10k``: the same call with 10,000 earlier calls in the engagement, divided by the cost at
    10 earlier calls. Target: <= 1.5x.
 4. ``history._total at 10k``: as 3, with the input assertion on ``history._total``. Target: <= 3x.
@@ -141,12 +143,15 @@ def bytes_per_call(guard: Guard, tools: dict[str, Callable[..., Any]], calls: in
             tracemalloc.stop()
 
 
-def hand_written_us(guard: Guard, earlier: int, calls: int, rounds: int) -> float:
+def hand_written_us(
+    guard: Guard, earlier: int, calls: int, rounds: int, *, incremental: bool = False
+) -> float:
     """Median microseconds of a :class:`HandWritten` call, filled like :func:`per_call_us`."""
     samples: list[int] = []
     sequence = thue_morse(earlier + calls)
     for _ in range(rounds):
-        hand = HandWritten(guard, {"tool-a": tool_a, "tool-b": tool_b}, User(id="u1"))
+        tables = {"tool-a": tool_a, "tool-b": tool_b}
+        hand = HandWritten(guard, tables, User(id="u1"), incremental=incremental)
         for name in sequence[:earlier]:
             hand.call(name, 1)
         for name in sequence[earlier:]:
@@ -158,14 +163,17 @@ def hand_written_us(guard: Guard, earlier: int, calls: int, rounds: int) -> floa
 
 def versus_hand_written(
     guard: Guard, tools: dict[str, Callable[..., Any]], rounds: int
-) -> tuple[float, float]:
-    """(guarded, hand-written) medians, measured in alternating rounds so machine noise hits both alike."""
+) -> tuple[float, float, float]:
+    """(guarded, hand-written, hand-written with the incremental loop detector) medians, measured in
+    alternating rounds so machine noise hits them alike."""
     guarded: list[float] = []
     hand: list[float] = []
+    incremental: list[float] = []
     for _ in range(rounds):
         guarded.append(per_call_us(guard, tools, 10, 200, 1))
         hand.append(hand_written_us(guard, 10, 200, 1))
-    return statistics.median(guarded), statistics.median(hand)
+        incremental.append(hand_written_us(guard, 10, 200, 1, incremental=True))
+    return statistics.median(guarded), statistics.median(hand), statistics.median(incremental)
 
 
 def timed(fn: Callable[..., Any], x: int) -> int:
@@ -198,7 +206,8 @@ def measure(backend: str, calls: int) -> dict[str, Any]:
     guard, tools = build(backend, RECENT)
     per_call_us(guard, tools, 10, 200, 2)  # warm up
     hand_written_us(guard, 10, 200, 2)
-    versus_guarded, hand = versus_hand_written(guard, tools, max(3, calls // 200))
+    hand_written_us(guard, 10, 200, 2, incremental=True)
+    versus_guarded, hand, incremental = versus_hand_written(guard, tools, max(3, calls // 200))
     bare = bare_us(calls * 4)
     at10 = per_call_us(guard, tools, 10, 20, max(1, calls // 20))
     at10k = per_call_us(guard, tools, 10_000, 20, max(1, calls // 400))
@@ -218,6 +227,8 @@ def measure(backend: str, calls: int) -> dict[str, Any]:
         "versus_guarded_us": round(versus_guarded, 3),
         "hand_written_us": round(hand, 3),
         "ratio_vs_hand_written": round(versus_guarded / hand, 3),
+        "hand_written_incremental_us": round(incremental, 3),
+        "ratio_vs_hand_written_incremental": round(versus_guarded / incremental, 3),
         "recent_user_10_us": round(at10, 3),
         "recent_user_10k_us": round(at10k, 3),
         "recent_user_ratio": round(at10k / at10, 3),
@@ -255,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             ("added µs", ">10"),
             ("hand µs", ">9"),
             ("vs hand", ">9"),
+            ("vs hand-inc", ">12"),
             ("recent 10k/10", ">15"),
             ("_total 10k/10", ">15"),
             ("denied 10k/10", ">15"),
@@ -268,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['added_us']:.2f}",
                 f"{r['hand_written_us']:.2f}",
                 f"{r['ratio_vs_hand_written']:.2f}x",
+                f"{r['ratio_vs_hand_written_incremental']:.2f}x",
                 f"{r['recent_user_ratio']:.2f}x",
                 f"{r['history_total_ratio']:.2f}x",
                 f"{r['denied_ratio']:.2f}x",
