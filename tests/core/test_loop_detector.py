@@ -9,10 +9,14 @@ take-backs, names unseen for longer than the window, and windows narrower than a
 
 from __future__ import annotations
 
+import asyncio
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentguard import Guard, PolicyViolation, ShortCircuitViolation
 from agentguard.record import LoopDetector, find_short_circuit, repeated_block
+from tests.conftest import spec_text
 
 
 def _definition(attempts: list[str], k: int, max_block: int) -> int | None:
@@ -109,3 +113,60 @@ def test_the_regex_definition_agrees() -> None:
     assert repeated_block("ababab", 3, 100) == 2
     assert find_short_circuit(list("xababab"), 3, 2) == 2
     assert find_short_circuit(list("xababab"), 3, 1) is None
+
+
+_GUARDED = spec_text(
+    """
+    capabilities:
+      a:
+        input_restriction:
+          assertion: recent["a"].inputs.x < 10
+      b:
+        input_restriction:
+          assertion: recent["b"].inputs.x < 10
+      c:
+    lifespan:
+      short_circuit: {k}
+    """
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["a", "b", "c", "unknown"]), st.sampled_from([1, 10])), max_size=40),
+    st.integers(2, 4),
+    st.integers(1, 6),
+    st.booleans(),
+)
+def test_a_guard_stops_a_loop_exactly_where_the_definition_does(
+    calls: list[tuple[str, int]], k: int, max_block: int, asynchronous: bool
+) -> None:
+    """Through the guard: direct calls (one pass of the detector), calls its input restriction refuses and
+    calls of a tool that is no capability (refused attempts count, decision 5), sync and async. The first
+    attempt that ends the attempts with a block repeated k times is stopped, and so is every later one."""
+    guard = Guard.from_yaml(_GUARDED.replace("{k}", str(k)), short_circuit_max_block=max_block)
+
+    def tool(x: int) -> dict[str, int]:
+        return {"x": x}
+
+    attempts: list[str] = []
+    stopped = False
+    with guard.engagement():
+        for name, x in calls:
+            attempts.append(name)
+            must_stop = stopped or _definition(attempts, k, max_block) is not None
+            try:
+                if asynchronous:
+                    asyncio.run(guard.acall(name, {"x": x}, tool))
+                else:
+                    guard.call(name, {"x": x}, tool)
+            except ShortCircuitViolation:
+                assert must_stop, f"stopped at {attempts} with k={k}"
+                stopped = True
+                continue
+            except PolicyViolation:
+                assert not must_stop, f"not stopped at {attempts} with k={k}"
+                continue
+            assert not must_stop, f"not stopped at {attempts} with k={k}"
+            assert name != "unknown"
+            assert x < 10 or name == "c"
