@@ -171,11 +171,7 @@ class LoopDetector:
         # engagement's first question has nothing to look at).
         runs = lanes[7]
         for block in range(1, min(max_block, len(sequence) - 1) + 1):
-            limit = min((k - 1) * block, len(sequence) - block)
-            equal = 0
-            while equal < limit and sequence[equal] == sequence[equal + block]:
-                equal += 1
-            runs -= equal << (width * block)
+            runs -= _agreeing(sequence, block, min((k - 1) * block, len(sequence) - block)) << (width * block)
         self._runs = runs
         self._next = None
         return lanes
@@ -185,6 +181,20 @@ class LoopDetector:
         names = {number: name for name, number in self._ids.items()}
         count = min(count, self.window)
         return [names[number] for number in self._attempts[-count:]] if count > 0 else []
+
+
+def _agreeing(sequence: list[int], block: int, limit: int) -> int:
+    """How many of the first ``limit`` attempts (newest first) each equal the one ``block`` further back: a
+    binary search over slice comparisons, so that rebuilding the countdowns costs ``O(max_block * log)``
+    steps of Python, not one per attempt compared (up to ``k * max_block**2 / 2``)."""
+    agree, disagree = 0, limit + 1  # sequence[:agree] matches; sequence[:disagree] does not
+    while disagree - agree > 1:
+        middle = (agree + disagree) // 2
+        if sequence[agree:middle] == sequence[agree + block : middle + block]:
+            agree = middle
+        else:
+            disagree = middle
+    return agree
 
 
 @functools.lru_cache(maxsize=64)
