@@ -184,16 +184,24 @@ class LoopDetector:
 
 
 def _agreeing(sequence: list[int], block: int, limit: int) -> int:
-    """How many of the first ``limit`` attempts (newest first) each equal the one ``block`` further back: a
-    binary search over slice comparisons, so that rebuilding the countdowns costs ``O(max_block * log)``
-    steps of Python, not one per attempt compared (up to ``k * max_block**2 / 2``)."""
-    agree, disagree = 0, limit + 1  # sequence[:agree] matches; sequence[:disagree] does not
-    while disagree - agree > 1:
-        middle = (agree + disagree) // 2
-        if sequence[agree:middle] == sequence[agree + block : middle + block]:
-            agree = middle
-        else:
-            disagree = middle
+    """How many of the first ``limit`` attempts (newest first) each equal the one ``block`` further back.
+
+    Slices are compared in windows that double while they agree, then halved inside the one that does not:
+    work in C proportional to the answer, and ``O(log limit)`` steps of Python, where comparing attempt by
+    attempt took up to ``k * max_block**2 / 2`` steps to rebuild the countdowns.
+    """
+    agree, step = 0, 1
+    while agree < limit:
+        end = min(agree + step, limit)
+        if sequence[agree:end] != sequence[agree + block : end + block]:
+            while end - agree > 1:  # sequence[:agree] agrees, sequence[:end] does not
+                middle = (agree + end) // 2
+                if sequence[agree:middle] == sequence[agree + block : middle + block]:
+                    agree = middle
+                else:
+                    end = middle
+            return agree
+        agree, step = end, step * 2
     return agree
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -94,6 +95,25 @@ def test_a_name_unseen_for_longer_than_any_block_starts_afresh() -> None:
         detector.attempt(name)
     assert detector.would_repeat("a", 3, 3) is None
     assert detector.would_repeat("b", 3, 2) == 2  # ... c b c b c b: the block "cb" three times
+
+
+@pytest.mark.parametrize(("k", "block"), [(2, 1), (3, 7), (6, 7), (6, 10), (9, 33)])
+def test_countdowns_rebuilt_inside_a_near_loop(k: int, block: int) -> None:
+    # Attempts counted before any question (or a take-back) leave the countdowns to be rebuilt from the
+    # sequence: here one attempt short of a loop, the longest agreement a rebuild can meet.
+    names = [f"tool-{i}" for i in range(block)]
+    attempts = ["x", *names * (k - 1), *names[:-1]]
+    detector = LoopDetector(window=k * block)  # as a guard makes it: attempts before a question are kept
+    for name in attempts:
+        detector.attempt(name)
+    assert detector.would_repeat(names[-1], k, block) == block
+    assert detector.would_repeat(names[-1], k, block - 1 or 1) == _definition(
+        [*attempts, names[-1]], k, block - 1 or 1
+    )
+    detector.attempt("x")
+    detector.take_back("x")  # the countdowns are rebuilt again, on the same sequence
+    assert detector.would_repeat(names[-1], k, block) == block
+    assert detector.would_repeat("y", k, block) is None
 
 
 def test_large_k_and_block_lengths() -> None:
