@@ -72,7 +72,6 @@ from agentguard.record import (
     StepRecord,
     StepRef,
     one_shot,
-    owned_plain,
     plain_copy,
     to_plain,
 )
@@ -455,10 +454,10 @@ def _direct_begin(
     (:meth:`~agentguard.record.EngagementState.begin_direct`); any other takes the checks one by one.
     """
     name = reg.name
-    plain = owned_plain(inputs)
+    plain = plain_copy(inputs, owned=True)
     direct = (
         None
-        if plain is None
+        if plain is NOT_PLAIN
         else state.begin_direct(
             name,
             plain,

@@ -37,7 +37,7 @@ from agentguard.record._types import (
     Steps,
     User,
 )
-from agentguard.record._values import NOT_PLAIN, is_plain, new_id, one_shot, owned_plain, plain_copy, to_plain
+from agentguard.record._values import NOT_PLAIN, is_plain, new_id, one_shot, plain_copy, to_plain
 from agentguard.record._view import ViewPlan
 
 __all__ = [
@@ -66,7 +66,6 @@ __all__ = [
     "is_plain",
     "new_id",
     "one_shot",
-    "owned_plain",
     "plain_copy",
     "repeated_block",
     "to_plain",

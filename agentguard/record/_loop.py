@@ -50,7 +50,7 @@ class LoopDetector:
     Not locked: the :class:`~agentguard.record.EngagementState` that owns it holds its lock around each use.
     """
 
-    __slots__ = ("_attempts", "_count", "_ids", "_lanes", "_next", "_runs", "_seen", "window")
+    __slots__ = ("_attempts", "_count", "_ids", "_lanes", "_runs", "_seen", "window")
 
     def __init__(self, window: int) -> None:
         # The attempted names, as a number per distinct name, oldest first (4 bytes each); the last ``window``
@@ -65,9 +65,6 @@ class LoopDetector:
         # Per name: (mask, count) -- lane j of mask all ones where the name was attempted j attempts before
         # the count-th one (lanes 0 .. max_block).
         self._seen: dict[str, tuple[int, int]] = {}
-        # What would_repeat last worked out (name, count it started from, countdowns, the name's mask): the
-        # attempt that usually follows takes it as it is.
-        self._next: tuple[str, int, int, int] | None = None
 
     def _id(self, name: str) -> int:
         number = self._ids.get(name)
@@ -83,14 +80,6 @@ class LoopDetector:
         """Count one attempt at ``name``."""
         lanes = self._lanes
         if lanes is None:  # nobody asked yet: the first question builds the countdowns from the sequence
-            self._count += 1
-            self._append(name)
-            return
-        following = self._next
-        if following is not None and following[0] == name and following[1] == self._count:
-            self._next = None
-            self._runs = following[2]
-            self._seen[name] = (following[3], self._count + 1)
             self._count += 1
             self._append(name)
         else:
@@ -111,7 +100,6 @@ class LoopDetector:
             if attempts[position] == number:
                 del attempts[position]
                 self._lanes = None  # the countdowns are rebuilt from the sequence on the next question
-                self._next = None
                 return
 
     def would_repeat(self, name: str, k: int, max_block: int) -> int | None:
@@ -126,8 +114,8 @@ class LoopDetector:
         path of a call).
 
         ``mode`` is the detector's own: the attempt counted unless it repeats (0), never (``_ASK``, for
-        :meth:`would_repeat`: the answer is kept for the attempt that usually follows), always (``_ALWAYS``,
-        for :meth:`attempt`). One method for the three, so that the direct path runs one frame.
+        :meth:`would_repeat`), always (``_ALWAYS``, for :meth:`attempt`). One method for the three, so that the
+        direct path runs one frame.
         """
         lanes = self._lanes
         if lanes is None or lanes[0] != k or lanes[1] != max_block:
@@ -147,9 +135,7 @@ class LoopDetector:
         zero = high ^ ((runs + low) & high)  # the top bit of every lane at zero
         block = ((zero & -zero).bit_length() - 1) // width if zero else None
         if mode == _ASK or (block is not None and mode != _ALWAYS):
-            self._next = (name, count, runs, mask)
             return block
-        self._next = None
         self._runs = runs
         self._seen[name] = (mask, count + 1)
         self._count = count + 1
@@ -173,7 +159,6 @@ class LoopDetector:
         for block in range(1, min(max_block, len(sequence) - 1) + 1):
             runs -= _agreeing(sequence, block, min((k - 1) * block, len(sequence) - block)) << (width * block)
         self._runs = runs
-        self._next = None
         return lanes
 
     def last(self, count: int) -> list[str]:

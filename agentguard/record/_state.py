@@ -169,9 +169,6 @@ class EngagementState:
                         continue
                     if wanted is None or type(entry) is not dict:
                         selected[key] = entry
-                    elif len(wanted) == 1:
-                        part = wanted[0]
-                        selected[key] = {part: entry[part]}
                     else:
                         selected[key] = {part: entry[part] for part in wanted}
                 out["recent"] = selected

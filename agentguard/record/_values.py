@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
-__all__ = ["NOT_PLAIN", "is_plain", "new_id", "one_shot", "owned_plain", "plain_copy", "to_plain"]
+__all__ = ["NOT_PLAIN", "is_plain", "new_id", "one_shot", "plain_copy", "to_plain"]
 
 _PLAIN = (str, int, float, bool, type(None))
 _PRIMITIVE = frozenset(_PLAIN)
@@ -96,8 +96,10 @@ NOT_PLAIN: Any = object()
 """:func:`plain_copy`'s answer for a value that is not JSON-like (``None`` is a JSON-like value)."""
 
 
-def plain_copy(value: Any) -> Any:
-    """A copy of ``value`` for the record when it is JSON-like (:func:`is_plain`), else :data:`NOT_PLAIN`.
+def plain_copy(value: Any, *, owned: bool = False) -> Any:
+    """What the record keeps of ``value`` when it is JSON-like (:func:`is_plain`): a copy, or ``value`` itself
+    when it is a flat dict the caller ``owned`` (built for this call, held by nobody else); else
+    :data:`NOT_PLAIN` (then :func:`to_plain`, which may call the value's own code, converts it).
 
     One pass over the common flat dict, where :func:`is_plain` then :func:`to_plain` take two.
     """
@@ -107,23 +109,10 @@ def plain_copy(value: Any) -> Any:
             if type(item) not in _PRIMITIVE or type(key) is not str:
                 break
         else:
-            return dict(value)
+            return value if owned else dict(value)
     elif cls in _PRIMITIVE:
         return value
-    return to_plain(value) if is_plain(value) else NOT_PLAIN
-
-
-def owned_plain(value: Any) -> Any:
-    """What the record keeps of ``value``, a dict built for this call that nobody else holds, when it is
-    JSON-like (``value`` itself when flat, else a copy); ``None`` when it is not (then :func:`to_plain`, which
-    may call the value's own code, converts it).
-    """
-    if type(value) is not dict:
-        return None
-    for key, item in value.items():  # one pass for the common flat dict, not is_plain's and to_plain's
-        if type(item) not in _PRIMITIVE or type(key) is not str:
-            return to_plain(value, owned=True) if is_plain(value) else None
-    return value
+    return to_plain(value, owned=owned) if is_plain(value) else NOT_PLAIN
 
 
 def one_shot(value: Any) -> str | None:

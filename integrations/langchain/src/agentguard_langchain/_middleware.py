@@ -629,7 +629,8 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         if call.stored is not None:  # only a result kept in the graph's store has anything to release
             call.release()
         if call.ends_run(result):  # the run's answer (return_direct): no model call, no guardrail after it
-            return _guarded_tool_answer(result, self._check_answer(session.engagement, message_text(result)))
+            text = message_text(result)
+            return _guarded_tool_answer(result, text, self._check_answer(session.engagement, text))
         return result
 
     async def awrap_tool_call(
@@ -664,8 +665,8 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         if call.stored is not None:
             await call.arelease()
         if call.ends_run(result):
-            answer = await self._acheck_answer(session.engagement, message_text(result))
-            return _guarded_tool_answer(result, answer)
+            text = message_text(result)
+            return _guarded_tool_answer(result, text, await self._acheck_answer(session.engagement, text))
         return result
 
 
@@ -721,8 +722,8 @@ def _guarded_answer(message: AIMessage, new: str | GuardianDenied) -> AIMessage:
     return with_text(message, new)
 
 
-def _guarded_tool_answer(message: ToolMessage, new: str | GuardianDenied) -> ToolMessage:
-    """A tool's message that ends the run, as the output guardrail let it out.
+def _guarded_tool_answer(message: ToolMessage, text: str, new: str | GuardianDenied) -> ToolMessage:
+    """A tool's message that ends the run (its text ``text``), as the output guardrail let it out (``new``).
 
     It stays the answer to the model's tool call (a chat model rejects a tool call left without one, at the
     thread's next run). A denied one becomes a notice (status ``error``, as a withheld tool result). A
@@ -737,7 +738,7 @@ def _guarded_tool_answer(message: ToolMessage, new: str | GuardianDenied) -> Too
             id=message.id,
             status="error",
         )
-    if new == message_text(message):
+    if new == text:
         return message
     return with_text(message, new).model_copy(update={"artifact": None})
 

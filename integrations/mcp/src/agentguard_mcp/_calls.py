@@ -277,9 +277,8 @@ async def guarded_call(
     received: list[tuple[Wire, Any]] = []
 
     async def run(**inputs: Any) -> Any:
-        if (
-            why is not None
-        ):  # no capability: the pipeline denies before this; nothing is sent whatever it does
+        # No capability: the pipeline denies before this; nothing is sent whatever it does.
+        if why is not None:
             raise RuntimeError(f"agentguard refused MCP tool {tool!r}: {why}")
         await report_message(
             guard,

@@ -151,9 +151,8 @@ class Upstreams:
 
     async def _hold(self, key: str, held: _Held) -> None:
         try:
-            async with Client(
-                self._upstream, cache=None
-            ) as client:  # the proxy must see every listing it filters
+            # cache=None: the proxy must see every listing it filters
+            async with Client(self._upstream, cache=None) as client:
                 held.client = client
                 held.ready.set()
                 await held.closed.wait()
