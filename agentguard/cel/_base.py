@@ -154,6 +154,11 @@ class CelProgram(Protocol):
         """Evaluate and return a plain Python value; raise :class:`CelEvaluationError` on failure.
 
         ``variables`` needs to hold only the names in :attr:`variables`; extra names are ignored.
+
+        A program may also offer ``quick``: a callable taking the same variables that returns ``True`` only
+        where :meth:`evaluate` would, and otherwise anything or raises (see
+        :attr:`agentguard.policy.Assertion.quick`). It is optional: a backend without one is asked through
+        :meth:`evaluate` alone.
         """
 
 

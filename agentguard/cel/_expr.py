@@ -234,6 +234,14 @@ class ExprProgram:
     def reads(self) -> Mapping[str, Reads]:
         return self._reads
 
+    @property
+    def quick(self) -> Closure | None:
+        """The expression compiled to plain Python (:mod:`agentguard.cel._fast`), or ``None``: it answers as
+        :meth:`evaluate` would, or raises (:class:`~agentguard.cel._fast.Unsure` when the engine must decide),
+        with no copy and no engine. A caller may take its ``True`` and must take anything else, an exception
+        included, to :meth:`evaluate`."""
+        return self._fast
+
     def evaluate(self, variables: Mapping[str, Any]) -> Any:
         scanned = variables if type(variables) is Scanned else None
         if scanned is not None:

@@ -19,7 +19,7 @@ from agentguard.policy._identity import CredentialResolver
 from agentguard.policy._policy import HOLDS, CapabilityRule, Policy, UnknownCapability
 from agentguard.policy._review import ApprovalConfig, Reviewer
 from agentguard.policy._rules import Rules, SeverityMap
-from agentguard.record import Chains, Decision, EngagementState, Outcome, StepRecord, StepRef
+from agentguard.record import Chains, Decision, EngagementState, Outcome, StepRecord, StepRef, chained
 
 if TYPE_CHECKING:
     from agentguard.guardian import GuardianClient
@@ -40,7 +40,9 @@ class Allows:
 
     ``input`` / ``output`` are ``None`` when the capability has no such assertion. ``begun``: the decisions
     an allowed call has when it becomes the pending one (the capability, and the short-circuit rule's when
-    the spec has one), in order.
+    the spec has one), in order. ``checked_in`` and ``checked_out``: the decisions it has once its input
+    restriction, and then its output restriction, passed (the tuples the Guard's chains share; ``None`` once
+    those are full, and the decisions are then added one by one).
     """
 
     rule: CapabilityRule
@@ -49,6 +51,8 @@ class Allows:
     input: Decision | None
     output: Decision | None
     begun: tuple[Decision, ...]
+    checked_in: tuple[Decision, ...] | None
+    checked_out: tuple[Decision, ...] | None
 
 
 @dataclass(eq=False)
@@ -131,14 +135,16 @@ class Runtime:
             inp, out = rule.input_assertion, rule.output_assertion
             capability = self.allowed(Rule.CAPABILITY, Phase.INPUT, rule.allow_reason, name)
             short_circuit = self.allowed(Rule.SHORT_CIRCUIT, Phase.INPUT, NO_LOOP, name)
-            allows = Allows(
-                rule,
-                capability,
-                short_circuit,
-                self.allowed(Rule.RESTRICTION, Phase.INPUT, HOLDS, name, inp.source) if inp else None,
-                self.allowed(Rule.RESTRICTION, Phase.OUTPUT, HOLDS, name, out.source) if out else None,
-                (capability,) if self.policy.short_circuit is None else (capability, short_circuit),
+            begun = (capability,) if self.policy.short_circuit is None else (capability, short_circuit)
+            input_ = self.allowed(Rule.RESTRICTION, Phase.INPUT, HOLDS, name, inp.source) if inp else None
+            output = self.allowed(Rule.RESTRICTION, Phase.OUTPUT, HOLDS, name, out.source) if out else None
+            checked_in = begun if input_ is None else chained(begun, input_, self._chains)
+            checked_out = (
+                checked_in
+                if output is None or checked_in is None
+                else chained(checked_in, output, self._chains)
             )
+            allows = Allows(rule, capability, short_circuit, input_, output, begun, checked_in, checked_out)
             if len(self._allows) < _SHARED_LIMIT:
                 self._allows[name] = allows
         return allows

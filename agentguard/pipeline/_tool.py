@@ -466,16 +466,21 @@ def _direct_begin(
             allows.begun,
             ctx.policy.short_circuit,
             ctx.short_circuit_max_block,
+            allows.rule.input_assertion,
+            allows.checked_in,
         )
     )
     step: StepRef
     if direct is None:
         step = new_step(state, "steps/toolCallRequest", name=name, call_id=call_id)
         record = _begin(ctx, state, step, ToolCall.of(reg, inputs, call_id, None), allows)[1]
+        checked = False
     else:
-        step = record = direct
+        record, checked = direct
+        step = record
     try:
-        _checked_inputs(ctx, state, step, allows, record, inputs)
+        if not checked:
+            _checked_inputs(ctx, state, step, allows, record, inputs)
         credentials = _identity_credentials(state, allows.rule)
         if reg.needs_credentials and credentials is None:
             raise _no_credentials(ctx, state, step, name)
@@ -727,12 +732,13 @@ def _invoke_once(
         raise ToolTimeout(call.name, timeout.ms, engagement_id=state.id) from None
 
 
-def _not_cancelled(ctx: Runtime, state: EngagementState, step: StepRef, name: str) -> None:
-    if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
-        error = EngagementClosed(
-            f"engagement was cancelled while the call ran: {state.status_reason}", capability=name
-        )
-        raise deny(ctx, state, step, error)
+def _cancelled(ctx: Runtime, state: EngagementState, step: StepRef, name: str) -> PolicyViolation:
+    """The denial of an output that came back after the engagement was cancelled (not gracefully): its
+    callers test ``state.status is CANCELLED and not state.cancel_graceful`` themselves, on the per-call path."""
+    error = EngagementClosed(
+        f"engagement was cancelled while the call ran: {state.status_reason}", capability=name
+    )
+    return deny(ctx, state, step, error)
 
 
 def _checked_output(
@@ -745,7 +751,8 @@ def _checked_output(
 ) -> Any:
     """The local checks of a call's output (decision 3): recorded, then the output restriction. Returns the
     output to deliver."""
-    _not_cancelled(ctx, state, step, record.name)
+    if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
+        raise _cancelled(ctx, state, step, record.name)
     kept = plain_copy(output)
     if kept is NOT_PLAIN:
         output = _deliverable(ctx, state, step, record.name, output)
@@ -773,9 +780,20 @@ def _record_output(
         state.complete_call(record, kept)
         return
     rule = allows.rule
-    state.complete_call(record, kept, collect=rule.collect_results)
-    if rule.output_assertion is not None:
-        check(ctx, state, step, rule.output_assertion, record.name, Phase.OUTPUT, allows.output)
+    restriction = rule.output_assertion
+    if restriction is None or step is not record:  # no restriction, or not a direct call
+        state.complete_call(record, kept, collect=rule.collect_results)
+    elif state.complete_call(
+        record,
+        kept,
+        collect=rule.collect_results,
+        restriction=restriction,
+        held=allows.checked_in,
+        checked=allows.checked_out,
+    ):
+        return  # passed, and recorded as passed
+    if restriction is not None:
+        check(ctx, state, step, restriction, record.name, Phase.OUTPUT, allows.output)
 
 
 def _withhold(
@@ -821,7 +839,8 @@ def _after_invoke(
     rule = allows.rule if allows is not None else None
     try:
         if resumed:
-            _not_cancelled(ctx, state, step, name)
+            if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
+                raise _cancelled(ctx, state, step, name)
         else:
             output = _checked_output(ctx, state, step, record, allows, output)
             if ctx.guardian is not None:

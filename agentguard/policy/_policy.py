@@ -6,7 +6,7 @@ dict access. Pure decisions only: nothing here calls a tool, a reviewer or the n
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,10 +29,16 @@ class Assertion:
     program: CelProgram
     plan: ViewPlan
     field: str
+    quick: Callable[[Mapping[str, Any]], Any] | None = None
+    """The program's ``quick`` closure when its backend offers one: a pass it answers (``True``) is a pass
+    without :meth:`check`'s frames, and anything else, an exception included, is left to :meth:`check`,
+    which evaluates from scratch. The direct path of a call uses it (under the engagement's lock, where the
+    bound record cannot change)."""
 
     @classmethod
     def of(cls, program: CelProgram, field: str) -> Assertion:
-        return cls(program, ViewPlan.of(program), field)
+        quick = getattr(program, "quick", None)  # optional for a backend (CelProgram.evaluate says so)
+        return cls(program, ViewPlan.of(program), field, quick if callable(quick) else None)
 
     @property
     def source(self) -> str:

@@ -36,9 +36,10 @@ from agentguard.record._types import (
     StepRef,
     Steps,
     User,
+    chained,
 )
 from agentguard.record._values import NOT_PLAIN, is_plain, new_id, one_shot, plain_copy, to_plain
-from agentguard.record._view import ViewPlan
+from agentguard.record._view import QuickCheck, ViewPlan
 
 __all__ = [
     "NOT_PLAIN",
@@ -54,12 +55,14 @@ __all__ = [
     "Outcome",
     "Pipelined",
     "Posted",
+    "QuickCheck",
     "Snapshot",
     "StepRecord",
     "StepRef",
     "Steps",
     "User",
     "ViewPlan",
+    "chained",
     "decode_event",
     "encode_event",
     "find_short_circuit",

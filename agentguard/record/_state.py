@@ -49,7 +49,7 @@ from agentguard.record._types import (
     new_entry,
 )
 from agentguard.record._values import new_id
-from agentguard.record._view import ViewPlan
+from agentguard.record._view import QuickCheck, ViewPlan
 
 __all__ = ["EngagementState"]
 
@@ -233,9 +233,18 @@ class EngagementState:
         decisions: tuple[Decision, ...],
         short_circuit: int | None,
         max_block: int,
-    ) -> DirectCallRecord | None:
+        restriction: QuickCheck | None = None,
+        checked: tuple[Decision, ...] | None = None,
+    ) -> tuple[DirectCallRecord, bool] | None:
         """:meth:`begin_call` for a call its pipeline runs directly, whose record stands for its step (a
-        :class:`~agentguard.record.DirectCallRecord` with the step's shared ``decisions`` so far).
+        :class:`~agentguard.record.DirectCallRecord` with the step's shared ``decisions`` so far), and whether
+        its input restriction passed.
+
+        ``restriction``: the call's input restriction, asked here (its ``quick`` closure) under the lock, once
+        the call is the pending one (decision 2). Only its ``True`` passes: the step's decisions are then
+        ``checked`` (the tuple the caller's chains share), and the answer says ``True``. Anything else, an
+        exception included, records nothing, and the answer says ``False``: the caller checks again the
+        general way, which evaluates from scratch and records why (as when there is no ``quick``).
 
         ``None``, with nothing recorded, when the call cannot begin this way: the engagement is not active,
         attempting ``name`` now would repeat a block ``short_circuit`` times (as :meth:`would_short_circuit`),
@@ -257,9 +266,24 @@ class EngagementState:
             self._add_call(record)
             self._in_flight.add(id(record))
             self.steps.append(record)
+            passed = False
+            if restriction is not None and checked is not None and self._holds(restriction):
+                record.held = checked
+                passed = True
         finally:
             lock.release()
-        return record
+        return record, passed
+
+    def _holds(self, restriction: QuickCheck) -> bool:
+        """Whether ``restriction``'s quick closure answers ``True`` on the record as it is now (under the lock).
+        A closure that raises has not passed: the general check decides, and records why."""
+        quick = restriction.quick
+        if quick is None:
+            return False
+        try:
+            return quick(self.bindings(restriction.plan)) is True
+        except Exception:
+            return False
 
     def add_shared(self, step: DirectCallRecord, decision: Decision, chains: Chains) -> None:
         """Record a shared allow ``decision`` on a direct call's step (under the lock: the step may be being
@@ -368,8 +392,24 @@ class EngagementState:
         else:
             self._recent.pop("_name", None)
 
-    def complete_call(self, record: CallRecord, outputs: Any, *, collect: bool = True) -> None:
-        """Store a call's outputs (``null`` when ``collect_results`` is false)."""
+    def complete_call(
+        self,
+        record: CallRecord,
+        outputs: Any,
+        *,
+        collect: bool = True,
+        restriction: QuickCheck | None = None,
+        held: tuple[Decision, ...] | None = None,
+        checked: tuple[Decision, ...] | None = None,
+    ) -> bool:
+        """Store a call's outputs (``null`` when ``collect_results`` is false).
+
+        For a direct call (:meth:`begin_direct`), its output ``restriction`` may be asked here too, on the
+        completed record and under the lock, as :meth:`begin_direct` asks the input one: the step's decisions
+        go from ``held`` to ``checked`` when it passes, and the answer says ``True``. ``False`` otherwise (not
+        asked, not passed, or the step's decisions were not ``held``, e.g. somebody read the step meanwhile):
+        the caller checks it the general way.
+        """
         lock = self._lock
         lock.acquire()  # as in begin_direct
         try:
@@ -379,6 +419,16 @@ class EngagementState:
             self._settled(record)
             if self.journal is not None:
                 self._emit(["c", record.token, kept, "completed", None])
+            if (
+                restriction is None
+                or checked is None
+                or type(record) is not DirectCallRecord
+                or record.held is not held
+                or not self._holds(restriction)
+            ):
+                return False
+            record.held = checked
+            return True
         finally:
             lock.release()
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from agentguard.cel import CelProgram
 
-__all__ = ["ViewPlan"]
+__all__ = ["QuickCheck", "ViewPlan"]
 
 _ENTRY_PARTS = frozenset({"inputs", "outputs"})
 
@@ -75,3 +76,15 @@ class ViewPlan:
             frozenset(history) if history is not None else None,
             fields,
         )
+
+
+class QuickCheck(Protocol):
+    """A check the record can ask under its own lock (an :class:`agentguard.policy.Assertion` is one): a closure
+    of the variables ``plan`` binds, of which only a ``True`` answer counts (``quick`` is ``None`` when the
+    check has no such closure)."""
+
+    @property
+    def quick(self) -> Callable[[Mapping[str, Any]], Any] | None: ...
+
+    @property
+    def plan(self) -> ViewPlan: ...

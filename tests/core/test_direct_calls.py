@@ -329,3 +329,137 @@ def test_an_async_direct_call_decides_what_the_flow_does(flows: list[str]) -> No
         ("denied", "RestrictionViolation"),
         ("denied", "ShortCircuitViolation"),
     ]
+
+
+# -- the restrictions a direct call asks quickly, under the engagement's lock ---------------------------------
+#
+# A direct call asks its input and output restrictions through the program's plain-Python closure
+# (``Assertion.quick``) and takes only its ``True``; anything else goes to the general check. Odd values and odd
+# syntax must decide exactly what the flow decides.
+
+INPUT_RESTRICTIONS = [
+    'recent["probe"].inputs.v == true',
+    'recent["probe"].inputs.v > 1',
+    'recent["probe"].inputs.v.size() < 3',
+    'size(recent["probe"].inputs.v) < 3',
+    'recent["probe"].inputs.v.startsWith("a")',
+    'recent["probe"].inputs.v.matches("^a")',
+    'recent["probe"].inputs.v in ["a", 1, true]',
+    'recent["probe"].inputs.v.exists(x, x == 1)',
+    'has(recent["probe"].inputs.v) && recent["probe"].inputs.v != "secret"',
+    'recent["probe"].inputs.v == user.id',
+    'int(recent["probe"].inputs.v) > 0',
+    'recent["probe"].inputs.v == true // a comment the happy path never writes',
+    "history.probe.size() < 3 && history._total >= 0",
+    'recent._name == "probe"',
+]
+OUTPUT_RESTRICTIONS = [
+    'recent["probe"].outputs.v == true',
+    'recent["probe"].outputs.size() > 0',
+    '!recent["probe"].outputs.exists(k, k == "secret")',
+    'recent["probe"].outputs.v != "x" && recent["probe"].inputs.v == recent["probe"].inputs.v',
+    "history.probe.all(e, e.outputs == null || e.outputs.v != 2)",
+]
+ODD = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.sampled_from(["true", "false", "a", "secret", "x", "u1", "", "a\x00b", "\ud800", "1"])
+    | st.integers(min_value=-(2**64), max_value=2**64)
+    | st.floats()
+    | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def _probe_guard(input_restriction: str, output_restriction: str, *, watched: bool, collect: bool) -> Guard:
+    spec = spec_text(
+        f"""
+        capabilities:
+          probe:
+            collect_results: {str(collect).lower()}
+            input_restriction:
+              assertion: {input_restriction!r}
+            output_restriction:
+              assertion: {output_restriction!r}
+        """
+    )
+    return Guard.from_yaml(spec, observers=[Watching()] if watched else [], telemetry=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    input_restriction=st.sampled_from(INPUT_RESTRICTIONS),
+    output_restriction=st.sampled_from(OUTPUT_RESTRICTIONS),
+    calls=st.lists(st.tuples(ODD, ODD), min_size=1, max_size=4),
+    collect=st.booleans(),
+)
+def test_restrictions_asked_quickly_decide_what_the_flow_decides(
+    input_restriction: str, output_restriction: str, calls: list[tuple[Any, Any]], collect: bool
+) -> None:
+    """Every odd input and output (``"false"`` for a bool, lists for strings, NaN, integers past 64 bits,
+    NUL, a lone surrogate), every form of restriction (method calls, comments, macros, ``history``): the
+    direct call returns, denies and records exactly what the flow does."""
+
+    def run(watched: bool) -> str:
+        guard = _probe_guard(input_restriction, output_restriction, watched=watched, collect=collect)
+        with guard.engagement(user=U1) as eng:
+            outcomes = [
+                _outcome(
+                    lambda value=value, output=output: guard.call(
+                        "probe", {"v": value}, lambda v: {"v": output}
+                    )
+                )
+                for value, output in calls
+            ]
+            return repr((outcomes, _recorded(eng)))  # repr: NaN is not equal to itself
+
+    assert run(watched=False) == run(watched=True)
+
+
+class _Raising:
+    """A restriction's quick closure that fails as no engine would: the general check must decide."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def __call__(self, variables: Any) -> Any:
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    "answer", [RuntimeError("engine bug"), RecursionError(), "true", 1, [True], None, False]
+)
+def test_a_quick_answer_other_than_true_is_left_to_the_general_check(
+    answer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a closure's ``True`` passes quickly: an exception, ``"true"``, ``1``, ``[True]`` and the rest go
+    to the general check, which evaluates from scratch and records one decision (here both restrictions
+    hold there, so the call returns, with one allow decision each)."""
+    guard = _probe_guard(
+        'recent["probe"].inputs.v == 1', 'recent["probe"].outputs.v == 2', watched=False, collect=True
+    )
+    rule = guard.policy.capability_for("probe", "tool", ())
+    assert rule is not None
+    assert rule.input_assertion is not None
+    assert rule.output_assertion is not None
+    for assertion in (rule.input_assertion, rule.output_assertion):
+        assert assertion.quick is not None  # the default backend offers one
+        object.__setattr__(assertion, "quick", _Raising(answer))
+    with guard.engagement(user=U1) as eng:
+        assert guard.call("probe", {"v": 1}, lambda v: {"v": 2}) == {"v": 2}
+        with pytest.raises(PolicyViolation):
+            guard.call("probe", {"v": 5}, lambda v: {"v": 2})
+        with pytest.raises(PolicyViolation):
+            guard.call("probe", {"v": 1}, lambda v: {"v": 3})
+        decisions = [[(d.rule, d.outcome, d.phase) for d in step.decisions] for step in eng.steps]
+    allow_in = ("restriction", "allow", "input")
+    allow_out = ("restriction", "allow", "output")
+    begun = [("capability", "allow", "input")]
+    assert decisions == [
+        [*begun, allow_in, allow_out],
+        [*begun, ("restriction", "deny", "input")],
+        [*begun, allow_in, ("restriction", "deny", "output")],
+    ]
