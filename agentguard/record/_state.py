@@ -240,11 +240,12 @@ class EngagementState:
         :class:`~agentguard.record.DirectCallRecord` with the step's shared ``decisions`` so far), and whether
         its input restriction passed.
 
-        ``restriction``: the call's input restriction, asked here (its ``quick`` closure) under the lock, once
-        the call is the pending one (decision 2). Only its ``True`` passes: the step's decisions are then
-        ``checked`` (the tuple the caller's chains share), and the answer says ``True``. Anything else, an
-        exception included, records nothing, and the answer says ``False``: the caller checks again the
-        general way, which evaluates from scratch and records why (as when there is no ``quick``).
+        ``restriction``: the call's input restriction (``None``: it has none, and the answer says ``True``),
+        asked here (its ``quick`` closure) under the lock, once the call is the pending one (decision 2).
+        Only its ``True`` passes: the step's decisions are then ``checked`` (the tuple the caller's chains
+        share), and the answer says ``True``. Anything else, an exception included, records nothing, and the
+        answer says ``False``: the caller checks again the general way, which evaluates from scratch and
+        records why (as when there is no ``quick``).
 
         ``None``, with nothing recorded, when the call cannot begin this way: the engagement is not active,
         attempting ``name`` now would repeat a block ``short_circuit`` times (as :meth:`would_short_circuit`),
@@ -266,10 +267,13 @@ class EngagementState:
             self._add_call(record)
             self._in_flight.add(id(record))
             self.steps.append(record)
-            passed = False
-            if restriction is not None and checked is not None and self._holds(restriction):
+            if restriction is None:
+                passed = True  # nothing to check
+            elif checked is not None and self._holds(restriction):
                 record.held = checked
                 passed = True
+            else:
+                passed = False
         finally:
             lock.release()
         return record, passed
