@@ -93,6 +93,12 @@ class EngagementState:
         # Every attempted name (invoked or refused), for the short-circuit detector (decision 5).
         self._loop = LoopDetector(loop_window)
         self._user_view: dict[str, Any] = user.as_view() if user else {"id": None, "email": None}
+        # The whole view, live (the very dicts above): what a restriction's quick closure is given (_holds).
+        self._live: dict[str, Any] = {
+            "recent": self._recent,
+            "user": self._user_view,
+            "history": self._history,
+        }
         # Calls begun but not yet completed, withheld or rolled back: what a graceful cancel waits for.
         self._in_flight: set[int] = set()
         self._idle = threading.Condition(self._lock)
@@ -280,12 +286,20 @@ class EngagementState:
 
     def _holds(self, restriction: QuickCheck) -> bool:
         """Whether ``restriction``'s quick closure answers ``True`` on the record as it is now (under the lock).
-        A closure that raises has not passed: the general check decides, and records why."""
+        A closure that raises has not passed: the general check decides, and records why.
+
+        The closure is given the whole view, live, not the parts :meth:`bindings` selects: plain Python reads
+        only what the expression reads (the selection saves the engine converting the rest), and nothing
+        changes the view while the lock is held.
+        """
         quick = restriction.quick
         if quick is None:
             return False
+        live = self._live
+        live["started_at"] = self.started_at
+        self._history["_total"] = self._offset + len(self._names)
         try:
-            return quick(self.bindings(restriction.plan)) is True
+            return quick(live) is True
         except Exception:
             return False
 

@@ -80,11 +80,8 @@ class ViewPlan:
 
 class QuickCheck(Protocol):
     """A check the record can ask under its own lock (an :class:`agentguard.policy.Assertion` is one): a closure
-    of the variables ``plan`` binds, of which only a ``True`` answer counts (``quick`` is ``None`` when the
-    check has no such closure)."""
+    of the view's variables, of which only a ``True`` answer counts (``quick`` is ``None`` when the check has
+    no such closure)."""
 
     @property
     def quick(self) -> Callable[[Mapping[str, Any]], Any] | None: ...
-
-    @property
-    def plan(self) -> ViewPlan: ...
