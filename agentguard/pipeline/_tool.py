@@ -366,32 +366,6 @@ def tool_call_flow(
     return observed(ctx, state, step, shared(ctx, state, step, _tool_call(ctx, state, step, call)), watchers)
 
 
-def _direct(
-    ctx: Runtime, state: EngagementState, reg: Registered, call_id: str | None, watchers: tuple[Observer, ...]
-) -> Allows | None:
-    """The capability of a call whose flow would yield no effect but the tool's run, which can then run it
-    directly, without the trampoline: no observer watches, no guardian, shared store, Python rule, credential
-    resolver or reviewer is involved, the call has no run control and is not one paused in review, and its
-    capability is in the spec. ``None``: run the flow. Read live on every call (a rule or gate added later
-    counts at once)."""
-    if (
-        watchers
-        or ctx.guardian is not None
-        or state.journal is not None
-        or ctx.rules
-        or ctx.credential_resolver is not None
-        or reg.retry is not None
-        or reg.timeout is not None
-        or (call_id is not None and call_id in state.awaiting_review)
-    ):
-        return None
-    name = reg.name
-    rule = ctx.policy.capability_for(name, reg.kind, ctx.tools)
-    if rule is None or rule.input_review or rule.output_review or name in ctx.review_gates:
-        return None
-    return ctx.allows(rule, name)
-
-
 def run_tool_call(
     ctx: Runtime,
     state: EngagementState,
@@ -404,10 +378,10 @@ def run_tool_call(
     call): :func:`tool_call_flow` under the sync driver, or, when the flow would yield nothing but the tool's
     run (:func:`_direct`), the same checks with the tool called in place."""
     watchers = ctx.observers.stepping()
-    allows = _direct(ctx, state, reg, call_id, watchers)
-    if allows is None:
+    direct = _direct(ctx, state, reg, inputs, call_id, watchers)
+    if direct is None:
         return run_sync(tool_call_flow(ctx, state, ToolCall.of(reg, inputs, call_id, reasoning), watchers))
-    step, record, args, kwargs, credentials = _direct_begin(ctx, state, reg, inputs, call_id, allows)
+    allows, step, record, args, kwargs, credentials = direct
     try:
         output = call_sync(reg.fn, args, kwargs, credentials)
     except BaseException as exc:
@@ -426,11 +400,11 @@ async def arun_tool_call(
 ) -> Any:
     """:func:`run_tool_call` under asyncio."""
     watchers = ctx.observers.stepping()
-    allows = _direct(ctx, state, reg, call_id, watchers)
-    if allows is None:
+    direct = _direct(ctx, state, reg, inputs, call_id, watchers)
+    if direct is None:
         call = ToolCall.of(reg, inputs, call_id, reasoning)
         return await run_async(tool_call_flow(ctx, state, call, watchers))
-    step, record, args, kwargs, credentials = _direct_begin(ctx, state, reg, inputs, call_id, allows)
+    allows, step, record, args, kwargs, credentials = direct
     try:
         output = await call_async(reg.fn, args, kwargs, credentials)
     except BaseException as exc:
@@ -439,21 +413,43 @@ async def arun_tool_call(
     return _settle(ctx, state, step, record, allows, output)
 
 
-def _direct_begin(
+_Begun = tuple[Allows, StepRef, CallRecord, tuple[Any, ...], dict[str, Any], Credentials | None]
+
+
+def _direct(
     ctx: Runtime,
     state: EngagementState,
     reg: Registered,
     inputs: dict[str, Any],
     call_id: str | None,
-    allows: Allows,
-) -> tuple[StepRef, CallRecord, tuple[Any, ...], dict[str, Any], Credentials | None]:
-    """Steps 1-4 and 7 of a direct call (there is no guardian, rule or review to ask): its step and record,
-    and what to invoke the tool with.
+    watchers: tuple[Observer, ...],
+) -> _Begun | None:
+    """Steps 1-4 and 7 of a call whose flow would yield no effect but the tool's run, which can then run it
+    directly, without the trampoline: its capability's allow decisions, its step and record, and what to
+    invoke the tool with. ``None``, with nothing recorded: run the flow.
 
-    An allowed call whose inputs are JSON-like already is begun in one go, its record standing for its step
-    (:meth:`~agentguard.record.EngagementState.begin_direct`); any other takes the checks one by one.
+    A call goes direct when no observer watches, no guardian, shared store, Python rule, credential resolver
+    or reviewer is involved, the call has no run control and is not one paused in review, and its capability
+    is in the spec: read live on every call (a rule or gate added later counts at once). One whose inputs are
+    JSON-like already is begun in one go, its record standing for its step and its input restriction asked
+    there (:meth:`~agentguard.record.EngagementState.begin_direct`); any other takes the checks one by one.
     """
+    if (
+        watchers
+        or ctx.guardian is not None
+        or state.journal is not None
+        or ctx.rules
+        or ctx.credential_resolver is not None
+        or reg.retry is not None
+        or reg.timeout is not None
+        or (call_id is not None and call_id in state.awaiting_review)
+    ):
+        return None
     name = reg.name
+    rule = ctx.policy.capability_for(name, reg.kind, ctx.tools)
+    if rule is None or rule.input_review or rule.output_review or name in ctx.review_gates:
+        return None
+    allows = ctx.allows(rule, name)
     plain = plain_copy(inputs, owned=True)
     direct = (
         None
@@ -466,7 +462,7 @@ def _direct_begin(
             allows.begun,
             ctx.policy.short_circuit,
             ctx.short_circuit_max_block,
-            allows.rule.input_assertion,
+            rule.input_assertion,
             allows.checked_in,
         )
     )
@@ -481,14 +477,14 @@ def _direct_begin(
     try:
         if not checked:
             _checked_inputs(ctx, state, step, allows, record, inputs)
-        credentials = _identity_credentials(state, allows.rule)
+        credentials = _identity_credentials(state, rule)
         if reg.needs_credentials and credentials is None:
             raise _no_credentials(ctx, state, step, name)
         args, kwargs = reg.binder.to_args(inputs)
     except BaseException as exc:
         _roll_back(ctx, state, record, exc)
         raise
-    return step, record, args, kwargs, credentials
+    return allows, step, record, args, kwargs, credentials
 
 
 def _resume_shared(ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall) -> Flow[Any]:
@@ -741,26 +737,6 @@ def _cancelled(ctx: Runtime, state: EngagementState, step: StepRef, name: str) -
     return deny(ctx, state, step, error)
 
 
-def _checked_output(
-    ctx: Runtime,
-    state: EngagementState,
-    step: StepRef,
-    record: CallRecord,
-    allows: Allows | None,
-    output: Any,
-) -> Any:
-    """The local checks of a call's output (decision 3): recorded, then the output restriction. Returns the
-    output to deliver."""
-    if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
-        raise _cancelled(ctx, state, step, record.name)
-    kept = plain_copy(output)
-    if kept is NOT_PLAIN:
-        output = _deliverable(ctx, state, step, record.name, output)
-        kept = to_plain(output)
-    _record_output(ctx, state, step, record, allows, output, kept)
-    return output
-
-
 def _record_output(
     ctx: Runtime,
     state: EngagementState,
@@ -814,10 +790,20 @@ def _settle(
     allows: Allows | None,
     output: Any,
 ) -> Any:
-    """:func:`_after_invoke` for a call with nothing to wait for after it ran (no guardian, no Python rules,
-    no output review)."""
+    """The local checks of a call's output (decision 3): recorded, then the output restriction; an output
+    that fails them is withheld. Returns the output to deliver.
+
+    All the checks of a call with nothing to wait for after it ran (no guardian, no Python rules, no output
+    review), the first of them otherwise (:func:`_after_invoke`).
+    """
     try:
-        output = _checked_output(ctx, state, step, record, allows, output)
+        if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
+            raise _cancelled(ctx, state, step, record.name)
+        kept = plain_copy(output)
+        if kept is NOT_PLAIN:
+            output = _deliverable(ctx, state, step, record.name, output)
+            kept = to_plain(output)
+        _record_output(ctx, state, step, record, allows, output, kept)
     except BaseException as exc:
         _withhold(state, record, allows.rule if allows is not None else None, exc)
         raise
@@ -837,12 +823,13 @@ def _after_invoke(
 ) -> Flow[Any]:
     name = record.name
     rule = allows.rule if allows is not None else None
+    if not resumed:
+        output = _settle(ctx, state, step, record, allows, output)  # withholds what fails its checks
     try:
         if resumed:
             if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
                 raise _cancelled(ctx, state, step, name)
         else:
-            output = _checked_output(ctx, state, step, record, allows, output)
             if ctx.guardian is not None:
                 request = ctx.steps.tool_call_result(state, step, output, is_error=False)
                 params = yield from ask_guardian(ctx, state, step, request, name, Phase.OUTPUT)
