@@ -2,23 +2,24 @@
 
     .venv/bin/python benchmarks/core_instructions.py [--calls 2000]
 
-The wall-clock benchmark (``core.py``) is the target's own unit, but on a shared 2-core VM its medians move
-by +-30 % between runs. Instruction counts repeat exactly, so this script settles the *ratios*: each
-configuration runs in its own process under ``valgrind --tool=callgrind``, once with ``--calls`` guarded calls
-and once with none (same set-up, same history), and the difference divided by ``--calls`` is the cost of one
-call. Configurations: the bare functions; ``core.HandWritten``, the same checks written by hand (the
-denominator of ``core.py``'s ratio, here counted exactly: instructions leave out the cache and branch misses a
-larger body of code adds to wall-clock time), and the same with the guard's own incremental loop detector in
-place of its regex (the guard dropped the regex for that detector, and the regex was most of the hand-written
-cost: this row shows what the ratio is against a baseline that shares the speed-up); guarded with the
-``recent``/``user`` assertions at 10 and 10,000 earlier calls; guarded with ``history._total`` at 10 and
-10,000. Needs ``valgrind`` (Debian package); skips with a message without it. Writes
-``benchmarks/results/core_instructions.json``.
+The wall-clock benchmark (``core.py``) is the target's own unit, but on a shared 2-core VM its medians move by
++-30 % between runs. Instruction counts repeat (with ``PYTHONHASHSEED=0``, so that dict layouts do), so this
+script settles the *ratios*: each configuration runs in its own process under ``valgrind --tool=callgrind``,
+once with ``--calls`` guarded calls and once with none (same set-up, same history), and the difference divided
+by ``--calls`` is the cost of one call. Configurations: the bare functions; ``core.HandWritten``, the same
+checks written by hand (the denominator of ``core.py``'s ratio, here counted exactly: instructions leave out
+the cache and branch misses a larger body of code adds to wall-clock time), and the same with the guard's own
+incremental loop detector in place of its regex (the guard dropped the regex for that detector, and the regex
+was most of the hand-written cost: this row shows what the ratio is against a baseline that shares the
+speed-up); guarded with the ``recent``/``user`` assertions at 10 and 10,000 earlier calls; guarded with
+``history._total`` at 10 and 10,000. Needs ``valgrind`` (Debian package); skips with a message without it.
+Writes ``benchmarks/results/core_instructions.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -69,7 +70,9 @@ def instructions(earlier: int, calls: int, mode: str) -> int:
             str(calls),
             mode,
         ]
-        log = subprocess.run(command, capture_output=True, text=True, check=True).stderr
+        # A fixed hash seed: string hashes decide dict and set layouts, and so move the counts between runs.
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        log = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stderr
     match = re.search(r"Collected : (\d+)", log)
     if match is None:
         raise RuntimeError(f"no instruction count in valgrind's output:\n{log[-2000:]}")
