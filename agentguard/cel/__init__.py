@@ -40,6 +40,7 @@ from agentguard.cel._base import (
     CelProgram,
     Reads,
     VarType,
+    quick_closure,
 )
 from agentguard.cel._budget import EvalBudget, eval_budget, set_eval_budget
 
@@ -57,6 +58,7 @@ __all__ = [
     "available_backends",
     "eval_budget",
     "get_backend",
+    "quick_closure",
     "set_eval_budget",
 ]
 

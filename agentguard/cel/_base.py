@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 __all__ = [
     "CelBackend",
@@ -35,6 +35,8 @@ __all__ = [
     "CelProgram",
     "Reads",
     "VarType",
+    "offers_quick",
+    "quick_closure",
     "redacted",
 ]
 
@@ -154,11 +156,6 @@ class CelProgram(Protocol):
         """Evaluate and return a plain Python value; raise :class:`CelEvaluationError` on failure.
 
         ``variables`` needs to hold only the names in :attr:`variables`; extra names are ignored.
-
-        A program may also offer ``quick``: a callable taking the same variables that returns ``True`` only
-        where :meth:`evaluate` would, and otherwise anything or raises (see
-        :attr:`agentguard.policy.Assertion.quick`). It is optional: a backend without one is asked through
-        :meth:`evaluate` alone.
         """
 
 
@@ -172,3 +169,28 @@ class CelBackend(Protocol):
 
     def compile(self, expression: str, declarations: Mapping[str, VarType]) -> CelProgram:
         """Parse and check ``expression`` against the declared variables; raise :class:`CelCompileError`."""
+
+
+_QUICK: set[type] = set()
+_P = TypeVar("_P", bound=type)
+
+
+def offers_quick(cls: _P) -> _P:
+    """Class decorator for a program type of agentguard's own backends whose ``quick`` property is a
+    plain-Python closure of the expression that answers ``True`` only where ``evaluate`` would (and otherwise
+    anything, or raises): :func:`quick_closure` trusts it."""
+    _QUICK.add(cls)
+    return cls
+
+
+def quick_closure(program: CelProgram) -> Callable[[Mapping[str, Any]], Any] | None:
+    """``program``'s quick closure (see :func:`offers_quick`), or ``None``.
+
+    Only agentguard's own program types are asked, whatever attributes another backend's programs have: a
+    ``True`` taken from the closure skips :meth:`CelProgram.evaluate`, so only closures held to evaluate's
+    answers (by agentguard's own tests) may give it.
+    """
+    if type(program) not in _QUICK:
+        return None
+    quick: Callable[[Mapping[str, Any]], Any] | None = program.quick  # type: ignore[attr-defined]
+    return quick

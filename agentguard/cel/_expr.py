@@ -45,7 +45,15 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from agentguard.cel._base import CelCompileError, CelEvaluationError, CelProgram, Reads, VarType, redacted
+from agentguard.cel._base import (
+    CelCompileError,
+    CelEvaluationError,
+    CelProgram,
+    Reads,
+    VarType,
+    offers_quick,
+    redacted,
+)
 from agentguard.cel._budget import CostProfile, measure
 from agentguard.cel._checked import CheckedExpr, Clause, clauses, dynamic_patterns, reads_of
 from agentguard.cel._fast import Closure, Unsure, compile_fast
@@ -173,6 +181,7 @@ class ExprBackend:
             return env
 
 
+@offers_quick
 class ExprProgram:
     """A checked ``cel-expr-python`` expression.
 
@@ -239,7 +248,7 @@ class ExprProgram:
         """The expression compiled to plain Python (:mod:`agentguard.cel._fast`), or ``None``: it answers as
         :meth:`evaluate` would, or raises (:class:`~agentguard.cel._fast.Unsure` when the engine must decide),
         with no copy and no engine. A caller may take its ``True`` and must take anything else, an exception
-        included, to :meth:`evaluate`."""
+        included, to :meth:`evaluate` (see :func:`~agentguard.cel.quick_closure`)."""
         return self._fast
 
     def evaluate(self, variables: Mapping[str, Any]) -> Any:

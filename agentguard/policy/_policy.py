@@ -10,7 +10,7 @@ from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentguard.cel import CelEvaluationError, CelProgram
+from agentguard.cel import CelEvaluationError, CelProgram, quick_closure
 from agentguard.record import ViewPlan
 from agentguard.spec import CompiledSpec, Guardrail, Reference
 
@@ -37,8 +37,7 @@ class Assertion:
 
     @classmethod
     def of(cls, program: CelProgram, field: str) -> Assertion:
-        quick = getattr(program, "quick", None)  # optional for a backend (CelProgram.evaluate says so)
-        return cls(program, ViewPlan.of(program), field, quick if callable(quick) else None)
+        return cls(program, ViewPlan.of(program), field, quick_closure(program))
 
     @property
     def source(self) -> str:

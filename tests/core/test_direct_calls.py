@@ -467,3 +467,51 @@ def test_a_quick_answer_other_than_true_is_left_to_the_general_check(
         [*begun, ("restriction", "deny", "input")],
         [*begun, allow_in, ("restriction", "deny", "output")],
     ]
+
+
+class _LyingProgram:
+    """Another backend's program with a ``quick`` of its own that says ``True`` to everything."""
+
+    def __init__(self, program: Any) -> None:
+        self._program = program
+
+    def quick(self, variables: Any) -> bool:
+        return True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._program, name)
+
+
+class _LyingBackend:
+    name = "lying"
+
+    def compile(self, expression: str, declarations: Any) -> Any:
+        from agentguard.cel import get_backend
+
+        return _LyingProgram(get_backend().compile(expression, declarations))
+
+
+def test_only_agentguards_own_programs_are_asked_quickly() -> None:
+    """A pass taken from a quick closure skips ``evaluate``: another backend's program is asked through
+    ``evaluate`` alone, whatever it calls ``quick``."""
+    spec = spec_text(
+        """
+        capabilities:
+          probe:
+            input_restriction:
+              assertion: recent["probe"].inputs.v == 1
+            output_restriction:
+              assertion: recent["probe"].outputs.v == 2
+        """
+    )
+    guard = Guard.from_yaml(spec, cel_backend=_LyingBackend(), telemetry=False)  # type: ignore[arg-type]
+    rule = guard.policy.capability_for("probe", "tool", ())
+    assert rule is not None
+    assert rule.input_assertion is not None
+    assert rule.input_assertion.quick is None
+    with guard.engagement(user=U1):
+        assert guard.call("probe", {"v": 1}, lambda v: {"v": 2}) == {"v": 2}
+        with pytest.raises(PolicyViolation, match="assertion is false"):
+            guard.call("probe", {"v": 5}, lambda v: {"v": 2})
+        with pytest.raises(PolicyViolation, match="assertion is false"):
+            guard.call("probe", {"v": 1}, lambda v: {"v": 3})
