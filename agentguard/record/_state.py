@@ -275,11 +275,17 @@ class EngagementState:
             self.steps.append(record)
             if restriction is None:
                 passed = True  # nothing to check
-            elif checked is not None and self._holds(restriction):
-                record.held = checked
-                passed = True
-            else:
+            elif checked is None:
                 passed = False
+            else:
+                try:
+                    passed = self._holds(restriction)
+                except BaseException as exc:  # KeyboardInterrupt, ...: the call never began
+                    self._take_back(record, type(exc).__name__, True)
+                    self._settled(record)
+                    raise
+                if passed:
+                    record.held = checked
         finally:
             lock.release()
         return record, passed

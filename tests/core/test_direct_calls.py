@@ -515,3 +515,29 @@ def test_only_agentguards_own_programs_are_asked_quickly() -> None:
             guard.call("probe", {"v": 5}, lambda v: {"v": 2})
         with pytest.raises(PolicyViolation, match="assertion is false"):
             guard.call("probe", {"v": 1}, lambda v: {"v": 3})
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt(), SystemExit(3)])
+def test_an_interrupt_in_a_quick_input_check_leaves_no_call_behind(
+    interrupt: BaseException, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupt raised while the input restriction is asked (under the record's lock) is not swallowed,
+    and the call it interrupted is taken back, as any call refused before it ran: not in ``recent`` or
+    ``history``, not in flight, and its attempt counted."""
+    guard = _probe_guard(
+        'recent["probe"].inputs.v == 1', 'recent["probe"].outputs.v == 2', watched=False, collect=True
+    )
+    rule = guard.policy.capability_for("probe", "tool", ())
+    assert rule is not None
+    assert rule.input_assertion is not None
+    object.__setattr__(rule.input_assertion, "quick", _Raising(interrupt))
+    ran: list[Any] = []
+    with guard.engagement(user=U1) as eng:
+        with pytest.raises(type(interrupt)):
+            guard.call("probe", {"v": 1}, lambda v: ran.append(v))
+        assert ran == []
+        assert eng.state.in_flight == 0
+        assert eng.view()["history"]["_total"] == 0
+        assert "probe" not in eng.view()["recent"]
+        assert [c.status for c in eng.state.calls] == ["denied"]
+        assert eng.state.attempts(1) == ["probe"]
