@@ -376,7 +376,9 @@ ODD = st.recursive(
 )
 
 
-def _probe_guard(input_restriction: str, output_restriction: str, *, watched: bool, collect: bool) -> Guard:
+def _probe_guard(
+    input_restriction: str, output_restriction: str, *, watched: bool, collect: bool = True, **options: Any
+) -> Guard:
     spec = spec_text(
         f"""
         capabilities:
@@ -388,7 +390,7 @@ def _probe_guard(input_restriction: str, output_restriction: str, *, watched: bo
               assertion: {output_restriction!r}
         """
     )
-    return Guard.from_yaml(spec, observers=[Watching()] if watched else [], telemetry=False)
+    return Guard.from_yaml(spec, observers=[Watching()] if watched else [], telemetry=False, **options)
 
 
 @pytest.mark.parametrize("input_restriction", INPUT_RESTRICTIONS)
@@ -494,17 +496,12 @@ class _LyingBackend:
 def test_only_agentguards_own_programs_are_asked_quickly() -> None:
     """A pass taken from a quick closure skips ``evaluate``: another backend's program is asked through
     ``evaluate`` alone, whatever it calls ``quick``."""
-    spec = spec_text(
-        """
-        capabilities:
-          probe:
-            input_restriction:
-              assertion: recent["probe"].inputs.v == 1
-            output_restriction:
-              assertion: recent["probe"].outputs.v == 2
-        """
+    guard = _probe_guard(
+        'recent["probe"].inputs.v == 1',
+        'recent["probe"].outputs.v == 2',
+        watched=False,
+        cel_backend=_LyingBackend(),
     )
-    guard = Guard.from_yaml(spec, cel_backend=_LyingBackend(), telemetry=False)  # type: ignore[arg-type]
     rule = guard.policy.capability_for("probe", "tool", ())
     assert rule is not None
     assert rule.input_assertion is not None
