@@ -538,3 +538,19 @@ def test_an_interrupt_in_a_quick_input_check_leaves_no_call_behind(
         assert "probe" not in eng.view()["recent"]
         assert [c.status for c in eng.state.calls] == ["denied"]
         assert eng.state.attempts(1) == ["probe"]
+
+
+def test_an_interrupt_in_a_quick_output_check_withholds_the_output(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Interrupted while its output restriction is asked, a call that ran stays in ``history`` with its
+    output withheld, and the interrupt propagates."""
+    guard = _probe_guard('recent["probe"].inputs.v == 1', 'recent["probe"].outputs.v == 2', watched=False)
+    rule = guard.policy.capability_for("probe", "tool", ())
+    assert rule is not None
+    assert rule.output_assertion is not None
+    object.__setattr__(rule.output_assertion, "quick", _Raising(KeyboardInterrupt()))
+    with guard.engagement(user=U1) as eng:
+        with pytest.raises(KeyboardInterrupt):
+            guard.call("probe", {"v": 1}, lambda v: {"v": 2})
+        assert eng.state.in_flight == 0
+        assert eng.view()["history"]["probe"] == [{"inputs": {"v": 1}, "outputs": None}]
+        assert [(c.status, c.outputs) for c in eng.state.calls] == [("failed", None)]
