@@ -645,11 +645,18 @@ class EngagementState:
                 del self._deltas[:sent]
             else:
                 kept: list[tuple[int, CallRecord]] = []
+                landed = _begun_tokens(appended.missed)
                 for position, record in self._unsent:
                     if id(record) in self._forced:
                         kept.append((position, record))
                         continue
                     self._void(position, ["x"])
+                    if record.token not in landed:
+                        # Its ``b`` never counted in the store's total: a take-back of it still to send
+                        # (the call was refused when an append timed out) must not count either.
+                        self._uncount_rollback(record.token)
+                    if record.status == "denied":
+                        continue  # taken back already, its attempt counted: nobody checks it again
                     self._take_back(record, "checked again: the engagement changed in another process", False)
                     record.status = "recheck"
                     self._settled(record)
@@ -659,6 +666,14 @@ class EngagementState:
             self.version = appended.version
             self._offset = appended.total + sum(self._deltas) - len(self._names)
             return appended.ok
+
+    def _uncount_rollback(self, token: str | None) -> None:
+        """The unsent ``r`` of call ``token`` changes ``history._total`` by nothing (see :meth:`settle`)."""
+        for position, text in enumerate(self._outbox):
+            if self._deltas[position] == -1:
+                event = decode_event(text)
+                if event[0] == "r" and event[1] == token:
+                    self._deltas[position] = 0
 
     def _apply_all(self, texts: Sequence[str], reviving: dict[str, CallRecord] | None = None) -> None:
         """Apply ``texts``; ``reviving``: this process's calls in flight during a reload, by token (each
@@ -780,3 +795,13 @@ def _iso_time(value: object) -> datetime | None:
     except ValueError:
         return None
     return at if at.tzinfo is not None else None
+
+
+def _begun_tokens(texts: Sequence[str]) -> set[str]:
+    """The tokens of the calls whose ``b`` event is among ``texts``."""
+    tokens: set[str] = set()
+    for text in texts:
+        event = decode_event(text)
+        if event[0] == "b" and len(event) == 7 and type(event[1]) is str:
+            tokens.add(event[1])
+    return tokens

@@ -193,3 +193,43 @@ def test_a_malformed_meta_field_is_named_not_guessed(field: str, value: Any, nam
         EngagementState.shared("e", Snapshot(meta=meta, version=0, total=0), journal=None)  # type: ignore[arg-type]
     assert named in str(caught.value)
     assert len(str(caught.value)) < 300  # a megabyte of someone else's data is not repeated back
+
+
+def _appended(state: EngagementState, version: int, total: int) -> None:
+    """The store took the whole outbox, on top of ``total`` (what ``history._total`` was before it)."""
+    batch = state.batch()
+    assert batch is not None
+    state.settle(len(batch[0]), Appended(ok=True, version=version, total=total + batch[1]))
+
+
+@pytest.mark.parametrize("landed", [False, True])
+def test_a_call_refused_when_its_append_timed_out_counts_once_whatever_moved_the_log(landed: bool) -> None:
+    """A call's ``b`` append times out and the call is refused (taken back: an ``r`` goes out with the ``b``
+    when the store is back). If the log moved meanwhile, the next exclusive append is refused and the unsent
+    ``b`` voided: the ``r`` must then take nothing off ``history._total`` -- unless the timed-out ``b`` landed
+    after all (it is among the missed events), when the ``r`` takes it back off. The refused call is not
+    taken back, or counted as an attempt, a second time. (Found by a flaky redis test: 1 instead of 2.)"""
+    state = EngagementState.shared("e", Snapshot(meta={}, version=0, total=0, events=[]), journal=object())  # type: ignore[arg-type]
+    first = state.begin_call("lookup", {"q": "1"})
+    _appended(state, version=1, total=0)
+    state.complete_call(first, {"q": "1"})  # its "c" waits for the next append
+    ping = state.begin_call("ping", {"q": "2"})  # its append times out ...
+    state.rollback_call(ping, reason="the engagement store failed")  # ... and the call is refused
+    attempts = state.attempts(10)
+    again = state.begin_call("lookup", {"q": "3"})
+    # Another append (the first call's "c", posted earlier, landing late) moved the log to version 2; with it,
+    # perhaps, the ping's timed-out "b" itself.
+    late = [encode_event(["c", first.token, {"q": "1"}, "completed", None])]
+    if landed:
+        late.append(encode_event(["b", ping.token, "ping", "tool", None, {"q": "2"}, 0]))
+    stored_total = 1 + int(landed)
+    assert not state.settle(4, Appended(ok=False, version=1 + len(late), total=stored_total, missed=late))
+    assert again.status == "recheck"  # the pipeline checks it again, and begins it anew
+    assert ping.status == "denied"  # refused already: not "recheck"
+    assert state.attempts(10) == attempts  # the refused attempt is still counted, once
+    again = state.begin_call("lookup", {"q": "3"})
+    batch = state.batch()
+    assert batch is not None
+    state.settle(len(batch[0]), Appended(ok=True, version=9, total=stored_total + batch[1]))
+    assert state.total == 2
+    assert state.view()["history"]["_list"] == ["lookup", "lookup"]
