@@ -554,3 +554,33 @@ def test_an_interrupt_in_a_quick_output_check_withholds_the_output(monkeypatch: 
         assert eng.state.in_flight == 0
         assert eng.view()["history"]["probe"] == [{"inputs": {"v": 1}, "outputs": None}]
         assert [(c.status, c.outputs) for c in eng.state.calls] == [("failed", None)]
+
+
+@pytest.mark.parametrize("input_restriction", INPUT_RESTRICTIONS)
+@settings(max_examples=15, deadline=None)
+@given(
+    output_restriction=st.sampled_from(OUTPUT_RESTRICTIONS),
+    calls=st.lists(st.tuples(ODD, ODD), min_size=1, max_size=5),
+)
+def test_restrictions_asked_quickly_decide_what_the_flow_decides_under_asyncio(
+    input_restriction: str, output_restriction: str, calls: list[tuple[Any, Any]]
+) -> None:
+    """The same comparison through ``acall`` and an async tool (the direct path's async driver)."""
+
+    async def run(watched: bool) -> str:
+        guard = _probe_guard(input_restriction, output_restriction, watched=watched)
+        outcomes: list[tuple[Any, ...]] = []
+        async with guard.engagement(user=U1) as eng:
+            for value, output in calls:
+
+                async def tool(v: Any, output: Any = output) -> Any:
+                    await asyncio.sleep(0)
+                    return {"v": output}
+
+                try:
+                    outcomes.append(("returned", await guard.acall("probe", {"v": value}, tool)))
+                except PolicyViolation as exc:
+                    outcomes.append(("denied", type(exc).__name__, str(exc)))
+            return repr((outcomes, _recorded(eng)))
+
+    assert asyncio.run(run(watched=False)) == asyncio.run(run(watched=True))
