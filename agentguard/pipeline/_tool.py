@@ -757,18 +757,15 @@ def _record_output(
         return
     rule = allows.rule
     restriction = rule.output_assertion
-    if restriction is None or step is not record:  # no restriction, or not a direct call
-        state.complete_call(record, kept, collect=rule.collect_results)
-    elif state.complete_call(
+    passed = state.complete_call(
         record,
         kept,
         collect=rule.collect_results,
-        restriction=restriction,
+        restriction=restriction if step is record else None,  # asked there for a direct call only
         held=allows.checked_in,
         checked=allows.checked_out,
-    ):
-        return  # passed, and recorded as passed
-    if restriction is not None:
+    )
+    if restriction is not None and not passed:
         check(ctx, state, step, restriction, record.name, Phase.OUTPUT, allows.output)
 
 

@@ -139,12 +139,7 @@ class LoopDetector:
         self._runs = runs
         self._seen[name] = (mask, count + 1)
         self._count = count + 1
-        # _append, written out: this is once per call
-        attempts = self._attempts
-        number = self._ids.get(name)
-        attempts.append(self._id(name) if number is None else number)
-        if len(attempts) > self.window + 64:
-            del attempts[: len(attempts) - self.window]
+        self._append(name)
         return block
 
     def _rebuild(self, k: int, max_block: int) -> _Lanes:

@@ -635,6 +635,7 @@ class EngagementState:
         taken back out (status ``recheck``: its flow checks it again) and the missed events are applied. A
         ``gap`` is left to the caller, who reloads.
         """
+        missed = [decode_event(text) for text in appended.missed]  # before anything changes: may raise
         with self._lock:
             if appended.ok:
                 for position, record in self._unsent:
@@ -645,7 +646,9 @@ class EngagementState:
                 del self._deltas[:sent]
             else:
                 kept: list[tuple[int, CallRecord]] = []
-                landed = _begun_tokens(appended.missed)
+                landed = {
+                    e[1] for e in missed if e[0] == "b" and len(e) == 7 and type(e[1]) is str
+                }  # b's that landed
                 for position, record in self._unsent:
                     if id(record) in self._forced:
                         kept.append((position, record))
@@ -662,7 +665,8 @@ class EngagementState:
                     self._settled(record)
                 self._unsent = kept
             if not appended.gap:
-                self._apply_all(appended.missed)
+                for event in missed:
+                    self._apply(event)
             self.version = appended.version
             self._offset = appended.total + sum(self._deltas) - len(self._names)
             return appended.ok
@@ -795,13 +799,3 @@ def _iso_time(value: object) -> datetime | None:
     except ValueError:
         return None
     return at if at.tzinfo is not None else None
-
-
-def _begun_tokens(texts: Sequence[str]) -> set[str]:
-    """The tokens of the calls whose ``b`` event is among ``texts``."""
-    tokens: set[str] = set()
-    for text in texts:
-        event = decode_event(text)
-        if event[0] == "b" and len(event) == 7 and type(event[1]) is str:
-            tokens.add(event[1])
-    return tokens
