@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
 import warnings
 
 import pytest
@@ -120,6 +122,36 @@ def test_a_step_mixes_shared_and_own_decisions_in_order() -> None:
     assert [d.rule for d in step.decisions] == [Rule.CAPABILITY, Rule.GUARDIAN, Rule.CAPABILITY]
     assert step.decisions[1] is own
     assert step.outcome is Outcome.DENY
+
+
+@pytest.mark.parametrize("read", ["observed", "listed"])
+def test_a_shared_decision_read_as_its_own_keeps_every_field(read: str) -> None:
+    """An observer is given the shared decision timed now, and a step's list holds it stamped with the step's
+    time: copies built field by field, so a field added to ``Decision`` and left out of the copy fails here."""
+    shared = Decision(
+        Rule.RESTRICTION,
+        Outcome.ALLOW,
+        Phase.OUTPUT,
+        "holds",
+        "tool-x",
+        "outputs.ok",
+        at=-1.0,  # untimed: the time of the step it is read from
+        data={"k": [1]},
+        severity="warning",
+    )
+    if read == "observed":
+        before = time.time()
+        copy = shared.timed()
+        assert before <= copy.at <= time.time()
+    else:
+        step = StepRecord("steps/toolCallRequest")
+        step.add_shared(shared, {})
+        (copy,) = step.decisions
+        assert copy.at == step.at
+    assert copy is not shared
+    for f in dataclasses.fields(Decision):
+        if f.name != "at":
+            assert getattr(copy, f.name) is getattr(shared, f.name), f.name
 
 
 def test_the_shared_chains_stop_growing_at_their_limit() -> None:
