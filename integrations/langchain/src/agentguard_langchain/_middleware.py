@@ -604,11 +604,13 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         store and a thread) has a stored result to adopt or release: the others skip those calls (under
         asyncio, each would cost a coroutine).
         """
-        _refuse_streamed_tool_results()
+        if streams_tool_results():
+            raise _streamed_tool_results()
         session = self._open_session(request.state) or self._session(request.state, request.runtime.context)
         call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed)
         with session.engagement.activate(), call:
-            replay_interrupts(call.interrupts_to_replay())
+            if session.held:  # an earlier run of the node paused: answers to replay, maybe
+                replay_interrupts(call.interrupts_to_replay())
             try:
                 output = self.guard.call(
                     call.capability,
@@ -638,13 +640,15 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
-        _refuse_streamed_tool_results()
+        if streams_tool_results():
+            raise _streamed_tool_results()
         session = self._open_session(request.state) or await self._asession(
             request.state, request.runtime.context
         )
         call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed)
         with session.engagement.activate(), call:
-            replay_interrupts(call.interrupts_to_replay())
+            if session.held:  # an earlier run of the node paused: answers to replay, maybe
+                replay_interrupts(call.interrupts_to_replay())
             try:
                 output = await self.guard.acall(
                     call.capability,
@@ -699,15 +703,14 @@ def _answers(result: ModelResult) -> list[tuple[int, str]]:
     return out
 
 
-def _refuse_streamed_tool_results() -> None:
-    """A run that streams with ``stream_mode="tools"`` is refused at its first tool call, before the tool runs:
-    LangGraph would stream the tool's result as it ends, before the guard checked it (a withheld output
+def _streamed_tool_results() -> ConfigurationError:
+    """Why a run that streams with ``stream_mode="tools"`` is refused at its first tool call, before the tool
+    runs: LangGraph would stream the tool's result as it ends, before the guard checked it (a withheld output
     would reach the stream whole)."""
-    if streams_tool_results():
-        raise ConfigurationError(
-            'stream_mode="tools" streams each tool\'s result before agentguard has checked it, so a withheld '
-            'output would be streamed; stream "updates", "values" or "messages" instead'
-        )
+    return ConfigurationError(
+        'stream_mode="tools" streams each tool\'s result before agentguard has checked it, so a withheld '
+        'output would be streamed; stream "updates", "values" or "messages" instead'
+    )
 
 
 def _notice(denial: GuardianDenied) -> str:
