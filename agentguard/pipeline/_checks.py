@@ -24,7 +24,7 @@ from agentguard.errors import (
 from agentguard.observers import Observer, Observers
 from agentguard.pipeline._effects import AskGuardian, AskReviewer, CallUser, Effect, Flow, Observe, T
 from agentguard.pipeline._runtime import Runtime
-from agentguard.policy._policy import HOLDS, Assertion
+from agentguard.policy._policy import Assertion
 from agentguard.policy._review import (
     Approval,
     ReviewRequest,
@@ -118,37 +118,29 @@ def check(
     allowed: Decision | None = None,
 ) -> None:
     """Check ``assertion`` on the record as it is now; its shared allow decision is ``allowed`` when the
-    caller has it at hand (:meth:`Runtime.allows`).
-
-    The assertion's quick closure is asked first, on the live record under its lock (as a direct call asks
-    it): its ``True`` passes with no bindings built. Anything else is evaluated from scratch on the parts of
-    the record the expression reads, and decides.
-    """
-    if not state.holds(assertion):
-        variables = state.bindings(assertion.plan)
-        passed, reason = assertion.check(variables)
-        if not passed:
-            error = RestrictionViolation(
-                reason, capability=capability, phase=phase, expression=assertion.source
-            )
-            if blocks(ctx, state, step, error):
-                if phase is Phase.INPUT:
-                    # The caller is told the input values the failing clause compared; the record, and so the
-                    # telemetry, keeps the reason without them (they are content). An output restriction that
-                    # fails withholds the output: its values are shown to nobody.
-                    shown = assertion.check(variables, values=True)[1]
-                    if shown != reason:
-                        error = RestrictionViolation(
-                            shown,
-                            capability=capability,
-                            phase=phase,
-                            expression=assertion.source,
-                            engagement_id=state.id,
-                        )
-                raise error
-            return
+    caller has it at hand (:meth:`Runtime.allows`)."""
+    variables = state.bindings(assertion.plan)
+    passed, reason = assertion.check(variables)
+    if not passed:
+        error = RestrictionViolation(reason, capability=capability, phase=phase, expression=assertion.source)
+        if blocks(ctx, state, step, error):
+            if phase is Phase.INPUT:
+                # The caller is told the input values the failing clause compared; the record, and so the
+                # telemetry, keeps the reason without them (they are content). An output restriction that
+                # fails withholds the output: its values are shown to nobody.
+                shown = assertion.check(variables, values=True)[1]
+                if shown != reason:
+                    error = RestrictionViolation(
+                        shown,
+                        capability=capability,
+                        phase=phase,
+                        expression=assertion.source,
+                        engagement_id=state.id,
+                    )
+            raise error
+        return
     if allowed is None:
-        allowed = ctx.allowed(Rule.RESTRICTION, phase, HOLDS, capability, assertion.source)
+        allowed = ctx.allowed(Rule.RESTRICTION, phase, reason, capability, assertion.source)
     ctx.allow(state, step, allowed)
 
 

@@ -290,15 +290,6 @@ class EngagementState:
             lock.release()
         return record, passed
 
-    def holds(self, restriction: QuickCheck) -> bool:
-        """Whether ``restriction``'s quick closure answers ``True`` on the record as it is now, asked under the
-        lock: the general check's first question (a ``False`` means only that the closure did not say
-        ``True``; the caller then evaluates from scratch)."""
-        if restriction.quick is None:
-            return False
-        with self._lock:
-            return self._holds(restriction)
-
     def _holds(self, restriction: QuickCheck) -> bool:
         """Whether ``restriction``'s quick closure answers ``True`` on the record as it is now (under the lock).
         A closure that raises has not passed: the general check decides, and records why.
