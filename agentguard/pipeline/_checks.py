@@ -9,6 +9,7 @@ import time
 from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from agentguard.cel import CelEvaluationError
 from agentguard.errors import (
     EngagementClosed,
     GuardianDenied,
@@ -116,11 +117,20 @@ def check(
     capability: str,
     phase: Phase,
     allowed: Decision | None = None,
+    asked: bool | Exception = False,
 ) -> None:
     """Check ``assertion`` on the record as it is now; its shared allow decision is ``allowed`` when the
-    caller has it at hand (:meth:`Runtime.allows`)."""
+    caller has it at hand (:meth:`Runtime.allows`).
+
+    ``asked``: what the assertion's quick closure answered when a direct call asked it (under the lock). A
+    :class:`~agentguard.cel.CelEvaluationError` it raised is the answer, judged as it is: evaluating again
+    would raise it again from the same closure, a bound of the budget hit twice. Anything else is evaluated
+    from scratch, once: the reason shown to the caller (with the values compared) is read from the same
+    answer.
+    """
     variables = state.bindings(assertion.plan)
-    passed, reason = assertion.check(variables)
+    answer = asked if isinstance(asked, CelEvaluationError) else assertion.answer(variables)
+    passed, reason = assertion.judge(answer, variables)
     if not passed:
         error = RestrictionViolation(reason, capability=capability, phase=phase, expression=assertion.source)
         if blocks(ctx, state, step, error):
@@ -128,7 +138,7 @@ def check(
                 # The caller is told the input values the failing clause compared; the record, and so the
                 # telemetry, keeps the reason without them (they are content). An output restriction that
                 # fails withholds the output: its values are shown to nobody.
-                shown = assertion.check(variables, values=True)[1]
+                shown = assertion.judge(answer, variables, values=True)[1]
                 if shown != reason:
                     error = RestrictionViolation(
                         shown,

@@ -467,6 +467,7 @@ def _direct(
         )
     )
     step: StepRef
+    checked: bool | Exception
     if direct is None:
         step = new_step(state, "steps/toolCallRequest", name=name, call_id=call_id)
         record = _begin(ctx, state, step, ToolCall.of(reg, inputs, call_id, None), allows)[1]
@@ -475,8 +476,8 @@ def _direct(
         record, checked = direct
         step = record
     try:
-        if not checked:
-            _checked_inputs(ctx, state, step, allows, record, inputs)
+        if checked is not True:  # an exception the quick closure raised is no pass
+            _checked_inputs(ctx, state, step, allows, record, inputs, checked)
         credentials = _identity_credentials(state, rule)
         if reg.needs_credentials and credentials is None:
             raise _no_credentials(ctx, state, step, name)
@@ -584,8 +585,10 @@ def _checked_inputs(
     allows: Allows | None,
     record: CallRecord,
     inputs: Mapping[str, Any],
+    asked: bool | Exception = False,
 ) -> None:
-    """The local checks of a call's inputs (step 4): faithfully recorded, then the input restriction."""
+    """The local checks of a call's inputs (step 4): faithfully recorded, then the input restriction (``asked``:
+    what its quick closure answered, when a direct call asked it)."""
     name = record.name
     # A flat dict of primitives comes back from to_plain as itself and holds nothing consumable once.
     problem = one_shot(inputs) if record.entry["inputs"] is not inputs else None
@@ -599,7 +602,7 @@ def _checked_inputs(
     if allows is not None:
         assertion = allows.rule.input_assertion
         if assertion is not None:
-            check(ctx, state, step, assertion, name, Phase.INPUT, allows.input)
+            check(ctx, state, step, assertion, name, Phase.INPUT, allows.input, asked)
 
 
 def _no_credentials(ctx: Runtime, state: EngagementState, step: StepRef, name: str) -> PolicyViolation:
@@ -765,8 +768,8 @@ def _record_output(
         held=allows.checked_in,
         checked=allows.checked_out,
     )
-    if restriction is not None and not passed:
-        check(ctx, state, step, restriction, record.name, Phase.OUTPUT, allows.output)
+    if restriction is not None and passed is not True:
+        check(ctx, state, step, restriction, record.name, Phase.OUTPUT, allows.output, passed)
 
 
 def _withhold(

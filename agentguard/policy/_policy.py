@@ -31,9 +31,11 @@ class Assertion:
     field: str
     quick: Callable[[Mapping[str, Any]], Any] | None = None
     """The program's ``quick`` closure when its backend offers one: a pass it answers (``True``) is a pass
-    without :meth:`check`'s frames, and anything else, an exception included, is left to :meth:`check`,
-    which evaluates from scratch. The direct path of a call uses it (under the engagement's lock, where the
-    bound record cannot change)."""
+    without :meth:`check`'s frames. A :class:`~agentguard.cel.CelEvaluationError` it raises (a bound of the
+    evaluation budget hit, an error of the expression) is the answer :meth:`answer` would give, from the same
+    closure: it is :meth:`judge`-d as it is, not evaluated again. Anything else, another exception included, is
+    left to :meth:`check`, which evaluates from scratch. The direct path of a call uses it (under the
+    engagement's lock, where the bound record cannot change)."""
 
     @classmethod
     def of(cls, program: CelProgram, field: str) -> Assertion:
@@ -47,18 +49,31 @@ class Assertion:
         """Decision 4: only a boolean ``true`` passes; an error or a non-boolean is a failed assertion.
 
         A failure names the clause of ``a && b && c`` that failed and, with ``values`` (for data nobody
-        withholds: an input restriction), the two sides it compared.
+        withholds: an input restriction), the two sides it compared. (:meth:`answer` then :meth:`judge`.)
         """
+        return self.judge(self.answer(variables), variables, values=values)
+
+    def answer(self, variables: Mapping[str, Any]) -> Any:
+        """The program's value for ``variables``, or the exception its evaluation raised: the one evaluation a
+        check makes, which :meth:`judge` may then read twice (with and without the values compared) without
+        running the expression again, nor hitting a bound of its budget again."""
         try:
-            value = self.program.evaluate(variables)
-        except CelEvaluationError as exc:
-            return False, f"assertion could not be evaluated: {exc.message}"
-        except Exception as exc:  # an engine bug must not let a step through
-            return False, f"assertion could not be evaluated: {type(exc).__name__}"
-        if value is True:
+            return self.program.evaluate(variables)
+        except Exception as exc:  # an engine bug must not let a step through: judged a failure
+            return exc  # no CEL value is an exception object
+
+    def judge(self, answer: Any, variables: Mapping[str, Any], *, values: bool = False) -> tuple[bool, str]:
+        """:meth:`check` for an ``answer`` already had: from :meth:`answer`, or the exception a ``quick``
+        closure raised (:class:`~agentguard.cel.CelEvaluationError`, which :meth:`answer` would raise again
+        from the same closure). ``variables`` serve only to explain a ``false``."""
+        if isinstance(answer, CelEvaluationError):
+            return False, f"assertion could not be evaluated: {answer.message}"
+        if isinstance(answer, Exception):
+            return False, f"assertion could not be evaluated: {type(answer).__name__}"
+        if answer is True:
             return True, HOLDS
-        if value is not False:
-            return False, f"assertion yielded {type(value).__name__}, not a boolean"
+        if answer is not False:
+            return False, f"assertion yielded {type(answer).__name__}, not a boolean"
         try:
             why = self.program.explain(variables, values=values)
         except Exception:  # explaining is a courtesy: the denial stands without it

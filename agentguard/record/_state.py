@@ -241,7 +241,7 @@ class EngagementState:
         max_block: int,
         restriction: QuickCheck | None = None,
         checked: tuple[Decision, ...] | None = None,
-    ) -> tuple[DirectCallRecord, bool] | None:
+    ) -> tuple[DirectCallRecord, bool | Exception] | None:
         """:meth:`begin_call` for a call its pipeline runs directly, whose record stands for its step (a
         :class:`~agentguard.record.DirectCallRecord` with the step's shared ``decisions`` so far), and whether
         its input restriction passed.
@@ -249,9 +249,9 @@ class EngagementState:
         ``restriction``: the call's input restriction (``None``: it has none, and the answer says ``True``),
         asked here (its ``quick`` closure) under the lock, once the call is the pending one (decision 2).
         Only its ``True`` passes: the step's decisions are then ``checked`` (the tuple the caller's chains
-        share), and the answer says ``True``. Anything else, an exception included, records nothing, and the
-        answer says ``False``: the caller checks again the general way, which evaluates from scratch and
-        records why (as when there is no ``quick``).
+        share), and the answer says ``True``. Anything else records nothing, and the answer says ``False``, or
+        is the exception the closure raised (see :meth:`_holds`): the caller checks again the general way,
+        which records why (as when there is no ``quick``).
 
         ``None``, with nothing recorded, when the call cannot begin this way: the engagement is not active,
         attempting ``name`` now would repeat a block ``short_circuit`` times (as :meth:`would_short_circuit`),
@@ -273,6 +273,7 @@ class EngagementState:
             self._add_call(record)
             self._in_flight.add(id(record))
             self.steps.append(record)
+            passed: bool | Exception
             if restriction is None:
                 passed = True  # nothing to check
             elif checked is None:
@@ -284,15 +285,16 @@ class EngagementState:
                     self._take_back(record, type(exc).__name__, True)
                     self._settled(record)
                     raise
-                if passed:
+                if passed is True:
                     record.held = checked
         finally:
             lock.release()
         return record, passed
 
-    def _holds(self, restriction: QuickCheck) -> bool:
-        """Whether ``restriction``'s quick closure answers ``True`` on the record as it is now (under the lock).
-        A closure that raises has not passed: the general check decides, and records why.
+    def _holds(self, restriction: QuickCheck) -> bool | Exception:
+        """Whether ``restriction``'s quick closure answers ``True`` on the record as it is now (under the lock):
+        ``True``, else ``False``, or the exception the closure raised, handed back for the caller to read (a
+        closure that raises has not passed; the record does not say what its exception means).
 
         The closure is given the whole view, live, not the parts :meth:`bindings` selects: plain Python reads
         only what the expression reads (the selection saves the engine converting the rest), and nothing
@@ -306,8 +308,8 @@ class EngagementState:
         self._history["_total"] = self._offset + len(self._names)
         try:
             return quick(live) is True
-        except Exception:
-            return False
+        except Exception as exc:
+            return exc
 
     def add_shared(self, step: DirectCallRecord, decision: Decision, chains: Chains) -> None:
         """Record a shared allow ``decision`` on a direct call's step (under the lock: the step may be being
@@ -425,14 +427,14 @@ class EngagementState:
         restriction: QuickCheck | None = None,
         held: tuple[Decision, ...] | None = None,
         checked: tuple[Decision, ...] | None = None,
-    ) -> bool:
+    ) -> bool | Exception:
         """Store a call's outputs (``null`` when ``collect_results`` is false).
 
         For a direct call (:meth:`begin_direct`), its output ``restriction`` may be asked here too, on the
         completed record and under the lock, as :meth:`begin_direct` asks the input one: the step's decisions
         go from ``held`` to ``checked`` when it passes, and the answer says ``True``. ``False`` otherwise (not
-        asked, not passed, or the step's decisions were not ``held``, e.g. somebody read the step meanwhile):
-        the caller checks it the general way.
+        asked, not passed, or the step's decisions were not ``held``, e.g. somebody read the step meanwhile),
+        or the exception the closure raised (:meth:`_holds`): the caller checks it the general way.
         """
         lock = self._lock
         lock.acquire()  # as in begin_direct
@@ -448,11 +450,12 @@ class EngagementState:
                 or checked is None
                 or type(record) is not DirectCallRecord
                 or record.held is not held
-                or not self._holds(restriction)
             ):
                 return False
-            record.held = checked
-            return True
+            passed = self._holds(restriction)
+            if passed is True:
+                record.held = checked
+            return passed
         finally:
             lock.release()
 

@@ -18,16 +18,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import agentguard.cel._fast as fast_module
 import agentguard.pipeline._tool as tool_module
 from agentguard import (
     Approval,
     CheckResult,
     Guard,
     PolicyViolation,
+    RestrictionViolation,
     ReviewDenied,
     RuleViolation,
     User,
 )
+from agentguard.cel import EvalBudget, set_eval_budget
+from agentguard.cel._budget import Meter
 from agentguard.observers import Observer
 from tests.conftest import spec_text
 
@@ -584,3 +588,54 @@ def test_restrictions_asked_quickly_decide_what_the_flow_decides_under_asyncio(
             return repr((outcomes, _recorded(eng)))
 
     assert asyncio.run(run(watched=False)) == asyncio.run(run(watched=True))
+
+
+# -- a bound of the evaluation budget is hit once per check --------------------------------------------------
+
+
+class _CountedMeter(Meter):
+    """The fast path's meter, counting the evaluations it meters (one per run of a closure that loops)."""
+
+    made = 0
+
+    def __init__(self, budget: EvalBudget) -> None:
+        type(self).made += 1
+        super().__init__(budget)
+
+
+@pytest.mark.parametrize("phase", ["input", "output"])
+@pytest.mark.parametrize("watched", [False, True], ids=["direct", "flow"])
+def test_a_bound_the_restriction_hits_is_hit_once_and_denies(
+    phase: str, watched: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A comprehension over more elements than ``max_iterations`` stops with a failed evaluation. A direct
+    call meets it in the quick closure under the lock, and the general check judges that error as it is; the
+    general check itself evaluates once, and reads the reason shown to the caller from the same answer. Any
+    second evaluation would run the same closure into the same bound (``max_seconds`` twice over, for a
+    restriction that runs out of time)."""
+    monkeypatch.setattr(fast_module, "Meter", _CountedMeter)
+    monkeypatch.setattr(_CountedMeter, "made", 0)
+    loops = 'recent["probe"].{part}.v.all(x, x > 0)'
+    input_restriction = loops.format(part="inputs") if phase == "input" else "true"
+    output_restriction = loops.format(part="outputs") if phase == "output" else "true"
+    guard = _probe_guard(input_restriction, output_restriction, watched=False)
+    if watched:
+        guard.add_observer(Watching())
+    many = list(range(1, 101))
+    previous = set_eval_budget(EvalBudget(max_iterations=50))
+    try:
+        with guard.engagement(user=U1) as eng:
+            with pytest.raises(RestrictionViolation, match="more than 50") as caught:
+                guard.call(
+                    "probe",
+                    {"v": many if phase == "input" else [1]},
+                    lambda v: {"v": many if phase == "output" else [1]},
+                )
+            (step,) = eng.steps
+    finally:
+        set_eval_budget(previous)
+    assert caught.value.phase.value == phase
+    assert _CountedMeter.made == 1
+    denied = [d for d in step.decisions if d.outcome == "deny"]
+    assert [(d.rule, d.phase) for d in denied] == [("restriction", phase)]
+    assert "more than 50" in denied[0].reason
