@@ -92,7 +92,7 @@ class Decision:
 
     @property
     def blocked(self) -> bool:
-        return self.outcome in (Outcome.DENY, Outcome.REVIEW_REJECTED)
+        return self.outcome in _BLOCKING
 
     @classmethod
     def untimed(
@@ -133,6 +133,10 @@ class Decision:
             self.data,
             self.severity,
         )
+
+
+_BLOCKING = frozenset({Outcome.DENY, Outcome.REVIEW_REJECTED})
+"""The outcomes that block a step (:attr:`Decision.blocked`)."""
 
 
 class EngagementStatus(enum.StrEnum):
@@ -375,18 +379,22 @@ class StepRecord:
     def outcome(self) -> Outcome:
         """The step's final outcome: the first blocking decision, else a review still pending, else modify,
         else no-decision, else allow."""
-        decisions = self._decisions
-        for d in decisions:
-            if d.blocked:
-                return d.outcome
-        reviews = [d for d in decisions if d.rule is Rule.REVIEW]
-        if reviews and reviews[-1].outcome is Outcome.REVIEW_PENDING:
+        pending = modified = undecided = False
+        for d in self._decisions:  # one pass, no frame per decision: telemetry reads this at every step
+            outcome = d.outcome
+            if outcome in _BLOCKING:
+                return outcome
+            if d.rule is Rule.REVIEW:
+                pending = outcome is Outcome.REVIEW_PENDING  # the last review decides
+            if outcome is Outcome.MODIFY:
+                modified = True
+            elif outcome is Outcome.NO_DECISION:
+                undecided = True
+        if pending:
             return Outcome.REVIEW_PENDING
-        if any(d.outcome is Outcome.MODIFY for d in decisions):
+        if modified:
             return Outcome.MODIFY
-        if any(d.outcome is Outcome.NO_DECISION for d in decisions):
-            return Outcome.NO_DECISION
-        return Outcome.ALLOW
+        return Outcome.NO_DECISION if undecided else Outcome.ALLOW
 
     def __repr__(self) -> str:
         return f"StepRecord({self.kind!r}, name={self.name!r}, outcome={self.outcome.value!r})"

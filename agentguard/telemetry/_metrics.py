@@ -232,11 +232,11 @@ class Instruments:
         tally = self._tally
         with self._tally_lock:
             for decision in decisions:
-                key = (decision.outcome.value, decision.rule.value, agent_name)
+                key = (str(decision.outcome), str(decision.rule), agent_name)  # StrEnum values
                 tally[key] = tally.get(key, 0) + 1
         agent: dict[str, AttributeValue] = {} if agent_name is None else {"gen_ai.agent.name": agent_name}
         self.check_duration.record(
-            time.check, {"agentguard.step.kind": step.kind, "agentguard.outcome": step.outcome.value, **agent}
+            time.check, {"agentguard.step.kind": step.kind, "agentguard.outcome": str(step.outcome), **agent}
         )
         for decision, seconds in time.guardian:
             method = _guardian_method(step, decision)

@@ -387,10 +387,10 @@ class GuardTelemetry(Observer):
         outcome = step.outcome
         # A host that pauses the run for a review (a LangGraph interrupt) raises through the step: not an error.
         paused = outcome is Outcome.REVIEW_PENDING
-        attributes: dict[str, AttributeValue] = {"agentguard.outcome": outcome.value}
+        attributes: dict[str, AttributeValue] = {"agentguard.outcome": str(outcome)}  # a StrEnum's value
         if blocked is not None:
             attributes["agentguard.denied"] = True
-            attributes["agentguard.denied.rule"] = blocked.rule.value
+            attributes["agentguard.denied.rule"] = str(blocked.rule)
         if any(d.outcome is Outcome.WARN for d in decisions):
             attributes["agentguard.warned"] = True
         if step.kind == TOOL_STEP:

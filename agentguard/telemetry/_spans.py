@@ -97,13 +97,14 @@ def step_span(
 
 def decision_attributes(decision: Decision) -> dict[str, AttributeValue]:
     """The attributes of the ``agentguard.decision`` event of one decision (no content: reasons are ours)."""
+    # str() of a StrEnum is its value, without the Python-level property ``.value`` is (four decisions a step).
     attributes: dict[str, AttributeValue] = {
-        "agentguard.decision.rule": decision.rule.value,
-        "agentguard.decision.outcome": decision.outcome.value,
+        "agentguard.decision.rule": str(decision.rule),
+        "agentguard.decision.outcome": str(decision.outcome),
         "agentguard.decision.severity": decision.severity,
     }
     if decision.phase is not None:
-        attributes["agentguard.decision.phase"] = decision.phase.value
+        attributes["agentguard.decision.phase"] = str(decision.phase)
     if decision.reason:
         attributes["agentguard.decision.reason"] = decision.reason
     if decision.expression is not None:

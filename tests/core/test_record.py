@@ -154,6 +154,34 @@ def test_a_shared_decision_read_as_its_own_keeps_every_field(read: str) -> None:
             assert getattr(copy, f.name) is getattr(shared, f.name), f.name
 
 
+def _outcome_as_specified(decisions: list[Decision]) -> Outcome:
+    """A step's outcome as ``StepRecord.outcome`` defines it, written the plain way: the first blocking
+    decision, else a review still pending (the last review's), else modify, else no-decision, else allow."""
+    for d in decisions:
+        if d.outcome in (Outcome.DENY, Outcome.REVIEW_REJECTED):
+            return d.outcome
+    reviews = [d for d in decisions if d.rule is Rule.REVIEW]
+    if reviews and reviews[-1].outcome is Outcome.REVIEW_PENDING:
+        return Outcome.REVIEW_PENDING
+    if any(d.outcome is Outcome.MODIFY for d in decisions):
+        return Outcome.MODIFY
+    if any(d.outcome is Outcome.NO_DECISION for d in decisions):
+        return Outcome.NO_DECISION
+    return Outcome.ALLOW
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(list(Rule)), st.sampled_from(list(Outcome))), max_size=8))
+def test_a_steps_outcome_is_the_one_its_decisions_give(pairs: list[tuple[Rule, Outcome]]) -> None:
+    step = StepRecord("steps/toolCallRequest")
+    for rule, outcome in pairs:
+        step.add(Decision(rule, outcome, Phase.INPUT, "r", "x"))
+    assert step.outcome is _outcome_as_specified(step.decisions)
+    assert [d.blocked for d in step.decisions] == [
+        o in (Outcome.DENY, Outcome.REVIEW_REJECTED) for _, o in pairs
+    ]
+
+
 def test_the_shared_chains_stop_growing_at_their_limit() -> None:
     chains: dict[tuple[tuple[Decision, ...], Decision], tuple[Decision, ...]] = {}
     for number in range(10):
