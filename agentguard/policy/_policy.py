@@ -31,9 +31,9 @@ class Assertion:
     field: str
     quick: Callable[[Mapping[str, Any]], Any] | None = None
     """The program's ``quick`` closure when its backend offers one: a pass it answers (``True``) is a pass
-    without :meth:`check`'s frames. A :class:`~agentguard.cel.CelEvaluationError` it raises (a bound of the
-    evaluation budget hit, an error of the expression) is the answer :meth:`answer` would give, from the same
-    closure: it is :meth:`judge`-d as it is, not evaluated again. Anything else, another exception included, is
+    without :meth:`check`'s frames. A :class:`~agentguard.cel.CelEvaluationError` it raises (the default
+    backend's closures raise one only when a bound of the evaluation budget is hit) is the answer
+    :meth:`answer` would give, from the same closure: it is :meth:`judge`-d as it is, not evaluated again. Anything else, another exception included, is
     left to :meth:`check`, which evaluates from scratch. The direct path of a call uses it (under the
     engagement's lock, where the bound record cannot change)."""
 
