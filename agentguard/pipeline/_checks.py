@@ -124,9 +124,9 @@ def check(
 
     ``asked``: what the assertion's quick closure answered when a direct call asked it (under the lock). A
     :class:`~agentguard.cel.CelEvaluationError` it raised (a bound of the evaluation budget hit) is the
-    answer, judged as it is: evaluating again would raise it again from the same closure, the bound hit twice. Anything else is evaluated
-    from scratch, once: the reason shown to the caller (with the values compared) is read from the same
-    answer.
+    answer, judged as it is: evaluating again would raise it again from the same closure, the bound hit
+    twice. Anything else is evaluated from scratch, once: the reason shown to the caller (with the values
+    compared) is read from the same answer.
     """
     variables = state.bindings(assertion.plan)
     answer = asked if isinstance(asked, CelEvaluationError) else assertion.answer(variables)

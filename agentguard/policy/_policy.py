@@ -33,9 +33,9 @@ class Assertion:
     """The program's ``quick`` closure when its backend offers one: a pass it answers (``True``) is a pass
     without :meth:`check`'s frames. A :class:`~agentguard.cel.CelEvaluationError` it raises (the default
     backend's closures raise one only when a bound of the evaluation budget is hit) is the answer
-    :meth:`answer` would give, from the same closure: it is :meth:`judge`-d as it is, not evaluated again. Anything else, another exception included, is
-    left to :meth:`check`, which evaluates from scratch. The direct path of a call uses it (under the
-    engagement's lock, where the bound record cannot change)."""
+    :meth:`answer` would give, from the same closure: it is :meth:`judge`-d as it is, not evaluated again.
+    Anything else, another exception included, is left to :meth:`check`, which evaluates from scratch. The
+    direct path of a call uses it (under the engagement's lock, where the bound record cannot change)."""
 
     @classmethod
     def of(cls, program: CelProgram, field: str) -> Assertion:
