@@ -404,3 +404,41 @@ def test_the_engine_given_only_what_the_tree_reads_answers_as_given_everything(
         state.complete_call(state.begin_call(name, {"v": inputs}), outputs)
     view = state.view()
     assert _outcome(narrowing, view) == _outcome(whole, view)
+
+
+class _Truthy:
+    """A value that says it is true and equal to everything: not the boolean ``true``."""
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = object.__hash__
+
+
+ANSWERS = st.one_of(
+    st.none(),
+    st.booleans().map(lambda b: [b]),
+    st.sampled_from([1, 1.0, "true", "True", b"true", {"ok": True}, (True,), _Truthy(), Exception("x")]),
+    st.integers(),
+    st.floats(allow_nan=True),
+    st.text(max_size=4),
+    st.builds(CelEvaluationError, st.just("x"), st.text(max_size=8)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(answer=ANSWERS, values=st.booleans())
+def test_only_the_boolean_true_passes_whatever_the_answer(answer: Any, values: bool) -> None:
+    """``Assertion.judge`` reads an answer already had (an evaluation's value, or the exception a quick
+    closure raised): a truthy object, ``1``, ``"true"``, ``[True]``, an exception, none of them passes."""
+    guard = _guard('recent["wire"].inputs.x == 1')
+    rule = guard.policy.capability_for("wire", "tool", ())
+    assert rule is not None
+    assert rule.input_assertion is not None
+    passed, reason = rule.input_assertion.judge(answer, {"recent": {}}, values=values)
+    assert passed is False
+    assert reason.startswith("assertion ")
+    assert rule.input_assertion.judge(True, {}) == (True, "assertion holds")
