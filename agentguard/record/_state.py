@@ -649,9 +649,7 @@ class EngagementState:
                 del self._deltas[:sent]
             else:
                 kept: list[tuple[int, CallRecord]] = []
-                landed = {
-                    e[1] for e in missed if e[0] == "b" and len(e) == 7 and type(e[1]) is str
-                }  # b's that landed
+                landed = {_begun(event) for event in missed} - {None}  # the calls whose b landed
                 for position, record in self._unsent:
                     if id(record) in self._forced:
                         kept.append((position, record))
@@ -696,7 +694,7 @@ class EngagementState:
         events are skipped, and so is a call's second ``b`` (an append sent again after a timeout) and an
         event of a call older than what the store keeps."""
         kind = event[0]
-        if kind == "b" and len(event) == 7 and type(event[1]) is str:
+        if _begun(event) is not None:
             _, token, name, call_kind, call_id, inputs, started = event
             if token in self._by_token:
                 return
@@ -802,3 +800,8 @@ def _iso_time(value: object) -> datetime | None:
     except ValueError:
         return None
     return at if at.tzinfo is not None else None
+
+
+def _begun(event: Event) -> str | None:
+    """The token of a well-formed ``b`` event (a call began), else ``None``."""
+    return event[1] if event[0] == "b" and len(event) == 7 and type(event[1]) is str else None

@@ -338,8 +338,7 @@ class StepRecord:
         decisions = self._decisions
         if type(decisions) is not list:  # still the shared tuple: the step's own list from now on
             decisions = self.decisions
-        # A watched step adds every decision here, timed already: no frame for it to be stamped.
-        decisions.append(self._stamped(decision) if decision.at == _UNTIMED else decision)
+        decisions.append(self._stamped(decision))
 
     def add_shared(self, decision: Decision, chains: Chains, limit: int = CHAINS_LIMIT) -> None:
         """Record an untimed shared ``decision`` without allocating: the step's decisions so far and this

@@ -349,9 +349,9 @@ class ToolCallTranslation(Scope):
     # -- after the pipeline ----------------------------------------------------------------------------
 
     def interrupts_to_replay(self) -> int:
-        """How many interrupts were answered before this call's tool ran in an earlier run of the node."""
-        held = self.session.held
-        earlier = held.get(self.call_id) if held and self.call_id is not None else None
+        """How many interrupts were answered before this call's tool ran in an earlier run of the node (the
+        middleware asks only when the session holds results of an earlier run)."""
+        earlier = self.session.held.get(self.call_id) if self.call_id is not None else None
         return earlier.interrupts if earlier is not None else 0
 
     def finish(self, output: Any) -> ToolMessage:
