@@ -66,6 +66,10 @@ FRAGMENTS = [
     ("docs/stores.md", "from agentguard import Guard, User"),
     ("docs/server.md", "import json"),
     ("docs/server.md", "from agentguard.remote import RemoteLimits, attach_remote_agents"),
+    (
+        "docs/server.md",
+        "from agentguard.serving import BodyDeadline, RequireBearerToken, ServerLimits, aserve, bounded_config",
+    ),
 ]
 """(file, first line) of every block marked ``<!-- fragment``."""
 

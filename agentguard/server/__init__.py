@@ -46,14 +46,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentguard._lazy import lazy_attributes
-from agentguard._servecli import ServerLimits
+from agentguard.serving import ServerLimits
 
 from ._agents import SCHEMA_SUFFIX, ServedAgent, load_agents
 from ._runs import Runner
 from ._store import EngagementRecord, EngagementStore, MemoryEngagementStore, RunStatus
 
 if TYPE_CHECKING:
-    from agentguard.guardian.server._thread import RunningServer, serve_in_thread
+    from agentguard.serving import RunningServer, serve_in_thread
 
     from ._app import MAX_WAIT, create_app
 
@@ -76,8 +76,8 @@ __all__ = [
 _LAZY = {
     "MAX_WAIT": "agentguard.server._app",
     "create_app": "agentguard.server._app",
-    "RunningServer": "agentguard.guardian.server._thread",
-    "serve_in_thread": "agentguard.guardian.server._thread",
+    "RunningServer": "agentguard.serving",
+    "serve_in_thread": "agentguard.serving",
 }
 
 __getattr__ = lazy_attributes(__name__, _LAZY)

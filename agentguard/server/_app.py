@@ -50,20 +50,17 @@ from typing import Any
 
 try:
     from starlette.applications import Starlette
-    from starlette.datastructures import Headers
     from starlette.exceptions import HTTPException
     from starlette.middleware import Middleware
     from starlette.requests import ClientDisconnect, Request
     from starlette.responses import Response
     from starlette.routing import Route
-    from starlette.types import ASGIApp, Receive, Scope, Send
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         "the OpenAgentSpec server needs Starlette and uvicorn: pip install 'agentguard[server]'"
     ) from exc
 
 from agentguard._httputil import (
-    bearer_challenge,
     content_codings,
     declared_too_large,
     is_json_media_type,
@@ -73,6 +70,7 @@ from agentguard.aos import AmbiguousJSON, strict_json
 from agentguard.errors import ConfigurationError
 from agentguard.guard import Guard
 from agentguard.policy import Reviewer
+from agentguard.serving._asgi import RequireBearerToken
 
 from ._agents import ServedAgent, load_agents
 from ._runs import Runner, Runs
@@ -135,22 +133,10 @@ def _etag_matches(header: str | None, etag: str) -> bool:
     return "*" in tags or any(tag.removeprefix("W/") == etag for tag in tags)
 
 
-class _BearerAuth:
-    """Refuses every request without the bearer token (401) before any route sees it."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self.token = token.encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            authorization = Headers(scope=scope).get("authorization", "")
-            challenge = bearer_challenge(authorization, self.token, realm=_REALM)
-            if challenge is not None:
-                response = _refuse(401, "unauthorized", {"WWW-Authenticate": challenge})
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+def _refusal(status: int, message: str, headers: list[tuple[bytes, bytes]]) -> Response:
+    """A refusal of :class:`~agentguard.serving.RequireBearerToken`, written as this server writes its own."""
+    fields = {name.decode("latin-1"): value.decode("latin-1") for name, value in headers}
+    return _refuse(status, message.lower(), fields)
 
 
 class _Api:
@@ -341,7 +327,9 @@ def create_app(
             ),
             Route("/engagements/{engagement_id}/cancel", api.cancel, methods=["POST"]),
         ],
-        middleware=[Middleware(_BearerAuth, token=token)] if token is not None else [],
+        middleware=[Middleware(RequireBearerToken, token=token, realm=_REALM, refuse=_refusal)]
+        if token is not None
+        else [],
         exception_handlers={HTTPException: _http_error},
         lifespan=lifespan,
     )

@@ -29,15 +29,10 @@ from collections.abc import Callable
 from typing import Any
 
 from agentguard._lazy import import_object
-from agentguard._servecli import (
-    add_listen_options,
-    exposure_problem,
-    limits_from_args,
-    start_logging,
-    token_from_env,
-)
+from agentguard._servecli import add_listen_options, start_logging
 from agentguard.errors import ConfigurationError, SpecError
 from agentguard.remote import attach_remote_agents
+from agentguard.serving._limits import exposure_problem, limits_from_args, token_from_env
 
 from ._agents import load_agents
 
@@ -168,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigurationError as error:
         return _fail(f"{error} (use --allow-remote-host)")
     try:
-        from agentguard.guardian.server._thread import bounded_config, serve
+        from agentguard.serving import bounded_config, serve
 
         from ._app import create_app
         from ._store import MemoryEngagementStore

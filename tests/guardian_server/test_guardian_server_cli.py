@@ -10,10 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from agentguard._servecli import ServerLimits
-from agentguard.guardian.server import _thread as server_thread
+from agentguard import serving
 from agentguard.guardian.server._cli import add_parser
-from agentguard.guardian.server._thread import BoundedConfig
+from agentguard.serving import BoundedConfig, ServerLimits
 from tests.guardian_server.support import request_for
 
 
@@ -40,7 +39,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             app=config.app, host=config.host, port=config.port, log_level=config.log_level, config=config
         )
 
-    monkeypatch.setattr(server_thread, "serve", fake_serve)
+    monkeypatch.setattr(serving, "serve", fake_serve, raising=False)
     return calls
 
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentguard._servecli import ServerLimits
 from agentguard.guardian.server import GuardianRules, create_app, serve_in_thread
+from agentguard.serving import ServerLimits
 from tests.guardian_server.hostile import closed_within, connect, guardian_process, head
 from tests.guardian_server.support import request_for
 

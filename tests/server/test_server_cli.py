@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
+from agentguard import serving
 from agentguard.cli import main
-from agentguard.guardian.server import _thread as server_thread
-from agentguard.guardian.server._thread import BoundedConfig
 from agentguard.server import serve_in_thread
+from agentguard.serving import BoundedConfig
 from tests.conftest import ROOT, spec_text
 from tests.server.support import start, wait_for, write_shop_dir
 
@@ -34,7 +34,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             config=config,
         )
 
-    monkeypatch.setattr(server_thread, "serve", serve)
+    monkeypatch.setattr(serving, "serve", serve, raising=False)
     return seen
 
 

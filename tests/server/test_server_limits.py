@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from agentguard import Guard
-from agentguard._servecli import ServerLimits
 from agentguard.guard import Engagement
 from agentguard.server import EngagementRecord, MemoryEngagementStore, RunStatus, create_app, serve_in_thread
+from agentguard.serving import ServerLimits
 from tests.guardian_server.hostile import closed_within, connect, head
 
 SPEC = """

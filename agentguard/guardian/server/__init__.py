@@ -30,13 +30,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agentguard._lazy import lazy_attributes
-from agentguard._servecli import ServerLimits
+from agentguard.serving import ServerLimits
 
 from ._rules import DECLARATIONS, MODIFY_FAILED, RULE_FAILED, GuardianRules, Rule, load_rules, parse_rules
 
 if TYPE_CHECKING:
+    from agentguard.serving import RunningServer, serve_in_thread
+
     from ._app import ENDPOINTS, GuardianApp, ServerErrorCode, create_app
-    from ._thread import RunningServer, serve_in_thread
 
 __all__ = [
     "DECLARATIONS",
@@ -62,8 +63,8 @@ _LAZY = {
     "GuardianApp": "._app",
     "ServerErrorCode": "._app",
     "create_app": "._app",
-    "RunningServer": "._thread",
-    "serve_in_thread": "._thread",
+    "RunningServer": "agentguard.serving",
+    "serve_in_thread": "agentguard.serving",
 }
 
 __getattr__ = lazy_attributes(__name__, _LAZY)

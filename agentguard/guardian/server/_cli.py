@@ -23,14 +23,9 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from agentguard._servecli import (
-    add_listen_options,
-    exposure_problem,
-    limits_from_args,
-    start_logging,
-    token_from_env,
-)
+from agentguard._servecli import add_listen_options, start_logging
 from agentguard.errors import SpecError
+from agentguard.serving._limits import exposure_problem, limits_from_args, token_from_env
 
 from ._rules import load_rules
 
@@ -97,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         "rule_threads": args.rule_threads,
     }
     try:
-        from ._thread import bounded_config, serve
+        from agentguard.serving import bounded_config, serve
 
         app = _app(settings)  # loaded here even for --workers: a broken file fails before any worker starts
     except SpecError as error:

@@ -12,19 +12,17 @@ through the SDK's ``Client`` (one connection per MCP session, :class:`Upstreams`
 :class:`~agentguard_mcp.GuardMiddleware` in front: the same checks, the same results, as a server that guards
 itself. Only tools are proxied; resources and prompts are not offered.
 Over HTTP each MCP session is an engagement of its own (a client without a session is refused unless
-``--shared-engagement``), and, as with agentguard's other servers, the proxy listens beyond loopback only
-with a bearer token (``--token-env``) or ``--insecure-open``.
+``--shared-engagement``), and the proxy listens as agentguard's other servers do (:mod:`agentguard.serving`):
+beyond loopback only with a bearer token (``--token-env``) or ``--insecure-open``, and within the same limits
+(a deadline for each request head and for each body, a cap on open connections, the largest head and body).
 """
 
 from __future__ import annotations
 
 import argparse
-import hmac
-import ipaddress
-import json
-import os
+import math
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -32,7 +30,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from agentguard import Guard
+from agentguard import Guard, serving
 from agentguard_mcp._host import (
     INTERNAL_ERROR,
     CallToolResult,
@@ -51,12 +49,13 @@ __all__ = ["RequireBearerToken", "Upstreams", "build_proxy", "main", "serve"]
 
 Upstream = StdioServerParameters | str
 
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
 REALM = "agentguard-mcp-proxy"
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+"""The largest request body over HTTP by default: the MCP SDK's own default (``--max-body-bytes``)."""
+
+EXPOSURE = "call the guarded tools"
+"""What anyone who can reach a proxy without a token could do."""
 
 
 def build_proxy(
@@ -169,55 +168,41 @@ class Upstreams:
             held.closed.set()
 
 
-class RequireBearerToken:
-    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``, or it is answered
-    ``401`` with ``WWW-Authenticate: Bearer ...`` before ``app`` sees it. The token is compared in constant
-    time; lifespan events pass; any other connection (a WebSocket) without the token is closed."""
+def _jsonrpc_error(status: int, message: str) -> dict[str, Any]:
+    """A refusal over HTTP, as a JSON-RPC error without an id (the request was not read)."""
+    code = -32001 if status == 401 else -32000
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": f"{message}: {_WHY[status]}"}}
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        if not token:
-            raise ValueError("the bearer token is empty")
-        self.app = app
-        self._token = token.encode()
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await self.app(scope, receive, send)
-            return
-        challenge = self._challenge(scope.get("headers") or [])
-        if challenge is None:
-            await self.app(scope, receive, send)
-        elif scope["type"] == "http":
-            error = {"code": -32001, "message": "Unauthorized: this proxy needs its bearer token"}
-            body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
-            headers = [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", challenge.encode()),
-            ]
-            await send({"type": "http.response.start", "status": 401, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-        else:
-            await receive()  # websocket.connect
-            await send({"type": "websocket.close", "code": 1008})
+_WHY = {401: "this proxy needs its bearer token", 408: "send the request body sooner"}
+_REFUSAL = serving.json_refusal(_jsonrpc_error)
 
-    def _challenge(self, headers: Sequence[tuple[bytes, bytes]]) -> str | None:
-        """``None`` when the (one) Authorization header carries the token; else the ``WWW-Authenticate``."""
-        values = [value for name, value in headers if name.lower() == b"authorization"]
-        scheme, _, credentials = values[0].partition(b" ") if len(values) == 1 else (b"", b"", b"")
-        if scheme.lower() != b"bearer" or not credentials.strip():
-            return f'Bearer realm="{REALM}"'
-        if not hmac.compare_digest(credentials.strip(), self._token):
-            return f'Bearer realm="{REALM}", error="invalid_token"'
-        return None
+
+class RequireBearerToken(serving.RequireBearerToken):
+    """:class:`agentguard.serving.RequireBearerToken` as the proxy refuses: a JSON-RPC error (``-32001``)."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        super().__init__(app, token, realm=REALM, refuse=_REFUSAL)
 
 
 async def serve(
-    server: Server[Any], listen: str | None = None, *, token: str | None = None, insecure_open: bool = False
+    server: Server[Any],
+    listen: str | None = None,
+    *,
+    token: str | None = None,
+    insecure_open: bool = False,
+    limits: serving.ServerLimits | None = None,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    body_timeout: float = 10.0,
 ) -> None:
     """Serve over stdio, or over streamable HTTP on ``listen`` (``HOST:PORT``), where every request must
     carry ``token`` when there is one (:class:`RequireBearerToken`). Without a token only a loopback address
-    is served, unless ``insecure_open`` (``ValueError``)."""
+    is served, unless ``insecure_open`` (``ValueError``).
+
+    Over HTTP, the connections are bounded by ``limits`` (default :class:`~agentguard.serving.ServerLimits`:
+    a deadline for each request head, a cap on open connections, ...), and each request's body by
+    ``max_body_bytes`` (``413``) and by ``body_timeout`` seconds in all (``408``).
+    """
     if listen is None:
         from mcp.server.stdio import stdio_server
 
@@ -225,15 +210,15 @@ async def serve(
             await server.run(read, write, server.create_initialization_options())
         return
     host, port = _host_port(listen)
-    problem = _exposure_problem(host, token, insecure_open)
+    problem = serving.exposure_problem(host, token=token, insecure_open=insecure_open, what=EXPOSURE)
     if problem is not None:
         raise ValueError(problem)
-    import uvicorn
-
-    app: ASGIApp = server.streamable_http_app(host=host)
+    mcp_app = server.streamable_http_app(host=host, max_request_body_size=max_body_bytes)
+    app: Any = serving.BodyDeadline(mcp_app, body_timeout, refuse=_REFUSAL)
     if token is not None:
         app = RequireBearerToken(app, token)
-    await uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).serve()
+    limits = limits or serving.ServerLimits()
+    await serving.aserve(serving.bounded_config(app, host, port, limits, log_level="warning", lifespan="on"))
 
 
 def _host_port(listen: str) -> tuple[str, int]:
@@ -245,43 +230,32 @@ def _host_port(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _is_loopback(host: str) -> bool:
-    """Whether ``host`` (an address or ``localhost``) names this machine only."""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host.lower() == "localhost"
-
-
-def _exposure_problem(host: str, token: str | None, insecure_open: bool) -> str | None:
-    """Why serving on ``host`` must not start, or ``None``: beyond loopback, a token or an explicit opt-in."""
-    if token is None and not insecure_open and not _is_loopback(host):
-        return (
-            f"refusing to listen on {host} without a token: anyone who can reach it could call the "
-            "guarded tools (set --token-env, or pass --insecure-open if it is meant to be open)"
-        )
-    return None
-
-
-def _listening(args: argparse.Namespace) -> tuple[str | None, str | None]:
-    """The bearer token the HTTP server requires (``None``: none), or the reason it must not start."""
+def _listening(args: argparse.Namespace) -> tuple[str | None, serving.ServerLimits | None, str | None]:
+    """The bearer token the HTTP server requires (``None``: none) and its limits, or the reason it must not
+    start."""
     if args.listen is None:
         if args.token_env or args.insecure_open or args.shared_engagement or args.shared_upstream:
             return (
                 None,
+                None,
                 "--token-env, --insecure-open, --shared-engagement and --shared-upstream apply to --listen only",
             )
-        return None, None
+        return None, None, None
     try:
         host, _ = _host_port(args.listen)
+        token = serving.token_from_env(args.token_env)
+        limits = serving.limits_from_args(args)
+        if not args.max_body_bytes > 0:
+            raise ValueError("--max-body-bytes must be positive")
+        if not (math.isfinite(args.body_timeout) and args.body_timeout > 0):
+            raise ValueError("--body-timeout must be a positive number of seconds")
     except ValueError as exc:
-        return None, str(exc)
-    token = None
-    if args.token_env:
-        token = os.environ.get(args.token_env)
-        if not token:
-            return None, f"${args.token_env} is not set or empty"
-    return token, _exposure_problem(host, token, args.insecure_open)
+        return None, None, str(exc)
+    return (
+        token,
+        limits,
+        serving.exposure_problem(host, token=token, insecure_open=args.insecure_open, what=EXPOSURE),
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -341,6 +315,7 @@ def _parser() -> argparse.ArgumentParser:
         help="ask the MCP client, through elicitation, to approve the calls the spec puts under require_review "
         "(the proxy has no reviewer of its own: without this, such a spec is refused at start-up)",
     )
+    serving.add_limit_options(parser, max_body_bytes=MAX_BODY_BYTES)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the server command and its arguments")
     return parser
 
@@ -352,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bool(command) == bool(args.upstream):
         print("agentguard-mcp-proxy: give either --upstream URL or -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
-    token, problem = _listening(args)
+    token, limits, problem = _listening(args)
     names = dict(name.partition("=")[::2] for name in args.name)
     if any(not tool or not capability for tool, capability in names.items()):
         problem = "--name takes TOOL=CAPABILITY"
@@ -384,13 +359,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.elicit_reviews and guard.required_reviewers():
             print("  (a reviewer can be the MCP client's user: --elicit-reviews)", file=sys.stderr)
         return 2
-    if args.listen is not None and token is None and not _is_loopback(_host_port(args.listen)[0]):
+    if args.listen is not None and token is None and not serving.is_loopback(_host_port(args.listen)[0]):
         print(
             f"agentguard-mcp-proxy: serving {args.listen} without a token (--insecure-open): anyone who can "
-            "reach it can call the guarded tools",
+            f"reach it can {EXPOSURE}",
             file=sys.stderr,
         )
-    anyio.run(partial(serve, server, args.listen, token=token, insecure_open=args.insecure_open))
+    http = {"limits": limits, "max_body_bytes": args.max_body_bytes, "body_timeout": args.body_timeout}
+    anyio.run(partial(serve, server, args.listen, token=token, insecure_open=args.insecure_open, **http))
     return 0
 
 

@@ -1,7 +1,9 @@
-"""Run an ASGI app with uvicorn, bounded by :class:`~agentguard._servecli.ServerLimits`: both servers use this.
+"""Run an ASGI app with uvicorn, bounded by :class:`~agentguard.serving.ServerLimits`: every agentguard server
+uses this.
 
-:func:`serve` runs in the foreground (the command lines, ``--workers N`` included); :func:`serve_in_thread`
-runs on a background thread, for tests, demos and benchmarks in one process. Either way the connections are
+:func:`serve` runs in the foreground (the command lines, ``--workers N`` included); :func:`aserve` in an event
+loop already running (the MCP proxy's); :func:`serve_in_thread` on a background thread, for tests, demos and
+benchmarks in one process. Either way the connections are
 bounded by a uvicorn HTTP protocol that adds what uvicorn lacks (as of 0.5x):
 
 - a **head deadline**: a connection that has not delivered a complete request head ``header_timeout``
@@ -33,9 +35,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("serving needs uvicorn and Starlette: pip install 'agentguard[server]'") from exc
 
 from agentguard._httputil import is_loopback
-from agentguard._servecli import ServerLimits
+from agentguard.serving._limits import ServerLimits
 
-__all__ = ["BoundedConfig", "RunningServer", "serve", "serve_in_thread"]
+__all__ = ["BoundedConfig", "RunningServer", "aserve", "bounded_config", "serve", "serve_in_thread"]
 
 _BUSY = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
@@ -110,7 +112,7 @@ class _BoundedProtocol(AutoHTTPProtocol):  # type: ignore[misc,valid-type]  # h1
 def bounded_config(
     app: ASGIApp | str, host: str, port: int, limits: ServerLimits, **kwargs: Any
 ) -> BoundedConfig:
-    """The uvicorn configuration both servers run with: ``limits``, no access log unless asked."""
+    """The uvicorn configuration agentguard's servers run with: ``limits``, no access log unless asked."""
     kwargs.setdefault("access_log", False)
     return BoundedConfig(app, limits=limits, host=host, port=port, **kwargs)
 
@@ -121,6 +123,14 @@ def serve(config: BoundedConfig) -> None:
         Multiprocess(config, sockets=[_bind(config.host, config.port)]).run()
     else:
         uvicorn.Server(config).run()
+
+
+async def aserve(config: BoundedConfig) -> None:
+    """Serve in the running event loop until it is cancelled or the process is interrupted (one process: a
+    loop cannot be shared with workers, ``ValueError``)."""
+    if config.workers > 1:
+        raise ValueError("aserve runs in this process's event loop: serve workers with serve()")
+    await uvicorn.Server(config).serve()
 
 
 def _bind(host: str, port: int) -> socket.socket:
