@@ -69,7 +69,7 @@ decides as follows (the text wins over the schema, ARCHITECTURE decision 9):
 
 from ._base import JSONObject, JSONValue, Timestamp, WireModel, utc_timestamp
 from ._compat import normalize_request
-from ._json import AmbiguousJSON, strict_json
+from ._json import AmbiguousJSON, strict_json, unique_keys
 from ._methods import (
     A2A_METHODS,
     METHODS,
@@ -263,5 +263,6 @@ __all__ = [
     "parse_request",
     "parse_response",
     "strict_json",
+    "unique_keys",
     "utc_timestamp",
 ]

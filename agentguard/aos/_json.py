@@ -14,14 +14,24 @@ import json
 import math
 from typing import NoReturn
 
-__all__ = ["AmbiguousJSON", "strict_json"]
+__all__ = ["AmbiguousJSON", "strict_json", "unique_keys"]
 
 
 class AmbiguousJSON(ValueError):
     """The text is JSON to Python, but not a document every standards parser reads alike."""
 
 
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+def unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """A JSON object as a ``dict``, :class:`AmbiguousJSON` when a key is in it twice: the
+    ``object_pairs_hook`` of :func:`strict_json`, for a reader that must refuse only that (a tool's output,
+    whose text a model reads whole while a parser would keep one of the two values)::
+
+        >>> import json
+        >>> json.loads('{"a": 1, "a": 2}', object_pairs_hook=unique_keys)
+        Traceback (most recent call last):
+        ...
+        agentguard.aos._json.AmbiguousJSON: key 'a' given twice in an object
+    """
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen: set[str] = set()
@@ -44,7 +54,7 @@ def _finite(text: str) -> float:
 
 
 # Made once: ``json.loads`` with options builds a new decoder on every call.
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique_keys, parse_constant=_no_constant, parse_float=_finite)
+_DECODER = json.JSONDecoder(object_pairs_hook=unique_keys, parse_constant=_no_constant, parse_float=_finite)
 
 
 def strict_json(body: bytes | str) -> object:

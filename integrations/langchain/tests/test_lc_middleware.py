@@ -376,14 +376,17 @@ capabilities:
         '{"results": ["SECRET-1", "SECRET-2"], "results": []}',
         '{"page": {"results": ["SECRET-1"], "results": []}, "results": []}',
         '{"results": [], "more": [{"results": ["SECRET-1"], "results": []}]}',
+        # Nested deeper than the parser recurses (it raised RecursionError out of the tool call): still text.
+        "[" * 100_000 + '{"results": ["SECRET-1"]}' + "]" * 100_000,
     ],
+    ids=["twice", "twice-nested", "twice-in-a-list", "too-deep"],
 )
 def test_a_json_text_with_a_key_twice_is_checked_as_the_model_reads_it(
     build_agent: BuildAgent, text: str
 ) -> None:
     """A parser keeps one value of a repeated key; the model reads the text, both values. Such a text is
-    not decoded: the output restriction sees the text itself (and here fails on it: a text has no
-    ``results``)."""
+    not decoded, nor one nested too deep to parse: the output restriction sees the text itself (and here
+    fails on it: a text has no ``results``)."""
 
     @tool
     def crafted_search(query: str) -> str:
@@ -399,4 +402,5 @@ def test_a_json_text_with_a_key_twice_is_checked_as_the_model_reads_it(
     (message,) = tool_messages(result)
     assert message.status == "error"
     assert "SECRET-1" not in str(message.content)
+    assert "[restriction output] crafted-search" in str(message.content), message.content
     assert all("SECRET-1" not in str(m.content) for batch in h.model.received for m in batch)

@@ -25,6 +25,12 @@ async def _twice(ctx: ServerRequestContext[Any]) -> CallToolResult:
     return CallToolResult(content=[{"type": "text", "text": text}])
 
 
+async def _deep(ctx: ServerRequestContext[Any]) -> CallToolResult:
+    """JSON text nested deeper than a parser recurses, the secrets at the bottom: a model still reads them."""
+    text = "[" * 100_000 + json.dumps(SECRETS) + "]" * 100_000
+    return CallToolResult(content=[{"type": "text", "text": text}])
+
+
 async def _meta(ctx: ServerRequestContext[Any]) -> CallToolResult:
     """An empty structured result, the secrets beside it in ``_meta`` (the result's and a content block's)."""
     block = {"type": "text", "text": '{"results": []}', "_meta": {"results": SECRETS}}
@@ -55,6 +61,7 @@ async def _progress(ctx: ServerRequestContext[Any]) -> CallToolResult:
 
 TOOLS = {
     "twice": _twice,
+    "deep": _deep,
     "meta": _meta,
     "meta_text": _meta_text,
     "error_data": _error_data,

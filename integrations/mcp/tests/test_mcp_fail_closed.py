@@ -71,6 +71,17 @@ async def test_json_text_with_a_key_twice_is_checked_as_the_model_reads_it(side:
 
 
 @pytest.mark.parametrize("side", SIDES)
+async def test_json_text_nested_too_deep_to_parse_is_checked_as_text(side: str) -> None:
+    """The parser's RecursionError escaped the call (the call failed unchecked, the run with it); such a
+    text is checked as the text the model would read."""
+    async with _calling(side) as call:
+        result = await call("deep", {})
+    assert result.is_error
+    assert not any(secret in _seen(result) for secret in SECRETS)  # the assertion quoted says "SECRET"
+    assert "[restriction output] deep" in _seen(result)
+
+
+@pytest.mark.parametrize("side", SIDES)
 @pytest.mark.parametrize("tool", ["meta", "meta_text"])
 async def test_meta_beside_a_checked_result_never_reaches_the_host(side: str, tool: str) -> None:
     async with _calling(side) as call:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar
 
+from agentguard.aos import unique_keys
 from agentguard_langchain._host import BaseMessage, ToolMessage
 
 __all__ = ["decode_output", "encode_output", "message_text", "tool_output", "with_output", "with_text"]
@@ -41,16 +42,7 @@ _JSON_SPACE = " \t\n\r"
 """What JSON counts as whitespace (``str.strip()`` would strip more)."""
 
 
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are all different. With a key twice a parser keeps one of its values while
-    the model reads both in the text: such a text is not decoded, its checks see the text itself."""
-    value = dict(pairs)
-    if len(value) != len(pairs):
-        raise ValueError("a key appears twice in a JSON object")
-    return value
-
-
-_decode_json = json.JSONDecoder(object_pairs_hook=_object).raw_decode
+_decode_json = json.JSONDecoder(object_pairs_hook=unique_keys).raw_decode
 """``json.loads`` without its Python wrapper and its two whitespace regexes: run once per tool result, right
 after the tool (when the JSON module's code is out of the CPU caches), ``json.loads`` costs about 8 µs of it
 and this about a third."""
@@ -58,7 +50,9 @@ and this about a third."""
 
 def decode_output(content: object) -> Any:
     """The tool output an output restriction should see, from a ``ToolMessage``'s content: the JSON object or
-    array the text is, when it is exactly one (no key twice), else the text."""
+    array the text is, when it is exactly one, else the text. With a key twice in an object a parser keeps one
+    of its values while the model reads both, and an array nested too deep for the parser is still text to
+    the model: the checks of such a text see the text itself."""
     if not isinstance(content, str):
         return content
     text = content.lstrip(_JSON_SPACE)
@@ -66,7 +60,7 @@ def decode_output(content: object) -> Any:
         return content
     try:
         value, end = _decode_json(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # AmbiguousJSON (a key twice) is a ValueError
         return content
     # A JSON object or array (its first character says which) followed by nothing but whitespace.
     return value if end == len(text) or not text[end:].strip(_JSON_SPACE) else content

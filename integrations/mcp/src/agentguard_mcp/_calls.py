@@ -21,6 +21,7 @@ from agentguard import (
     Phase,
     PolicyViolation,
 )
+from agentguard.aos import unique_keys
 from agentguard.steps import MCP
 from agentguard_mcp._host import MCPError
 
@@ -166,13 +167,10 @@ def _texts(result: Wire) -> list[str] | None:
     return [str(b.get("text", "")) for b in blocks]
 
 
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are all different. With a key twice, a parser keeps one of its values while
-    the model reads both in the text, so such a text is not taken as JSON: the checks see the text itself."""
-    parsed = dict(pairs)
-    if len(parsed) != len(pairs):
-        raise ValueError("a key appears twice in a JSON object")
-    return parsed
+_decode_json = json.JSONDecoder(object_pairs_hook=unique_keys).decode
+"""JSON with each key once in an object: with a key twice a parser keeps one of its values while the model
+reads both in the text, so such a text is not taken as JSON (nor one nested too deep to parse): the checks
+see the text itself."""
 
 
 def tool_output(result: Wire) -> Any:
@@ -186,8 +184,8 @@ def tool_output(result: Wire) -> Any:
         return list(result.get("content") or [])
     text = "".join(texts)
     try:
-        return json.loads(text, object_pairs_hook=_object)
-    except ValueError:
+        return _decode_json(text)
+    except (ValueError, RecursionError):  # AmbiguousJSON (a key twice) is a ValueError
         return text
 
 
