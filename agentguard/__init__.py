@@ -64,7 +64,7 @@ if TYPE_CHECKING:
         TerminalReviewer,
         current_credentials,
     )
-    from agentguard.record import Decision, EngagementStatus, Outcome, StepRecord, User
+    from agentguard.record import Decision, EngagementStatus, Outcome, StepRecord, User, ValueLimits
 
 __version__ = "0.1.0"
 
@@ -106,13 +106,14 @@ __all__ = [
     "StoreUnavailable",
     "TerminalReviewer",
     "User",
+    "ValueLimits",
     "__version__",
     "current_credentials",
 ]
 
 _EXPORTS = {
     "agentguard.pipeline": ("AgentInfo",),
-    "agentguard.record": ("Decision", "EngagementStatus", "Outcome", "StepRecord", "User"),
+    "agentguard.record": ("Decision", "EngagementStatus", "Outcome", "StepRecord", "User", "ValueLimits"),
     "agentguard.engagement": ("Engagement",),
     "agentguard.errors": (
         "AgentGuardError",

@@ -53,7 +53,7 @@ from agentguard.policy._identity import CredentialResolver
 from agentguard.policy._policy import Policy, UnknownCapability
 from agentguard.policy._review import ApprovalConfig, Reviewer
 from agentguard.policy._rules import Rules, Severity, SeverityMap
-from agentguard.record import EngagementState, Journal, User, to_plain
+from agentguard.record import EngagementState, Journal, User, ValueLimits, to_plain
 from agentguard.runs import Retry, Timeout
 from agentguard.spec import AgentSpec, CompiledSpec, compile_spec, is_valid_name, load_spec, load_spec_text
 from agentguard.stores import MemoryStore
@@ -100,6 +100,10 @@ class Guard:
         :class:`AgentInfo` fields of the AOS agent descriptor that the spec does not carry.
     ``short_circuit_max_block``
         the longest repeated block of calls the short-circuit detector looks for (default 100).
+    ``value_limits``
+        how deep a tool's inputs and outputs may nest and how many values they may hold
+        (:class:`~agentguard.record.ValueLimits`: 100 levels, 1,000,000 values by default); a call beyond
+        them is denied, an output withheld, both recorded.
     ``cel_backend``
         ``"cel-expr-python"`` (default), ``"cel-python"``, or a backend object.
     ``observers``
@@ -133,6 +137,7 @@ class Guard:
         guardian: GuardianClient | None = None,
         agent: AgentInfo | None = None,
         short_circuit_max_block: int = 100,
+        value_limits: ValueLimits | None = None,
         observers: Iterable[Observer] = (),
         severity: Mapping[str, Severity] | None = None,
         source: str | None = None,
@@ -148,6 +153,8 @@ class Guard:
             )
         self.store: MemoryStore | Journal = store if store is not None else MemoryStore()
         """Where engagements are kept: this process's memory (default), or a store shared by processes."""
+        if value_limits is not None and not isinstance(value_limits, ValueLimits):
+            raise ConfigurationError(f"value_limits must be a ValueLimits, not {type(value_limits).__name__}")
         if unknown_capability not in ("deny", "allow", "observe"):
             raise ConfigurationError(
                 f"unknown_capability must be deny, allow or observe, not {unknown_capability!r}"
@@ -188,6 +195,7 @@ class Guard:
             steps=StepBuilder(self.agent_descriptor),
             unknown_capability=unknown_capability,
             short_circuit_max_block=short_circuit_max_block,
+            value_limits=value_limits or ValueLimits(),
             reviewers=self._reviewers,
             approval=approval or ApprovalConfig(),
             approvals=self._approvals,

@@ -62,6 +62,7 @@ FRAGMENTS = [
         'Guard.from_file("agent.yaml", severity={"restriction": "warning", "restriction:refund": "error",',
     ),
     ("docs/guide.md", "from agentguard.runs import Cancel, Retry, Timeout"),
+    ("docs/guide.md", "from agentguard import Guard, ValueLimits"),
     ("docs/server.md", "from agentguard.server import create_app, load_agents"),
     ("docs/stores.md", "from agentguard import Guard, User"),
     ("docs/server.md", "import json"),

@@ -19,7 +19,16 @@ from agentguard.policy._identity import CredentialResolver
 from agentguard.policy._policy import HOLDS, CapabilityRule, Policy, UnknownCapability
 from agentguard.policy._review import ApprovalConfig, Reviewer
 from agentguard.policy._rules import Rules, SeverityMap
-from agentguard.record import Chains, Decision, EngagementState, Outcome, StepRecord, StepRef, chained
+from agentguard.record import (
+    Chains,
+    Decision,
+    EngagementState,
+    Outcome,
+    StepRecord,
+    StepRef,
+    ValueLimits,
+    chained,
+)
 
 if TYPE_CHECKING:
     from agentguard.guardian import GuardianClient
@@ -63,6 +72,7 @@ class Runtime:
     steps: StepBuilder
     unknown_capability: UnknownCapability = "deny"
     short_circuit_max_block: int = 100
+    value_limits: ValueLimits = field(default_factory=ValueLimits)
     reviewers: Mapping[str, Reviewer] = field(default_factory=dict)
     approval: ApprovalConfig = field(default_factory=ApprovalConfig)
     approvals: Mapping[str, ApprovalConfig] = field(default_factory=dict)

@@ -71,9 +71,10 @@ from agentguard.record import (
     Outcome,
     StepRecord,
     StepRef,
-    one_shot,
+    ValueTooComplex,
     plain_copy,
     to_plain,
+    unfaithful,
 )
 from agentguard.runs import Retry, Timeout, ToolTimeout
 
@@ -450,7 +451,7 @@ def _direct(
     if rule is None or rule.input_review or rule.output_review or name in ctx.review_gates:
         return None
     allows = ctx.allows(rule, name)
-    plain = plain_copy(inputs, owned=True)
+    plain = plain_copy(inputs, owned=True, limits=ctx.value_limits)
     direct = (
         None
         if plain is NOT_PLAIN
@@ -567,13 +568,15 @@ def _begin(
     # The record holds JSON-like inputs for CEL and AOS; the tool gets the caller's own objects unless a
     # guardian rewrote them.
     # ``call.inputs`` was built for this call (by the binder, or copied by Guard.call): nobody else holds it;
-    # checked again after a conflict, it is copied instead.
+    # checked again after a conflict, it is copied instead. Inputs beyond the Guard's ValueLimits cannot be
+    # recorded: the call is denied before it begins, an attempt all the same (decision 5).
+    try:
+        inputs = to_plain(call.inputs, owned=step.call is None, limits=ctx.value_limits)
+    except ValueTooComplex as exc:
+        state.attempted(name)
+        raise deny(ctx, state, step, _unfaithful(name, Phase.INPUT, str(exc))) from None
     record = step.call = state.begin_call(
-        name,
-        to_plain(call.inputs, owned=step.call is None),
-        kind=call.kind,
-        call_id=call.call_id,
-        started_at=step.at,
+        name, inputs, kind=call.kind, call_id=call.call_id, started_at=step.at
     )
     return allows, record
 
@@ -590,15 +593,10 @@ def _checked_inputs(
     """The local checks of a call's inputs (step 4): faithfully recorded, then the input restriction (``asked``:
     what its quick closure answered, when a direct call asked it)."""
     name = record.name
-    # A flat dict of primitives comes back from to_plain as itself and holds nothing consumable once.
-    problem = one_shot(inputs) if record.entry["inputs"] is not inputs else None
+    # A flat dict of primitives comes back from to_plain as itself: nothing to find there.
+    problem = unfaithful(inputs, ctx.value_limits) if record.entry["inputs"] is not inputs else None
     if problem is not None:
-        error = RestrictionViolation(
-            f"an input {problem}: what the checks would see is not what the tool would get",
-            capability=name,
-            phase=Phase.INPUT,
-        )
-        raise deny(ctx, state, step, error)
+        raise deny(ctx, state, step, _unfaithful(name, Phase.INPUT, problem))
     if allows is not None:
         assertion = allows.rule.input_assertion
         if assertion is not None:
@@ -754,7 +752,7 @@ def _record_output(
     ``kept``: the record's copy of ``output``, when the caller has made it.
     """
     if kept is NOT_PLAIN:
-        kept = to_plain(output)
+        kept = _deliverable(ctx, state, step, record.name, output)
     if allows is None:
         state.complete_call(record, kept)
         return
@@ -799,7 +797,7 @@ def _settle(
     try:
         if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
             raise _cancelled(ctx, state, step, record.name)
-        kept = plain_copy(output)
+        kept = plain_copy(output, limits=ctx.value_limits)
         if kept is NOT_PLAIN:
             output = _deliverable(ctx, state, step, record.name, output)
             kept = to_plain(output)
@@ -863,15 +861,24 @@ def _deliverable(ctx: Runtime, state: EngagementState, step: StepRef, name: str,
     """What is checked is what is delivered: an output that is not JSON-like (a JSON-like one is delivered as
     it is) is converted once and the converted value handed on. An output that can be consumed only once (a
     generator, an iterator) has no faithful form -- checks would see its ``str()``, the caller its items --
-    and is withheld."""
-    problem = one_shot(output)
-    if problem is not None:
-        if hasattr(output, "close"):
-            output.close()
-        error = RestrictionViolation(
-            f"the output {problem}: return a list or another JSON-like value",
-            capability=name,
-            phase=Phase.OUTPUT,
-        )
-        raise deny(ctx, state, step, error)
-    return to_plain(output)
+    and is withheld, as is one beyond the Guard's ValueLimits (one that holds itself never ends)."""
+    problem = unfaithful(output, ctx.value_limits)
+    if problem is None:
+        try:  # an object's own conversion (a model's dump, a dataclass's fields) may go beyond the limits
+            return to_plain(output, limits=ctx.value_limits)
+        except ValueTooComplex as exc:
+            problem = str(exc)
+    if hasattr(output, "close"):
+        output.close()
+    raise deny(ctx, state, step, _unfaithful(name, Phase.OUTPUT, problem))
+
+
+def _unfaithful(name: str, phase: Phase, problem: str) -> RestrictionViolation:
+    """The denial of an input or output with no faithful JSON-like form (:func:`~agentguard.record.unfaithful`):
+    ``problem`` says why."""
+    what, who = ("an input", "the tool") if phase is Phase.INPUT else ("the output", "the caller")
+    return RestrictionViolation(
+        f"{what} {problem}: what the checks would see is not what {who} would get",
+        capability=name,
+        phase=phase,
+    )

@@ -38,7 +38,17 @@ from agentguard.record._types import (
     User,
     chained,
 )
-from agentguard.record._values import NOT_PLAIN, is_plain, new_id, one_shot, plain_copy, to_plain
+from agentguard.record._values import (
+    NOT_PLAIN,
+    ValueLimits,
+    ValueTooComplex,
+    is_plain,
+    new_id,
+    one_shot,
+    plain_copy,
+    to_plain,
+    unfaithful,
+)
 from agentguard.record._view import QuickCheck, ViewPlan
 
 __all__ = [
@@ -61,6 +71,8 @@ __all__ = [
     "StepRef",
     "Steps",
     "User",
+    "ValueLimits",
+    "ValueTooComplex",
     "ViewPlan",
     "chained",
     "decode_event",
@@ -72,4 +84,5 @@ __all__ = [
     "plain_copy",
     "repeated_block",
     "to_plain",
+    "unfaithful",
 ]

@@ -1,7 +1,7 @@
 """JSON-like values: what the record keeps of a tool's inputs and outputs, and process-unique ids.
 
 Nothing here knows about engagements: these are the value rules every layer above shares (what CEL and AOS
-can be given, what is delivered as it is, what can be consumed only once).
+can be given, what is delivered as it is, what can be consumed only once, how large a value may be).
 """
 
 from __future__ import annotations
@@ -9,15 +9,70 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-__all__ = ["NOT_PLAIN", "is_plain", "new_id", "one_shot", "plain_copy", "to_plain"]
+__all__ = [
+    "NOT_PLAIN",
+    "ValueLimits",
+    "ValueTooComplex",
+    "is_plain",
+    "new_id",
+    "one_shot",
+    "plain_copy",
+    "to_plain",
+    "unfaithful",
+]
 
 _PLAIN = (str, int, float, bool, type(None))
 _PRIMITIVE = frozenset(_PLAIN)
+_KEPT = (*_PLAIN, datetime, bytes)
+"""What :func:`to_plain` keeps as it is, subclasses included (a ``StrEnum``, a ``bool``)."""
 _ID_PREFIX = os.urandom(6).hex()
 _ID_COUNTER = itertools.count(1)
+
+_DEEPEST = 200
+"""The deepest :attr:`ValueLimits.max_depth` allowed: the JSON encoders a recorded value meets (telemetry, the
+guardian client, audit reports) take a Python frame per level, and a host's own call stack (LangGraph's, some
+150 frames) must still fit under Python's recursion limit (1000)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ValueLimits:
+    """How large a tool's inputs and outputs may be for the checks to see them whole.
+
+    - ``max_depth``: containers nested in one another (``{"a": [1]}`` is 2 deep); at most 200;
+    - ``max_values``: the values of all the containers, counted each time a container is reached (a value
+      that holds itself is never done: it meets this bound).
+
+    A call whose inputs are larger is denied, an output that is larger withheld, both recorded. Without the
+    bounds, a model's tool arguments nested 500 deep (JSON any parser reads) failed the call with a
+    ``RecursionError`` before anything was recorded, and an output that holds itself looped for good.
+    """
+
+    max_depth: int = 100
+    max_values: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        for name, value in (("max_depth", self.max_depth), ("max_values", self.max_values)):
+            if type(value) is not int or value < 1:
+                raise ValueError(f"ValueLimits.{name} must be a positive int, not {value!r}")
+        if self.max_depth > _DEEPEST:
+            raise ValueError(f"ValueLimits.max_depth is at most {_DEEPEST} (Python's recursion limit)")
+
+
+DEFAULT_LIMITS = ValueLimits()
+
+_ANY_DEPTH = 100_000
+_ANY_SIZE = 10_000_000
+"""What :func:`to_plain` converts without ``limits``: more than any :class:`ValueLimits` lets through (the
+pipeline checks a call's values against its Guard's limits first), and still an end for a value shared
+endlessly (its size; one that holds itself meets Python's recursion limit first)."""
+
+
+class ValueTooComplex(ValueError):
+    """A value beyond its :class:`ValueLimits`: the message says which bound (``is nested deeper than ...``)."""
 
 
 def new_id() -> str:
@@ -25,86 +80,172 @@ def new_id() -> str:
     return f"{_ID_PREFIX}{next(_ID_COUNTER):x}"
 
 
-def to_plain(value: Any, *, owned: bool = False) -> Any:
+def to_plain(value: Any, *, owned: bool = False, limits: ValueLimits | None = None) -> Any:
     """Convert a tool input or output into the JSON-like value CEL and AOS understand.
 
     Primitives pass through untouched (the common case costs one ``isinstance``); mappings, sequences,
     pydantic models, dataclasses and datetimes are converted; anything else becomes its ``str``. A flat dict
     of primitives is copied, so that the record does not change when its owner does, unless the caller
-    ``owned`` it (a dict built for this call that nobody else holds).
+    ``owned`` it (a dict built for this call that nobody else holds). :class:`ValueTooComplex` for a value
+    beyond ``limits`` (none: 10,000,000 values, and as deep as Python's recursion limit allows).
     """
+    max_depth, max_values = (
+        (_ANY_DEPTH, _ANY_SIZE) if limits is None else (limits.max_depth, limits.max_values)
+    )
     cls = type(value)
     if cls in _PRIMITIVE:
         return value
-    if cls is dict:  # fast path: a flat dict of primitives with str keys (most tool inputs and outputs)
+    if owned and cls is dict and len(value) <= max_values:  # a flat dict of primitives is kept as it is
         for key, item in value.items():
             if type(item) not in _PRIMITIVE or type(key) is not str:
                 break
         else:
-            return value if owned else dict(value)
-    elif cls is list:
-        for item in value:
-            if type(item) not in _PRIMITIVE:
-                break
-        else:
-            return list(value)
-    if isinstance(value, _PLAIN):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): to_plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [to_plain(v) for v in value]
-    if isinstance(value, datetime | bytes):
-        return value
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return to_plain(dump(mode="json"))
-    fields = getattr(value, "__dataclass_fields__", None)
-    if fields is not None:
-        return {name: to_plain(getattr(value, name)) for name in fields}
-    return str(value)
+            return value
+    return _Converter(max_depth, max_values).convert(value, max_depth)
 
 
-def is_plain(value: Any) -> bool:
+class _Converter:
+    """:func:`to_plain` of a nested value: one conversion, its values counted against ``max_values``.
+
+    Recursive (the common nested outputs convert fastest so): two Python frames per level, which the
+    :class:`ValueLimits` of a guarded call keep well under Python's recursion limit; without limits, a value
+    deeper than that limit allows raises ``RecursionError``, as it always did.
+    """
+
+    __slots__ = ("left", "max_depth", "max_values")
+
+    def __init__(self, max_depth: int, max_values: int) -> None:
+        self.max_depth = max_depth
+        self.max_values = self.left = max_values
+
+    def convert(self, value: Any, depth: int) -> Any:
+        """``value`` converted, with ``depth`` levels of containers still allowed at and below it."""
+        cls = type(value)
+        if cls in _PRIMITIVE:
+            return value
+        if cls is dict or cls is list:  # the common containers first, a flat one copied at once
+            if depth == 0:
+                raise self._too_deep()
+            self._count(len(value))
+            if cls is list:
+                for item in value:
+                    if type(item) not in _PRIMITIVE:
+                        return [self.convert(v, depth - 1) for v in value]
+                return list(value)
+            for key, item in value.items():
+                if type(item) not in _PRIMITIVE or type(key) is not str:
+                    return {str(k): self.convert(v, depth - 1) for k, v in value.items()}
+            return dict(value)
+        if isinstance(value, _KEPT):
+            return value
+        if depth == 0:
+            raise self._too_deep()
+        if isinstance(value, Mapping):
+            self._count(len(value))
+            return {str(k): self.convert(v, depth - 1) for k, v in value.items()}
+        if isinstance(value, list | tuple | set | frozenset):
+            self._count(len(value))
+            return [self.convert(v, depth - 1) for v in value]
+        dump = getattr(value, "model_dump", None)
+        if callable(dump):
+            return self.convert(dump(mode="json"), depth)
+        fields = getattr(value, "__dataclass_fields__", None)
+        if fields is not None:
+            self._count(len(fields))
+            return {name: self.convert(getattr(value, name), depth - 1) for name in fields}
+        return str(value)
+
+    def _too_deep(self) -> ValueTooComplex:
+        return ValueTooComplex(f"is nested deeper than {self.max_depth} levels (ValueLimits.max_depth)")
+
+    def _count(self, values: int) -> None:
+        self.left -= values
+        if self.left < 0:
+            raise ValueTooComplex(f"holds more than {self.max_values} values (ValueLimits.max_values)")
+
+
+def is_plain(value: Any, limits: ValueLimits = DEFAULT_LIMITS) -> bool:
     """Whether ``value`` is already a JSON-like value (exact ``dict`` with ``str`` keys, ``list``, ``str``,
-    ``int``, ``float``, ``bool``, ``None``, all the way down): then it is delivered as it is."""
-    if type(value) is dict:  # fast path: a flat dict of primitives with str keys (most tool outputs)
+    ``int``, ``float``, ``bool``, ``None``, all the way down) within ``limits``: then it is delivered as it
+    is."""
+    if type(value) is dict and len(value) <= limits.max_values:  # fast path: a flat dict (most tool outputs)
         for key, item in value.items():
             if type(item) not in _PRIMITIVE or type(key) is not str:
                 break
         else:
             return True
-    pending = [value]
+    return _survey(value, limits, plain=True) is None
+
+
+def _survey(value: Any, limits: ValueLimits, *, plain: bool) -> str | None:
+    """Why ``value`` cannot be checked as it is, or ``None``. ``plain``: it must be JSON-like (then any other
+    type is a reason); else only what cannot be converted faithfully is (:func:`unfaithful`).
+
+    One pass, depth first, with a stack of its own (any depth, no recursion), each container's values
+    counted as it is reached, so that a value holding itself ends at ``max_values``.
+    """
+    pending = [(value, 0)]
+    left = limits.max_values
+    max_depth = limits.max_depth
     while pending:
-        item = pending.pop()
+        item, depth = pending.pop()
         kind = type(item)
         if kind in _PRIMITIVE:
             continue
+        children: Any
         if kind is dict:
-            for key in item:
-                if type(key) is not str:
-                    return False
-            pending.extend(item.values())
+            if plain:
+                for key in item:
+                    if type(key) is not str:
+                        return "is not JSON-like"
+            children = item.values()
         elif kind is list:
-            pending.extend(item)
+            children = item
+        elif plain:
+            return "is not JSON-like"
+        elif kind is tuple:
+            children = item
+        elif isinstance(item, Iterator | AsyncIterator | Awaitable):
+            return f"is a {type(item).__name__} object, which can be consumed only once"
+        elif isinstance(item, Mapping):
+            children = item.values()
+        elif isinstance(item, list | tuple | set | frozenset):
+            children = item
         else:
-            return False
-    return True
+            continue  # converted by its own code (a model's dump, a dataclass's fields) or to its str
+        if depth == max_depth:
+            return f"is nested deeper than {max_depth} levels (ValueLimits.max_depth)"
+        left -= len(children)
+        if left < 0:
+            return f"holds more than {limits.max_values} values (ValueLimits.max_values)"
+        depth += 1
+        for child in children:
+            if type(child) not in _PRIMITIVE:
+                pending.append((child, depth))
+    return None
+
+
+def unfaithful(value: Any, limits: ValueLimits = DEFAULT_LIMITS) -> str | None:
+    """Why ``value`` has no faithful JSON-like form, or ``None``: it holds something that can be consumed only
+    once (a generator, an iterator, a coroutine: :func:`to_plain` would give checks its ``str()``, while the
+    consumer would get its items), or it is beyond ``limits``."""
+    return _survey(value, limits, plain=False)
 
 
 NOT_PLAIN: Any = object()
 """:func:`plain_copy`'s answer for a value that is not JSON-like (``None`` is a JSON-like value)."""
 
 
-def plain_copy(value: Any, *, owned: bool = False) -> Any:
-    """What the record keeps of ``value`` when it is JSON-like (:func:`is_plain`): a copy, or ``value`` itself
-    when it is a flat dict the caller ``owned`` (built for this call, held by nobody else); else
-    :data:`NOT_PLAIN` (then :func:`to_plain`, which may call the value's own code, converts it).
+def plain_copy(value: Any, *, owned: bool = False, limits: ValueLimits = DEFAULT_LIMITS) -> Any:
+    """What the record keeps of ``value`` when it is JSON-like within ``limits`` (:func:`is_plain`): a copy, or
+    ``value`` itself when it is a flat dict the caller ``owned`` (built for this call, held by nobody else);
+    else :data:`NOT_PLAIN` (then :func:`unfaithful` says whether it can be converted, and :func:`to_plain`,
+    which may call the value's own code, converts it).
 
     One pass over the common flat dict, where :func:`is_plain` then :func:`to_plain` take two.
     """
     cls = type(value)
-    if cls is dict:
+    if cls is dict and len(value) <= limits.max_values:
         for key, item in value.items():
             if type(item) not in _PRIMITIVE or type(key) is not str:
                 break
@@ -112,31 +253,8 @@ def plain_copy(value: Any, *, owned: bool = False) -> Any:
             return value if owned else dict(value)
     elif cls in _PRIMITIVE:
         return value
-    return to_plain(value, owned=owned) if is_plain(value) else NOT_PLAIN
+    return to_plain(value, owned=owned, limits=limits) if is_plain(value, limits) else NOT_PLAIN
 
 
-def one_shot(value: Any) -> str | None:
-    """What in ``value`` can be consumed only once (a generator, an iterator, a coroutine), or ``None``.
-
-    Such a value has no faithful JSON-like form: :func:`to_plain` would give checks its ``str()``, while the
-    consumer would get its items.
-    """
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        kind = type(item)
-        if kind in _PRIMITIVE:
-            continue
-        if kind is dict:  # the common containers first: no ABC checks on the per-call path
-            pending.extend(item.values())
-            continue
-        if kind is list or kind is tuple:
-            pending.extend(item)
-            continue
-        if isinstance(item, Iterator | AsyncIterator | Awaitable):
-            return f"is a {type(item).__name__} object, which can be consumed only once"
-        if isinstance(item, Mapping):
-            pending.extend(item.values())
-        elif isinstance(item, list | tuple | set | frozenset):
-            pending.extend(item)
-    return None
+one_shot = unfaithful
+"""The old name of :func:`unfaithful`, from when a value consumed only once was its one reason (goes in 0.2)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -85,6 +86,19 @@ def test_restriction_denial_reaches_the_model_which_recovers(build_agent: BuildA
     assert eng is not None
     assert eng.view()["history"]["_list"] == ["send-email"]  # the denied attempt was rolled back
     assert result["messages"][-1].content == "Sent to the support team instead."
+
+
+def test_tool_arguments_nested_too_deep_are_a_denial_the_model_reads(build_agent: BuildAgent) -> None:
+    """Arguments 150 lists deep (JSON any parser reads, so a model can send it) are a recorded denial
+    (ValueLimits), which the model reads, and the run goes on."""
+    deep = json.loads("[" * 150 + '"A-1"' + "]" * 150)
+    h = build_agent([calls(("lookup_order", {"order_id": deep})), answer("I could not look it up.")])
+    result = h.agent.invoke(user_says("where is my order"), config())
+    (denied,) = tool_messages(result)
+    assert denied.status == "error"
+    assert "nested deeper than 100 levels (ValueLimits.max_depth)" in denied.content
+    assert h.shop.runs == {}
+    assert result["messages"][-1].content == "I could not look it up."
 
 
 def test_unknown_capability_is_denied_by_default(build_agent: BuildAgent) -> None:
