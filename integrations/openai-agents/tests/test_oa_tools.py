@@ -3,6 +3,8 @@ guardrails, and what the adapter refuses to wrap."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from agentguard_openai_agents import AgentGuard, RunStopped, violation_of
 from agentguard_openai_agents.testing import answer, calls
@@ -17,6 +19,8 @@ from agents import (
 from agentguard import GuardrailViolation, Outcome, Rule, ShortCircuitViolation, User
 
 from .conftest import BuildAgent
+
+DEEP = json.loads("[" * 150 + '"A-1"' + "]" * 150)
 
 
 async def test_allowed_call_runs_once_and_is_recorded(build_agent: BuildAgent) -> None:
@@ -53,6 +57,26 @@ def test_restriction_denial_reaches_the_model_which_recovers(build_agent: BuildA
     assert h.shop.args == [("send_email", {"to": "bob@corp.com", "body": "hi"})]
     assert result.final_output == "Sent to Bob instead."
     assert any(d.rule is Rule.RESTRICTION and d.outcome is Outcome.DENY for d in eng.decisions)
+
+
+def test_arguments_nested_too_deep_are_a_denial_the_model_reads(build_agent: BuildAgent) -> None:
+    h = build_agent([calls(("lookup_order", {"order_id": DEEP})), answer("I could not look it up.")])
+    with h.guard.engagement() as eng:
+        result = Runner.run_sync(h.agent, "Where is my order?", hooks=h.guarded.hooks)
+    (denied,) = h.tool_outputs(result)
+    assert "nested deeper than 100 levels (ValueLimits.max_depth)" in denied
+    assert h.shop.runs.get("lookup_order", 0) == 0
+    assert any(d.rule is Rule.RESTRICTION and d.outcome is Outcome.DENY for d in eng.decisions)
+    assert result.final_output == "I could not look it up."
+
+
+def test_arguments_the_parser_cannot_read_are_checked_as_one_text_input() -> None:
+    from agentguard_openai_agents._tools import _inputs
+
+    too_deep = "[" * 100_000 + "]" * 100_000
+    assert _inputs(too_deep) == {"input": too_deep}
+    assert _inputs("{not json") == {"input": "{not json"}
+    assert _inputs('{"a": 1}') == {"a": 1}
 
 
 def test_unknown_capability_is_denied(build_agent: BuildAgent) -> None:

@@ -296,10 +296,11 @@ _NONE: Any = object()
 
 
 def _inputs(arguments: str) -> dict[str, Any]:
-    """The model's JSON arguments as the inputs the pipeline checks (a non-object is one ``input``)."""
+    """The model's JSON arguments as the inputs the pipeline checks (a non-object, or a text that is not JSON
+    or is nested deeper than the parser recurses, is one ``input``)."""
     try:
         value = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"input": arguments}
     return value if isinstance(value, dict) else {"input": value}
 
