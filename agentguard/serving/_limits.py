@@ -83,50 +83,25 @@ def add_limit_options(
     defaults), then one option per :class:`ServerLimits` field (:func:`limits_from_args` reads them).
     ``workers``: the connection cap is counted per worker process, and its help says so."""
     defaults = ServerLimits()
-    limits = parser.add_argument_group("limits")
-    limits.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=max_body_bytes,
-        help=f"largest request body (default: {max_body_bytes:,} bytes)",
-    )
-    limits.add_argument(
-        "--body-timeout",
-        type=float,
-        default=body_timeout,
-        help=f"seconds to receive a request's whole body (default: {body_timeout:g})",
-    )
-    limits.add_argument(
-        "--header-timeout",
-        type=float,
-        default=defaults.header_timeout,
-        help=f"seconds to receive a request's head (default: {defaults.header_timeout:g})",
-    )
-    limits.add_argument(
-        "--keep-alive-timeout",
-        type=float,
-        default=defaults.keep_alive_timeout,
-        help=f"seconds an idle connection is kept (default: {defaults.keep_alive_timeout:g})",
-    )
-    limits.add_argument(
-        "--max-connections",
-        type=int,
-        default=defaults.max_connections,
-        help=f"open connections at once{', per worker' if workers else ''} "
-        f"(default: {defaults.max_connections})",
-    )
-    limits.add_argument(
-        "--max-header-bytes",
-        type=int,
-        default=defaults.max_header_bytes,
-        help=f"largest request head (default: {defaults.max_header_bytes})",
-    )
-    limits.add_argument(
-        "--graceful-shutdown-timeout",
-        type=float,
-        default=defaults.graceful_shutdown_timeout,
-        help=f"seconds in-flight requests get on shutdown (default: {defaults.graceful_shutdown_timeout:g})",
-    )
+    per_worker = ", per worker" if workers else ""
+    options: list[tuple[str, type, float, str]] = [
+        ("--max-body-bytes", int, max_body_bytes, "largest request body, in bytes"),
+        ("--body-timeout", float, body_timeout, "seconds to receive a request's whole body"),
+        ("--header-timeout", float, defaults.header_timeout, "seconds to receive a request's head"),
+        ("--keep-alive-timeout", float, defaults.keep_alive_timeout, "seconds an idle connection is kept"),
+        ("--max-connections", int, defaults.max_connections, f"open connections at once{per_worker}"),
+        ("--max-header-bytes", int, defaults.max_header_bytes, "largest request head, in bytes"),
+        (
+            "--graceful-shutdown-timeout",
+            float,
+            defaults.graceful_shutdown_timeout,
+            "seconds in-flight requests get on shutdown",
+        ),
+    ]
+    group = parser.add_argument_group("limits")
+    for flag, kind, default, what in options:
+        shown = f"{default:,}" if kind is int else f"{default:g}"
+        group.add_argument(flag, type=kind, default=default, help=f"{what} (default: {shown})")
 
 
 def limits_from_args(args: argparse.Namespace) -> ServerLimits:

@@ -63,6 +63,17 @@ def head(path: str, content_length: int, *, method: str = "POST", extra: str = "
     ).encode()
 
 
+def slow_body(url: str, path: str, content_length: int, *, extra: str = "") -> tuple[bytes, float]:
+    """Send a request head, then trickle its body a byte every 0.1 s: what the server sent before it closed
+    the connection, and after how many seconds (fails when it is still open after 5 s)."""
+    with connect(url) as sock:
+        sock.sendall(head(path, content_length, extra=extra))
+        started = time.monotonic()
+        closed, received = closed_within(sock, 5.0, trickle=b"{" + b" " * 100)
+    assert closed, "the server kept the connection of a trickled body open"
+    return received, time.monotonic() - started
+
+
 @contextlib.contextmanager
 def guardian_process(rules: Path, *options: str) -> Iterator[tuple[str, int]]:
     """``agentguard guardian --rules rules *options`` in its own process on a free loopback port: yields its
