@@ -168,7 +168,9 @@ class Engagement:
 
         Nothing is checked or reviewed (it is too late for that); the call enters ``recent``/``history`` and
         the step records, and an observe-mode guardian is told. A call that raised is recorded with
-        ``outputs: null``. Use :meth:`Guard.call` to *guard* a call.
+        ``outputs: null``. Use :meth:`Guard.call` to *guard* a call. Inputs or outputs beyond the Guard's
+        ``value_limits`` raise :class:`~agentguard.record.ValueTooComplex` (a ``ValueError``), and nothing is
+        recorded.
         """
         step = run_sync(
             record_flow(self.runtime, self.state, name, dict(inputs), outputs, error, call_id, kind)

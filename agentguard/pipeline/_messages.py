@@ -155,10 +155,16 @@ def record_flow(
     kind: str,
 ) -> Flow[StepRecord]:
     """Record a call a host observed after the fact (no checks: it already happened); an observe-mode
-    guardian is handed its requests (the driver's :class:`Observe` effects)."""
+    guardian is handed its requests (the driver's :class:`Observe` effects).
+
+    Its inputs and outputs are converted first: beyond the Guard's ValueLimits, nothing is recorded, and
+    :class:`~agentguard.record.ValueTooComplex` says why.
+    """
+    kept_inputs = to_plain(inputs, limits=ctx.value_limits)
+    kept_outputs = None if error is not None else to_plain(outputs, limits=ctx.value_limits)
     step = new_step(state, "steps/toolCallRequest", name=name, call_id=call_id)
     return observed(
-        ctx, state, step, _recorded(ctx, state, step, name, inputs, outputs, error, call_id, kind)
+        ctx, state, step, _recorded(ctx, state, step, name, kept_inputs, kept_outputs, error, call_id, kind)
     )
 
 
@@ -173,14 +179,14 @@ def _recorded(
     call_id: str | None,
     kind: str,
 ) -> Flow[StepRecord]:
-    record = state.begin_call(name, to_plain(inputs), kind=kind, call_id=call_id)
+    record = state.begin_call(name, inputs, kind=kind, call_id=call_id)
     step.call = record
     failed = error is not None
     if failed:
         step.payload["error"] = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
         state.withhold_call(record, reason=step.payload["error"], status="failed")
     else:
-        state.complete_call(record, to_plain(outputs))
+        state.complete_call(record, outputs)
     reason = "observed after the fact: recorded, not checked"
     ctx.decide(state, step, Decision(Rule.ENGAGEMENT, Outcome.ALLOW, Phase.OUTPUT, reason, name))
     step.aos.append(ctx.steps.tool_call_request(state, step, name, record.inputs, None))

@@ -202,6 +202,18 @@ def test_an_async_call_is_bounded_too() -> None:
     assert ran == [2]
 
 
+def test_a_call_recorded_after_the_fact_beyond_the_limits_is_refused_whole() -> None:
+    guard, _ = _guard("flow")
+    with guard.engagement() as eng:
+        with pytest.raises(ValueTooComplex, match="max_depth"):
+            eng.record_call("echo", {"x": nested(150)})
+        with pytest.raises(ValueTooComplex, match="max_values"):
+            eng.record_call("echo", {"x": 1}, _itself("shared"))
+        eng.record_call("echo", {"x": nested(20)}, {"ok": True})
+    assert [call.inputs for call in eng.state.calls] == [{"x": nested(20)}]
+    assert len(eng.state.steps) == 1
+
+
 @pytest.mark.parametrize(
     "options",
     [{"max_depth": 0}, {"max_depth": 201}, {"max_depth": True}, {"max_values": 0}, {"max_values": 1.5}],
