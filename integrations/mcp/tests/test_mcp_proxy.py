@@ -275,6 +275,16 @@ def test_http_options_need_listen(capsys: pytest.CaptureFixture[str]) -> None:
     for flag in ("--shared-engagement", "--insecure-open"):
         assert main(["--spec", str(SPEC), flag, "--", sys.executable, str(SHOP_SERVER)]) == 2
         assert "apply to --listen only" in capsys.readouterr().err
+    for limit, why in [
+        (
+            ["--header-timeout", "3"],
+            "the limits (--header-timeout, --max-body-bytes, ...) apply to --listen only",
+        ),
+        (["--max-body-bytes", "10"], "apply to --listen only"),
+        (["--max-connections", "0"], "max_connections must be positive"),
+    ]:
+        assert main(["--spec", str(SPEC), *limit, "--", sys.executable, str(SHOP_SERVER)]) == 2
+        assert why in capsys.readouterr().err
 
 
 async def test_with_a_token_every_http_request_must_carry_it(

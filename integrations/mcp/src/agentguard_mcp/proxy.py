@@ -54,6 +54,9 @@ REALM = "agentguard-mcp-proxy"
 MAX_BODY_BYTES = 4 * 1024 * 1024
 """The largest request body over HTTP by default: the MCP SDK's own default (``--max-body-bytes``)."""
 
+BODY_TIMEOUT = 10.0
+"""Seconds a request's whole body has over HTTP by default (``--body-timeout``)."""
+
 EXPOSURE = "call the guarded tools"
 """What anyone who can reach a proxy without a token could do."""
 
@@ -193,7 +196,7 @@ async def serve(
     insecure_open: bool = False,
     limits: serving.ServerLimits | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
-    body_timeout: float = 10.0,
+    body_timeout: float = BODY_TIMEOUT,
 ) -> None:
     """Serve over stdio, or over streamable HTTP on ``listen`` (``HOST:PORT``), where every request must
     carry ``token`` when there is one (:class:`RequireBearerToken`). Without a token only a loopback address
@@ -240,6 +243,12 @@ def _listening(args: argparse.Namespace) -> tuple[str | None, serving.ServerLimi
                 None,
                 "--token-env, --insecure-open, --shared-engagement and --shared-upstream apply to --listen only",
             )
+        try:
+            bounded = (serving.limits_from_args(args), args.max_body_bytes, args.body_timeout)
+        except ValueError as exc:
+            return None, None, str(exc)
+        if bounded != (serving.ServerLimits(), MAX_BODY_BYTES, BODY_TIMEOUT):
+            return None, None, "the limits (--header-timeout, --max-body-bytes, ...) apply to --listen only"
         return None, None, None
     try:
         host, _ = _host_port(args.listen)
@@ -315,7 +324,7 @@ def _parser() -> argparse.ArgumentParser:
         help="ask the MCP client, through elicitation, to approve the calls the spec puts under require_review "
         "(the proxy has no reviewer of its own: without this, such a spec is refused at start-up)",
     )
-    serving.add_limit_options(parser, max_body_bytes=MAX_BODY_BYTES)
+    serving.add_limit_options(parser, max_body_bytes=MAX_BODY_BYTES, body_timeout=BODY_TIMEOUT)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the server command and its arguments")
     return parser
 
