@@ -126,7 +126,19 @@ def guardrail_decision(step: StepRecord, blocked: Decision | None) -> tuple[str,
 
 
 def _text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return _utf8(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str))
+
+
+def _utf8(text: str) -> str:
+    """``text`` with each lone surrogate (what JSON's ``"\\ud800"`` reads as) made U+FFFD: an OTLP exporter
+    cannot encode one, and drops the whole attribute (logging an error) rather than send it."""
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
 
 
 def tool_content(record: CallRecord, *, with_result: bool) -> dict[str, AttributeValue]:
@@ -158,6 +170,6 @@ def step_content(step: StepRecord) -> dict[str, AttributeValue]:
             text = "".join(
                 p["text"] for p in parts if isinstance(p, Mapping) and isinstance(p.get("text"), str)
             )
-            return {"gen_ai.security.content.input.value": text}
+            return {"gen_ai.security.content.input.value": _utf8(text)}
     judged = {key: value for key, value in params.items() if key != "context"}
     return {"gen_ai.security.content.input.value": _text(judged)}

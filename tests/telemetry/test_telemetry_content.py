@@ -60,6 +60,28 @@ def test_content_is_recorded_when_asked_for(otel: Otel) -> None:
     assert message["gen_ai.security.content.input.value"] == "MESSAGE-MARK"
 
 
+def test_content_with_a_lone_surrogate_is_exported_whole(
+    otel: Otel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """JSON's "\\ud800" reads as a lone surrogate, which UTF-8 cannot carry: the OTLP exporter dropped each
+    such attribute (logging "Failed to encode key"). It is recorded with U+FFFD in its place."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    guard = otel.guard(SPEC, capture_content=True)
+    lookup = guard.tool(name="lookup")(lambda query: f"result for {query}")
+    with guard.engagement() as eng:
+        lookup(query="A\ud800B")
+        eng.report_message("user", "C\udfffD")
+    attributes = dict(otel.span("execute_tool lookup").attributes or {})
+    assert attributes["gen_ai.tool.call.arguments"] == '{"query": "A\ufffdB"}'
+    assert attributes["gen_ai.tool.call.result"] == "result for A\ufffdB"
+    message = dict(otel.span("apply_guardrail llm_input").attributes or {})
+    assert message["gen_ai.security.content.input.value"] == "C\ufffdD"
+    encoded = encode_spans(otel.spans()).SerializeToString()
+    assert "A\ufffdB".encode() in encoded
+    assert "Failed to encode" not in caplog.text
+
+
 @pytest.mark.parametrize(
     ("value", "captured"), [("true", True), ("TRUE", True), ("false", False), ("", False)]
 )
