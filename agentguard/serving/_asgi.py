@@ -69,8 +69,8 @@ class RequireBearerToken:
     """
 
     def __init__(self, app: ASGIApp, token: str, *, realm: str, refuse: Refusal = plain_refusal) -> None:
-        if not token:
-            raise ValueError("the bearer token is empty")
+        if type(token) is not str or not token:
+            raise ValueError(f"the bearer token must be a non-empty str, not {token!r:.20}")
         self.app = app
         self.realm = realm
         self.refuse = refuse
@@ -107,7 +107,7 @@ class BodyDeadline:
     """
 
     def __init__(self, app: ASGIApp, seconds: float, *, refuse: Refusal = plain_refusal) -> None:
-        if not (math.isfinite(seconds) and seconds > 0):
+        if isinstance(seconds, bool) or not (math.isfinite(seconds) and seconds > 0):
             raise ValueError("the body deadline must be a positive, finite number of seconds")
         self.app = app
         self.seconds = seconds

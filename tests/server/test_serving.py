@@ -115,9 +115,10 @@ async def test_lifespan_passes_a_websocket_without_the_token_is_closed_and_any_o
     assert inner.scopes == ["lifespan"]
 
 
-def test_an_empty_token_is_refused() -> None:
-    with pytest.raises(ValueError, match="empty"):
-        RequireBearerToken(App(), "", realm="test")
+@pytest.mark.parametrize("token", ["", None, b"s3cret", 123])
+def test_a_token_that_is_not_a_non_empty_str_is_refused(token: Any) -> None:
+    with pytest.raises(ValueError, match="non-empty str"):
+        RequireBearerToken(App(), token, realm="test")
 
 
 @settings(max_examples=300, deadline=None)
@@ -199,7 +200,7 @@ async def test_other_connections_pass_untimed() -> None:
     assert inner.scopes == ["lifespan"]
 
 
-@pytest.mark.parametrize("seconds", [0, -1, math.nan, math.inf])
+@pytest.mark.parametrize("seconds", [0, -1, math.nan, math.inf, True])
 def test_the_deadline_must_be_positive_and_finite(seconds: float) -> None:
     with pytest.raises(ValueError, match="positive, finite"):
         BodyDeadline(App(), seconds)
