@@ -718,11 +718,34 @@ def _notice(denial: GuardianDenied) -> str:
     return f"The response was blocked by agentguard: {denial}"
 
 
+_PLAIN_METADATA = frozenset(
+    {"finish_reason", "model", "model_name", "model_provider", "stop_reason", "system_fingerprint"}
+)
+"""What a rewritten answer keeps of the provider's ``response_metadata``: what names the model and why it
+stopped, nothing that holds the text (``logprobs`` lists its tokens)."""
+
+
 def _guarded_answer(message: AIMessage, new: str | GuardianDenied) -> AIMessage:
-    """The message with its guarded text; a denied one is replaced by a notice without tool calls."""
+    """The message with its guarded text; a denied one is replaced by a notice without tool calls.
+
+    A final answer the checks rewrote is its new text alone: its other blocks (reasoning, images), the
+    provider's extra fields (a refusal, audio, parsed output) and the tokens' logprobs may hold what the
+    checks took out of the text, which they never saw (as a rewritten tool answer keeps no artifact). Text
+    beside tool calls keeps the rest of its message: providers need a turn's reasoning sent back with its
+    calls.
+    """
     if isinstance(new, GuardianDenied):
         return AIMessage(content=_notice(new), id=message.id)
-    return with_text(message, new)
+    if message.tool_calls:
+        return with_text(message, new)
+    metadata = {key: value for key, value in message.response_metadata.items() if key in _PLAIN_METADATA}
+    return AIMessage(
+        content=new,
+        id=message.id,
+        name=message.name,
+        response_metadata=metadata,
+        usage_metadata=message.usage_metadata,
+    )
 
 
 def _guarded_tool_answer(message: ToolMessage, text: str, new: str | GuardianDenied) -> ToolMessage:
