@@ -19,7 +19,7 @@ from agentguard._httputil import bearer_challenge
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["BodyDeadline", "RequireBearerToken"]
+__all__ = ["BodyDeadline", "Refusal", "RequireBearerToken", "json_refusal", "plain_refusal"]
 
 Refusal = Callable[[int, str, list[tuple[bytes, bytes]]], "ASGIApp"]
 """``(status, message, headers) -> the ASGI app that answers``: how an app's errors look (plain JSON, a
@@ -70,7 +70,8 @@ class RequireBearerToken:
 
     def __init__(self, app: ASGIApp, token: str, *, realm: str, refuse: Refusal = plain_refusal) -> None:
         if type(token) is not str or not token:
-            raise ValueError(f"the bearer token must be a non-empty str, not {token!r:.20}")
+            kind = "an empty str" if token == "" else type(token).__name__  # never the token itself: a secret
+            raise ValueError(f"the bearer token must be a non-empty str, not {kind}")
         self.app = app
         self.realm = realm
         self.refuse = refuse

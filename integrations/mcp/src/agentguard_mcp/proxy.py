@@ -174,7 +174,12 @@ class Upstreams:
 def _jsonrpc_error(status: int, message: str) -> dict[str, Any]:
     """A refusal over HTTP, as a JSON-RPC error without an id (the request was not read)."""
     code = -32001 if status == 401 else -32000
-    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": f"{message}: {_WHY[status]}"}}
+    why = _WHY.get(status)
+    return {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": code, "message": f"{message}: {why}" if why else message},
+    }
 
 
 _WHY = {401: "this proxy needs its bearer token", 408: "send the request body sooner"}
