@@ -12,7 +12,7 @@ import argparse
 import logging
 
 from agentguard._httputil import is_loopback
-from agentguard.serving._limits import add_limit_options
+from agentguard.serving import add_limit_options
 
 __all__ = ["LOG_LEVELS", "add_listen_options", "start_logging"]
 

@@ -123,23 +123,24 @@ class _Converter:
         cls = type(value)
         if cls in _PRIMITIVE:
             return value
-        if cls is dict or cls is list:  # the common containers first, a flat one copied at once
-            if depth == 0:
-                raise self._too_deep()
+        if (
+            cls is not dict and cls is not list and isinstance(value, _KEPT)
+        ):  # no ABC check for the common two
+            return value
+        if depth == 0:
+            raise ValueTooComplex(f"is nested deeper than {self.max_depth} levels (ValueLimits.max_depth)")
+        if cls is list:  # the common containers first, a flat one copied at once
             self._count(len(value))
-            if cls is list:
-                for item in value:
-                    if type(item) not in _PRIMITIVE:
-                        return [self.convert(v, depth - 1) for v in value]
-                return list(value)
+            for item in value:
+                if type(item) not in _PRIMITIVE:
+                    return [self.convert(v, depth - 1) for v in value]
+            return list(value)
+        if cls is dict:
+            self._count(len(value))
             for key, item in value.items():
                 if type(item) not in _PRIMITIVE or type(key) is not str:
                     return {str(k): self.convert(v, depth - 1) for k, v in value.items()}
             return dict(value)
-        if isinstance(value, _KEPT):
-            return value
-        if depth == 0:
-            raise self._too_deep()
         if isinstance(value, Mapping):
             self._count(len(value))
             return {str(k): self.convert(v, depth - 1) for k, v in value.items()}
@@ -154,9 +155,6 @@ class _Converter:
             self._count(len(fields))
             return {name: self.convert(getattr(value, name), depth - 1) for name in fields}
         return str(value)
-
-    def _too_deep(self) -> ValueTooComplex:
-        return ValueTooComplex(f"is nested deeper than {self.max_depth} levels (ValueLimits.max_depth)")
 
     def _count(self, values: int) -> None:
         self.left -= values
@@ -253,7 +251,9 @@ def plain_copy(value: Any, *, owned: bool = False, limits: ValueLimits = DEFAULT
             return value if owned else dict(value)
     elif cls in _PRIMITIVE:
         return value
-    return to_plain(value, owned=owned, limits=limits) if is_plain(value, limits) else NOT_PLAIN
+    # Not is_plain: its fast path is the one above, which this value has already failed.
+    plain = _survey(value, limits, plain=True) is None
+    return to_plain(value, owned=owned, limits=limits) if plain else NOT_PLAIN
 
 
 one_shot = unfaithful

@@ -70,7 +70,7 @@ from agentguard.aos import AmbiguousJSON, strict_json
 from agentguard.errors import ConfigurationError
 from agentguard.guard import Guard
 from agentguard.policy import Reviewer
-from agentguard.serving._asgi import RequireBearerToken
+from agentguard.serving import RequireBearerToken
 
 from ._agents import ServedAgent, load_agents
 from ._runs import Runner, Runs

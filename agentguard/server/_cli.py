@@ -32,7 +32,7 @@ from agentguard._lazy import import_object
 from agentguard._servecli import add_listen_options, start_logging
 from agentguard.errors import ConfigurationError, SpecError
 from agentguard.remote import attach_remote_agents
-from agentguard.serving._limits import exposure_problem, limits_from_args, token_from_env
+from agentguard.serving import exposure_problem, limits_from_args, token_from_env
 
 from ._agents import load_agents
 

@@ -3,8 +3,8 @@ uses this.
 
 :func:`serve` runs in the foreground (the command lines, ``--workers N`` included); :func:`aserve` in an event
 loop already running (the MCP proxy's); :func:`serve_in_thread` on a background thread, for tests, demos and
-benchmarks in one process. Either way the connections are
-bounded by a uvicorn HTTP protocol that adds what uvicorn lacks (as of 0.5x):
+benchmarks in one process. Either way the connections are bounded by a uvicorn HTTP protocol that adds what
+uvicorn lacks (as of 0.5x):
 
 - a **head deadline**: a connection that has not delivered a complete request head ``header_timeout``
   seconds after it opened, or after its previous response, is closed. uvicorn only times the idle gap

@@ -253,7 +253,7 @@ def create_app(
     while it keeps up). ``version`` is what ``ping`` reports (default: agentguard's version).
     ``tracer_provider`` makes the SERVER spans (default: the global tracer provider). The connection limits
     (head deadline, connection cap, keep-alive) are the server's: :func:`serve_in_thread` / the command line,
-    with :class:`~agentguard._servecli.ServerLimits`.
+    with :class:`~agentguard.serving.ServerLimits`.
     """
     if max_body_bytes < 1 or body_timeout <= 0 or rule_threads < 1:
         raise ValueError("max_body_bytes, body_timeout and rule_threads must be positive")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentguard._servecli import add_listen_options, start_logging
 from agentguard.errors import SpecError
-from agentguard.serving._limits import exposure_problem, limits_from_args, token_from_env
+from agentguard.serving import exposure_problem, limits_from_args, token_from_env
 
 from ._rules import load_rules
 

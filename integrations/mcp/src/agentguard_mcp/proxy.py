@@ -57,6 +57,9 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 BODY_TIMEOUT = 10.0
 """Seconds a request's whole body has over HTTP by default (``--body-timeout``)."""
 
+_DEFAULT_LIMITS = (serving.ServerLimits(), MAX_BODY_BYTES, BODY_TIMEOUT)
+"""The HTTP limits when no option sets them: on stdio, any other is a mistake."""
+
 EXPOSURE = "call the guarded tools"
 """What anyone who can reach a proxy without a token could do."""
 
@@ -241,28 +244,24 @@ def _host_port(listen: str) -> tuple[str, int]:
 def _listening(args: argparse.Namespace) -> tuple[str | None, serving.ServerLimits | None, str | None]:
     """The bearer token the HTTP server requires (``None``: none) and its limits, or the reason it must not
     start."""
-    if args.listen is None:
-        if args.token_env or args.insecure_open or args.shared_engagement or args.shared_upstream:
-            return (
-                None,
-                None,
-                "--token-env, --insecure-open, --shared-engagement and --shared-upstream apply to --listen only",
-            )
-        try:
-            bounded = (serving.limits_from_args(args), args.max_body_bytes, args.body_timeout)
-        except ValueError as exc:
-            return None, None, str(exc)
-        if bounded != (serving.ServerLimits(), MAX_BODY_BYTES, BODY_TIMEOUT):
-            return None, None, "the limits (--header-timeout, --max-body-bytes, ...) apply to --listen only"
-        return None, None, None
     try:
-        host, _ = _host_port(args.listen)
-        token = serving.token_from_env(args.token_env)
         limits = serving.limits_from_args(args)
         if not args.max_body_bytes > 0:
             raise ValueError("--max-body-bytes must be positive")
         if not (math.isfinite(args.body_timeout) and args.body_timeout > 0):
             raise ValueError("--body-timeout must be a positive number of seconds")
+        if args.listen is None:
+            if args.token_env or args.insecure_open or args.shared_engagement or args.shared_upstream:
+                raise ValueError(
+                    "--token-env, --insecure-open, --shared-engagement and --shared-upstream apply to --listen only"
+                )
+            if (limits, args.max_body_bytes, args.body_timeout) != _DEFAULT_LIMITS:
+                raise ValueError(
+                    "the limits (--header-timeout, --max-body-bytes, ...) apply to --listen only"
+                )
+            return None, None, None
+        host, _ = _host_port(args.listen)
+        token = serving.token_from_env(args.token_env)
     except ValueError as exc:
         return None, None, str(exc)
     return (
