@@ -70,7 +70,7 @@ from agentguard.aos import AmbiguousJSON, strict_json
 from agentguard.errors import ConfigurationError
 from agentguard.guard import Guard
 from agentguard.policy import Reviewer
-from agentguard.serving import RequireBearerToken
+from agentguard.serving import RequireBearerToken, require_bounds
 
 from ._agents import ServedAgent, load_agents
 from ._runs import Runner, Runs
@@ -302,8 +302,12 @@ def create_app(
     Raises :class:`~agentguard.SpecError` listing every problem of a spec directory, and
     :class:`~agentguard.ConfigurationError` for two agents of one name.
     """
-    if max_body_bytes < 1 or body_timeout <= 0 or max_concurrency < 1 or run_timeout <= 0:
-        raise ValueError("max_body_bytes, body_timeout, max_concurrency and run_timeout must be positive")
+    require_bounds(
+        max_body_bytes=max_body_bytes,
+        body_timeout=body_timeout,
+        max_concurrency=max_concurrency,
+        run_timeout=run_timeout,
+    )
     served = _served(agents)
     if store is None:  # not `store or ...`: an empty store is falsy
         store = MemoryEngagementStore()

@@ -8,6 +8,7 @@ decided here holds for each of them:
 - :class:`ServerLimits`: what one client may hold of a server (a deadline for each request head, a cap on
   open connections, keep-alive, head size, graceful shutdown), applied by the uvicorn protocol
   :class:`BoundedConfig` installs; :func:`add_limit_options` / :func:`limits_from_args` on a command line;
+  :func:`require_bounds` for an app's own limits (a body's size and deadline);
 - :func:`exposure_problem`: a server without a token listens on loopback only, unless told it is open;
 - :class:`RequireBearerToken` and :class:`BodyDeadline`: ASGI middleware for an app that does not check the
   token or bound its body's time itself;
@@ -29,7 +30,14 @@ from typing import TYPE_CHECKING
 from agentguard._httputil import bearer_challenge, is_loopback
 from agentguard._lazy import lazy_attributes
 
-from ._limits import ServerLimits, add_limit_options, exposure_problem, limits_from_args, token_from_env
+from ._limits import (
+    ServerLimits,
+    add_limit_options,
+    exposure_problem,
+    limits_from_args,
+    require_bounds,
+    token_from_env,
+)
 
 if TYPE_CHECKING:
     from ._asgi import BodyDeadline, Refusal, RequireBearerToken, json_refusal, plain_refusal
@@ -51,6 +59,7 @@ __all__ = [
     "json_refusal",
     "limits_from_args",
     "plain_refusal",
+    "require_bounds",
     "serve",
     "serve_in_thread",
     "token_from_env",

@@ -8,13 +8,14 @@ token too, and a body that has not all arrived by its deadline ends the request,
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from agentguard._httputil import bearer_challenge
+
+from ._limits import require_bounds
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -108,8 +109,7 @@ class BodyDeadline:
     """
 
     def __init__(self, app: ASGIApp, seconds: float, *, refuse: Refusal = plain_refusal) -> None:
-        if isinstance(seconds, bool) or not (math.isfinite(seconds) and seconds > 0):
-            raise ValueError("the body deadline must be a positive, finite number of seconds")
+        require_bounds(seconds=seconds)
         self.app = app
         self.seconds = seconds
         self.refuse = refuse

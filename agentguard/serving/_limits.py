@@ -11,12 +11,20 @@ True
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from dataclasses import dataclass, fields
 
 from agentguard._httputil import is_loopback
 
-__all__ = ["ServerLimits", "add_limit_options", "exposure_problem", "limits_from_args", "token_from_env"]
+__all__ = [
+    "ServerLimits",
+    "add_limit_options",
+    "exposure_problem",
+    "limits_from_args",
+    "require_bounds",
+    "token_from_env",
+]
 
 
 @dataclass(frozen=True)
@@ -44,9 +52,20 @@ class ServerLimits:
     graceful_shutdown_timeout: float = 10.0
 
     def __post_init__(self) -> None:
-        for limit in fields(self):
-            if not getattr(self, limit.name) > 0:
-                raise ValueError(f"{limit.name} must be positive")
+        require_bounds(**{limit.name: getattr(self, limit.name) for limit in fields(self)})
+
+
+def require_bounds(**limits: float) -> None:
+    """``ValueError`` naming the first of ``limits`` that bounds nothing: a limit must be a number above zero
+    and finite. ``nan <= 0`` is false, so a check written as ``limit <= 0`` lets NaN through, and a deadline
+    of NaN or infinity never expires; ``True`` is 1 to Python, never meant as a limit."""
+    for name, value in limits.items():
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not (value > 0 and math.isfinite(value))
+        ):
+            raise ValueError(f"{name} must be positive and finite, not {value!r}")
 
 
 def exposure_problem(

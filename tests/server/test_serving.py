@@ -5,6 +5,7 @@ request body's total deadline. The servers that use them are tested against real
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from agentguard.serving import BodyDeadline, RequireBearerToken, json_refusal
+from agentguard.serving import BodyDeadline, RequireBearerToken, ServerLimits, json_refusal
 from agentguard.serving import _limits as limits
 
 Message = dict[str, Any]
@@ -203,8 +204,39 @@ async def test_other_connections_pass_untimed() -> None:
 
 @pytest.mark.parametrize("seconds", [0, -1, math.nan, math.inf, True])
 def test_the_deadline_must_be_positive_and_finite(seconds: float) -> None:
-    with pytest.raises(ValueError, match="positive, finite"):
+    with pytest.raises(ValueError, match="seconds must be positive and finite"):
         BodyDeadline(App(), seconds)
+
+
+UNBOUNDED = [0, -1, math.nan, math.inf, True, "10"]
+"""Limits that bound nothing: NaN slipped past the servers' ``limit <= 0`` checks, infinity past every one."""
+
+
+@pytest.mark.parametrize("value", UNBOUNDED)
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(ServerLimits)])
+def test_server_limits_refuse_a_limit_that_bounds_nothing(field: str, value: Any) -> None:
+    with pytest.raises(ValueError, match=f"^{field} must be positive and finite, not "):
+        ServerLimits(**{field: value})
+
+
+@pytest.mark.parametrize("value", UNBOUNDED)
+@pytest.mark.parametrize("option", ["max_body_bytes", "body_timeout", "rule_threads"])
+def test_the_guardian_app_refuses_a_limit_that_bounds_nothing(option: str, value: Any) -> None:
+    from agentguard.guardian.server import GuardianRules, create_app
+
+    with pytest.raises(ValueError, match=f"^{option} must be positive and finite"):
+        create_app(GuardianRules(), **{option: value})
+
+
+@pytest.mark.parametrize("value", UNBOUNDED)
+@pytest.mark.parametrize("option", ["max_body_bytes", "body_timeout", "max_concurrency", "run_timeout"])
+def test_the_openagentspec_app_refuses_a_limit_that_bounds_nothing(option: str, value: Any) -> None:
+    from agentguard import Guard
+    from agentguard.server import create_app
+    from tests.server.support import SHOP_SPEC, shop_runner
+
+    with pytest.raises(ValueError, match=f"^{option} must be positive and finite"):
+        create_app([Guard.from_yaml(SHOP_SPEC)], shop_runner, **{option: value})
 
 
 async def test_behind_a_real_server_the_middlewares_compose() -> None:

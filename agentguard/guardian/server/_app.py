@@ -43,6 +43,7 @@ from agentguard import __version__
 from agentguard._httputil import bearer_challenge, declared_too_large, is_json_media_type
 from agentguard.aos import ErrorCode
 from agentguard.guardian._tracing import ServerSpan, ServerTracing
+from agentguard.serving import require_bounds
 
 from ._deadlines import Deadlines
 from ._dispatch import Dispatcher, error_body
@@ -255,8 +256,7 @@ def create_app(
     (head deadline, connection cap, keep-alive) are the server's: :func:`serve_in_thread` / the command line,
     with :class:`~agentguard.serving.ServerLimits`.
     """
-    if max_body_bytes < 1 or body_timeout <= 0 or rule_threads < 1:
-        raise ValueError("max_body_bytes, body_timeout and rule_threads must be positive")
+    require_bounds(max_body_bytes=max_body_bytes, body_timeout=body_timeout, rule_threads=rule_threads)
     return GuardianApp(
         Dispatcher(rules, version),
         token,

@@ -88,8 +88,9 @@ def test_the_connection_cap_holds_and_frees_up() -> None:
     [
         ("--header-timeout", "0", "header_timeout must be positive"),
         ("--max-connections", "-1", "max_connections must be positive"),
-        ("--body-timeout", "nan", "--body-timeout must be a positive number"),
-        ("--body-timeout", "inf", "--body-timeout must be a positive number"),
+        ("--body-timeout", "nan", "--body-timeout must be positive and finite"),
+        ("--body-timeout", "inf", "--body-timeout must be positive and finite"),
+        ("--header-timeout", "inf", "header_timeout must be positive and finite"),
         ("--max-body-bytes", "0", "--max-body-bytes must be positive"),
     ],
 )

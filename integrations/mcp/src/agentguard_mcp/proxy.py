@@ -20,7 +20,6 @@ beyond loopback only with a bearer token (``--token-env``) or ``--insecure-open`
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -246,10 +245,9 @@ def _listening(args: argparse.Namespace) -> tuple[str | None, serving.ServerLimi
     start."""
     try:
         limits = serving.limits_from_args(args)
-        if not args.max_body_bytes > 0:
-            raise ValueError("--max-body-bytes must be positive")
-        if not (math.isfinite(args.body_timeout) and args.body_timeout > 0):
-            raise ValueError("--body-timeout must be a positive number of seconds")
+        serving.require_bounds(
+            **{"--max-body-bytes": args.max_body_bytes, "--body-timeout": args.body_timeout}
+        )
         if args.listen is None:
             if args.token_env or args.insecure_open or args.shared_engagement or args.shared_upstream:
                 raise ValueError(
