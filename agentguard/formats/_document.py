@@ -34,6 +34,7 @@ from agentguard.spec import (
     field_problem,
     in_file_order,
     locate,
+    lone_surrogate,
     read_text_file,
     read_yaml,
 )
@@ -202,4 +203,30 @@ def _read_json(text: str, source: str, limits: LoadLimits) -> Document:
     read = read_yaml(text, source, limits=limits)
     if read.over_limit:  # a JSON document is held to the same bounds as a YAML one
         return Document(source, None, problems=read.problems)
-    return Document(source, data, read.positions if read.readable and not read.findings else {})
+    doc = Document(source, data, read.positions if read.readable and not read.findings else {})
+    _refuse_lone_surrogates(doc)
+    return doc
+
+
+def _refuse_lone_surrogates(doc: Document) -> None:
+    """Report every key and string of a JSON document that is not valid Unicode, as ``read_yaml`` does.
+
+    JSON may escape half a character (``"\\ud800"``) and :mod:`json` decodes it; kept, it would make every
+    later UTF-8 encoding of the descriptor (a guardian request, an audit report) fail at run time.
+    Iterative: the decoder's nesting limit is deeper than this function's recursion would be allowed.
+    """
+    pending: list[tuple[FieldPath, object]] = [((), doc.data)]
+    while pending:
+        path, value = pending.pop()
+        if isinstance(value, str):
+            reason = lone_surrogate(value)
+            if reason is not None:
+                doc.error(path, reason)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                reason = lone_surrogate(key)
+                if reason is not None:
+                    doc.error((*path, key), reason)
+                pending.append(((*path, key), item))
+        elif isinstance(value, list):
+            pending.extend(((*path, index), item) for index, item in enumerate(value))

@@ -40,7 +40,8 @@ wrong at run time: a capability name with a typo, ``user.mail``, a reviewer a bu
 runaway aliases reported as problems named like the loader's (:func:`dotted`, :func:`field_problem`), and
 a model's validation errors worded like the loader's (:func:`validation_reason`: "did you mean" included).
 :class:`LoadLimits` bounds what reading one document may cost (size, nodes, alias expansion, CEL source);
-:func:`read_text_file` reads a file only when it is within them.
+:func:`read_text_file` reads a file only when it is within them. :func:`lone_surrogate` says why a string
+is not valid Unicode, for readers of other syntaxes (JSON) to refuse what ``read_yaml`` refuses.
 """
 
 from ._lint import SpecFindings, lint_spec
@@ -78,6 +79,7 @@ from ._yaml import (
     field_problem,
     in_file_order,
     locate,
+    lone_surrogate,
     read_text_file,
     read_yaml,
 )
@@ -115,6 +117,7 @@ __all__ = [
     "load_spec",
     "load_spec_text",
     "locate",
+    "lone_surrogate",
     "parse_reference",
     "parse_spec",
     "read_text_file",

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr
 
 from ._names import parse_reference, validate_name
+from ._yaml import lone_surrogate
 
 __all__ = [
     "KIND",
@@ -41,10 +42,37 @@ def _check_reference(value: str) -> str:
     return value
 
 
-def _check_not_blank(value: str) -> str:
+def _check_text(value: str) -> str:
     if not value.strip():
         raise ValueError("must not be empty")
+    surrogate = lone_surrogate(value)  # a spec built in code is not read by read_yaml, which refuses these
+    if surrogate is not None:
+        raise ValueError(surrogate)
     return value
+
+
+def _check_agent_names(capabilities: dict[str, Capability]) -> dict[str, Capability]:
+    """Refuse a remote agent whose name another capability also uses.
+
+    The runtime calls a remote agent ``oagent://host/path/name``, and the Engagement records it, by its name
+    alone (``recent["name"]``), so a second capability of that name -- another remote agent, the local
+    ``oagent://name`` or a bare ``name`` -- would take over its calls and its restrictions would never apply.
+    A bare name and ``oagent://name`` may share a name: the spec itself tells the tool from the agent.
+    """
+    remote: dict[str, str] = {}
+    others: dict[str, str] = {}
+    for key in capabilities:
+        reference = parse_reference(key)
+        first = remote.get(reference.name) or (
+            others.get(reference.name) if reference.kind == "remote" else None
+        )
+        if first is not None:
+            raise ValueError(
+                f"{first!r} and {key!r} both name the agent {reference.name!r}; a remote agent is called and "
+                f'recorded by its name (recent["{reference.name}"]), so no other capability may use that name'
+            )
+        (remote if reference.kind == "remote" else others).setdefault(reference.name, key)
+    return capabilities
 
 
 def _none_as_empty(value: object) -> object:
@@ -58,8 +86,8 @@ _Name = Annotated[str, AfterValidator(_check_name)]
 _ReferenceText = Annotated[str, AfterValidator(_check_reference)]
 """A reference to a tool or agent in one of the three forms of :func:`~agentguard.spec.parse_reference`."""
 
-_Text = Annotated[str, AfterValidator(_check_not_blank)]
-"""A string the spec requires to carry content: empty or whitespace-only is rejected."""
+_Text = Annotated[str, AfterValidator(_check_text)]
+"""A string the spec requires to carry content: empty, whitespace-only or not valid Unicode is rejected."""
 
 
 class _SpecModel(BaseModel):
@@ -129,7 +157,10 @@ class AgentSpec(_SpecModel):
     description: _Text
     intent: _Text
     owner: _Text
-    capabilities: dict[_ReferenceText, Annotated[Capability, BeforeValidator(_none_as_empty)]]
+    capabilities: Annotated[
+        dict[_ReferenceText, Annotated[Capability, BeforeValidator(_none_as_empty)]],
+        AfterValidator(_check_agent_names),
+    ]
     guardrails: Guardrails | None = None
     exposes: dict[str, _Text] | None = None
     """Key -> CEL selection over the Engagement, returned to the calling user alongside the result."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ __all__ = [
     "field_problem",
     "in_file_order",
     "locate",
+    "lone_surrogate",
     "read_text_file",
     "read_yaml",
 ]
@@ -101,6 +103,10 @@ DEFAULT_LIMITS = LoadLimits()
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_NULL_TAG = "tag:yaml.org,2002:null"
+_NULL_SPELLING = re.compile("|~|null|Null|NULL")
+"""How YAML writes null; under an explicit ``!!null`` tag any other text would be dropped unread."""
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -360,12 +366,22 @@ class _Builder:
                 f"the document expands to more than {self._limits.max_expanded_chars} characters of keys "
                 "and values (through aliases?) (LoadLimits.max_expanded_chars)"
             )
+        surrogate = lone_surrogate(node.value)
+        if surrogate is not None:
+            return self._fail(node, path, surrogate)
+        if node.tag == _NULL_TAG and not _NULL_SPELLING.fullmatch(node.value):
+            # `assertion: !!null "recent..."` shows an assertion and would load none.
+            return self._fail(node, path, f"the tag {node.tag!r} would discard the value {node.value!r}")
         try:
             return self._loader.construct_object(node, deep=True)
         except yaml.MarkedYAMLError as exc:
             return self._fail(node, path, _yaml_reason(exc))
         except (ValueError, OverflowError) as exc:  # e.g. the timestamp 2024-02-30
             return self._fail(node, path, f"invalid value {node.value!r}: {exc}")
+        except (LookupError, AttributeError, TypeError):
+            # PyYAML's constructors fail so on an explicit tag they cannot read: `!!bool maybe` (KeyError),
+            # `!!timestamp x` (AttributeError), `!!int ''` (IndexError).
+            return self._fail(node, path, f"invalid value {node.value!r} for the tag {node.tag!r}")
 
     def _sequence(self, node: SequenceNode, path: FieldPath) -> object:
         if node.tag != _SEQ_TAG:
@@ -382,8 +398,14 @@ class _Builder:
         result: dict[object, object] = {}
         first_seen: dict[object, int] = {}
         merges: list[Node] = []
+        first_merge = 0
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE_TAG:
+                if merges:  # a second `<<` would silently lose to the first, whatever a reader expects
+                    reason = f"duplicate key '<<' (first defined on line {first_merge})"
+                    self.findings.append(Finding((*path, "<<"), reason, _mark(key_node)))
+                    continue
+                first_merge = key_node.start_mark.line + 1
                 merges.append(value_node)
                 continue
             if not isinstance(key_node, ScalarNode):
@@ -430,6 +452,18 @@ class _Builder:
                 for where, mark in merged_positions.items():
                     if len(where) > depth and where[depth] == key:
                         self.positions[where] = mark
+
+
+def lone_surrogate(text: str) -> str | None:
+    """Why ``text`` is not valid Unicode (a ``\\uD800`` escape is half a character), or ``None``.
+
+    Such a string cannot be encoded as UTF-8: a CEL engine, a JSON encoder or a guardian would fail on it
+    later, at run time, rather than here with the field named.
+    """
+    found = _SURROGATE.search(text)
+    if found is None:
+        return None
+    return f"U+{ord(found.group()):04X} at character {found.start() + 1} is a lone surrogate, not a character"
 
 
 def _mark(node: Node) -> Position:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agentguard.errors import SpecError
 from agentguard.formats import detect_format, load_descriptor, parse_descriptor, read_document
@@ -91,3 +94,25 @@ def test_unreadable_file_is_one_problem(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as info:
         load_descriptor(tmp_path / "missing.json")
     assert info.value.problems[0].reason == "cannot read the file: No such file or directory"
+
+
+@pytest.mark.parametrize("encode", [json.dumps, lambda data: yaml.safe_dump(data, allow_unicode=False)])
+@pytest.mark.parametrize(
+    ("where", "field"), [("description", "description"), ("key", "tools.0.inputs.0.\ud800")]
+)
+def test_a_lone_surrogate_is_refused_in_json_as_in_yaml(
+    encode: Callable[[object], str], where: str, field: str
+) -> None:
+    """JSON may escape half a character (``\\ud800``); such a descriptor loaded and made every later UTF-8
+    encoding of it (a guardian request, an audit report) fail at run time."""
+    data = json.loads(fixture("autonomous.agentspec.json").read_text())
+    if where == "description":
+        data["description"] = "Archives \ud800 tickets."
+    else:
+        data["tools"][0]["inputs"][0]["\ud800"] = 1
+    with pytest.raises(SpecError) as info:
+        parse_descriptor(encode(data), source="a.json")
+    [problem] = info.value.problems
+    assert problem.source == "a.json"
+    assert problem.field == field
+    assert "lone surrogate" in problem.reason
