@@ -220,6 +220,12 @@ def _capability(
     if name[:1] == "_":  # would overwrite recent._name, history._list or history._total
         reason = f"{kind} name {name!r} is reserved: the Engagement's own members start with '_'"
         raise deny(ctx, state, step, CapabilityDenied(reason, capability=name, phase=Phase.INPUT))
+    if policy.two_rules(name, kind, ctx.tools):
+        reason = (
+            f"agent {name!r} has two capabilities in the spec, {name!r} and 'oagent://{name}' (no tool is named "
+            f"{name!r}, so both refer to the agent); it is called under neither"
+        )
+        raise deny(ctx, state, step, CapabilityDenied(reason, capability=name, phase=Phase.INPUT))
     mode = ctx.unknown_capability
     reason = f"{kind} {name!r} is not a capability of agent {policy.name!r}"
     if mode == "deny":
@@ -343,6 +349,12 @@ def tool_call_flow(
     call_id = call.call_id
     if call_id is not None and call_id in state.awaiting_review:
         # The host re-ran a call paused in output review: do not run the tool again.
+        other = _not_the_paused_call(state, call)
+        if other is not None:
+            step = new_step(state, "steps/toolCallRequest", name=call.name, call_id=call_id)
+            return observed(
+                ctx, state, step, shared(ctx, state, step, _refuse(ctx, state, step, other)), watchers
+            )
         if state.journal is not None:
             step = new_step(state, "steps/toolCallRequest", name=call.name, call_id=call_id)
             return observed(
@@ -493,6 +505,9 @@ def _resume_shared(ctx: Runtime, state: EngagementState, step: StepRecord, call:
     """A paused call resumed in a record kept in a store: claimed once across processes; paused in another
     process, it is finished here (the step and the rule are this process's)."""
     call_id = call.call_id or ""  # tool_call_flow came here only with one
+    other = _not_the_paused_call(state, call)  # as the store has it now (begin_shared may have reloaded it)
+    if other is not None:
+        raise deny(ctx, state, step, other)
     yield from claim_resume(ctx, state, step, call.name, call_id)
     resumed = state.resume_review(call_id)
     if resumed is None:  # another thread of this process resumed it meanwhile
@@ -504,6 +519,32 @@ def _resume_shared(ctx: Runtime, state: EngagementState, step: StepRecord, call:
         rule = ctx.policy.capability_for(record.name, record.kind, ctx.tools)
     allows = ctx.allows(rule, record.name) if rule is not None else None
     return (yield from _after_invoke(ctx, state, step, record, allows, call, output, resumed=True))
+
+
+def _not_the_paused_call(state: EngagementState, call: ToolCall) -> ReviewDenied | None:
+    """Why ``call`` may not resume the call paused in output review under its id (``None``: it may).
+
+    A call id is the host's or the model's to write, and a model may give two calls one id: a call of another
+    tool or agent under the paused call's id would be handed that call's held output, and its review. The
+    inputs are not compared: a guardian may have modified the paused call's, and the host resends its own.
+    """
+    paused = state.awaiting_review.get(call.call_id or "")
+    if paused is None:
+        return None
+    record = paused[1]
+    if record.name == call.name and record.kind == call.kind:
+        return None
+    reason = (
+        f"call id {call.call_id!r} is paused in output review for {record.kind} {record.name!r}: a call of "
+        f"{call.kind} {call.name!r} under the same id would take its held output"
+    )
+    return ReviewDenied(reason, capability=call.name, phase=Phase.INPUT)
+
+
+def _refuse(ctx: Runtime, state: EngagementState, step: StepRecord, error: PolicyViolation) -> Flow[Any]:
+    """A flow that only denies: driven like any other, so that observers see its step end, denied."""
+    raise deny(ctx, state, step, error)
+    yield  # unreachable: the yield makes this function a flow
 
 
 def _short_circuit(

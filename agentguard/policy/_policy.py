@@ -162,6 +162,8 @@ class Policy:
                 self._remote[ref.name] = rule
             else:
                 (self._agents if ref.kind == "agent" else self._bare)[ref.name] = rule
+        self._twice = frozenset(self._agents).intersection(self._bare)
+        """Names with a capability as ``name`` and another as ``oagent://name``: see :meth:`two_rules`."""
         guardrails = spec.guardrails
         self.input_guardrail = _guardrail(
             "input", guardrails.input if guardrails else None, compiled.guardrail_input
@@ -184,10 +186,20 @@ class Policy:
         """
         if kind == "tool":
             return self._bare.get(name)
+        if self.two_rules(name, kind, tool_names):
+            return None
         rule = self._agents.get(name)
         if rule is None and name not in tool_names:
             rule = self._bare.get(name)
         return rule if rule is not None else self._remote.get(name)
+
+    def two_rules(self, name: str, kind: str, tool_names: Container[str]) -> bool:
+        """Does the spec give agent ``name`` two capabilities? ``name`` and ``oagent://name`` both refer to the
+        agent when no tool is named ``name``, and may restrict it differently. Which tools exist is known only
+        when the agent is called, so the spec loads; :meth:`capability_for` finds no capability for such a
+        call, and the pipeline denies it whatever ``unknown_capability`` says: either rule alone could let
+        through what the other forbids."""
+        return kind != "tool" and name in self._twice and name not in tool_names
 
     @property
     def remote_agents(self) -> dict[str, Reference]:

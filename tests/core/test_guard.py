@@ -233,6 +233,66 @@ def test_sub_agent_is_a_capability_and_tool_wins_for_bare_names() -> None:
             billing_agent2()
 
 
+TWO_RULES = spec_text(
+    """
+    capabilities:
+      billing:
+        input_restriction:
+          assertion: recent["billing"].inputs.amount < 10
+      oagent://billing:
+    """
+)
+
+
+@pytest.mark.parametrize("mode", ["deny", "observe", "allow"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_an_agent_the_spec_names_twice_is_called_under_neither_rule(mode: str, asynchronous: bool) -> None:
+    """``billing`` and ``oagent://billing`` both refer to the agent when no tool is named ``billing``: the
+    unrestricted entry used to win, and ``billing(amount=1000)`` ran. Whatever ``unknown_capability`` says."""
+    guard = make_guard(TWO_RULES, unknown_capability=mode)
+    ran: list[int] = []
+
+    if asynchronous:
+
+        @guard.agent(name="billing")
+        async def billing(amount: int) -> str:
+            ran.append(amount)
+            return "billed"
+
+        def call(amount: int) -> Any:
+            return asyncio.run(billing(amount=amount))
+    else:
+
+        @guard.agent(name="billing")
+        def billing(amount: int) -> str:
+            ran.append(amount)
+            return "billed"
+
+        call = billing
+
+    with guard.engagement() as eng:
+        for amount in (1000, 1):
+            with pytest.raises(CapabilityDenied, match="two capabilities in the spec") as denied:
+                call(amount)
+            assert denied.value.phase is Phase.INPUT
+        assert ran == []
+        assert [d.outcome for s in eng.steps for d in s.decisions if d.rule is Rule.CAPABILITY] == [
+            Outcome.DENY,
+            Outcome.DENY,
+        ]
+
+    # With a tool named "billing", the bare entry is the tool's: the agent has one rule, oagent://billing.
+    guard = make_guard(TWO_RULES, unknown_capability=mode)
+    guard.tool(name="billing")(lambda amount: "tool")
+
+    @guard.agent(name="billing")
+    def agent(amount: int) -> str:
+        return "agent"
+
+    with guard.engagement():
+        assert agent(amount=1000) == "agent"
+
+
 # -- restrictions ---------------------------------------------------------------------------------------
 
 
@@ -1032,3 +1092,48 @@ def test_reviewer_introspection() -> None:
     guard.add_review_gate("lookup", "ops")
     assert guard.reviewer_ids == {"supervisor"}
     assert guard.required_reviewers() == {"supervisor", "auditor", "ops"}
+
+
+class _Pause(Exception):
+    """What a host raises to pause a run for a reviewer (LangGraph's GraphInterrupt, say)."""
+
+
+def test_a_call_of_another_tool_under_a_paused_call_id_is_refused() -> None:
+    """A model may give two calls one id. The host re-runs a call paused in output review under its id to
+    resume it; a call of another tool under that id was taken for it, and handed the paused call's held
+    output (and its review) without running."""
+    text = spec_text(
+        """
+        capabilities:
+          lookup:
+          export:
+            output_restriction:
+              require_review: auditor
+        """
+    )
+    answers: list[Approval | None] = [None]
+
+    def auditor(request: ReviewRequest) -> Approval:
+        answer = answers.pop(0)
+        if answer is None:
+            raise _Pause
+        return answer
+
+    guard = make_guard(text, reviewers={"auditor": auditor})
+    guard.add_passthrough_exceptions(_Pause)
+    ran: list[str] = []
+    guard.tool(name="lookup")(lambda q: ran.append("lookup") or {"q": q})
+    guard.tool(name="export")(lambda table: ran.append("export") or {"rows": ["secret-row"]})
+
+    with guard.engagement() as eng:
+        with pytest.raises(_Pause):
+            guard.call("export", {"table": "orders"}, call_id="x")
+        with pytest.raises(ReviewDenied, match="paused in output review for tool 'export'") as denied:
+            guard.call("lookup", {"q": "a"}, call_id="x")
+        assert denied.value.phase is Phase.INPUT
+        assert ran == ["export"]
+        answers.append(Approval(approved=False, reason="not for the model"))
+        with pytest.raises(ReviewDenied):  # the paused call itself still resumes, to its own review
+            guard.call("export", {"table": "orders"}, call_id="x")
+        assert ran == ["export"]
+        assert "secret-row" not in str(eng.view())

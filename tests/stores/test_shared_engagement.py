@@ -489,6 +489,19 @@ def test_a_paused_review_is_resumed_once_and_the_tool_never_runs_twice(spawn: An
     assert all(worker.ask("ran")[1] == [] for worker in resumers)  # neither ran the tool again
 
 
+def test_a_call_of_another_tool_under_a_paused_call_id_is_refused_in_every_process(spawn: Any) -> None:
+    """The paused call's id, under a call of another tool: refused, not resumed with the held output."""
+    pausing = spawn("review-other", pause=True)
+    assert pausing.ask("call", "refund", {"amount": 5}, "call-1") == ("paused",)
+    pausing.ask("call", "lookup", {"q": "after the pause"}, None)  # the pause is in the store by now
+    other = spawn("review-other")
+    reply = other.ask("call", "ping", {"q": "x"}, "call-1")
+    assert reply[:2] == ("denied", "ReviewDenied"), reply
+    assert "paused in output review for tool 'refund'" in reply[2]
+    assert other.ask("call", "refund", {"amount": 5}, "call-1") == ("ok", {"refunded": 5})
+    assert other.ask("ran")[1] == []  # the refund resumed with its held output, not run again
+
+
 def test_the_many_workers_example_runs(redis_url: str) -> None:
     import subprocess
     import sys
