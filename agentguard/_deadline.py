@@ -169,11 +169,13 @@ class _Body:
 
     def answer(self, response: httpx.Response) -> httpx.Response:
         # The body is already decoded: a Content-Encoding (or the encoded length) kept with it would be
-        # applied a second time.
+        # applied a second time. The headers are copied as the bytes they arrived as: httpx decodes a
+        # non-ASCII value (latin-1 or UTF-8) to text but encodes text headers as ASCII only, so a rebuilt
+        # ``X-Reason: Überweisung`` raised, and a deny sent with it was lost.
         headers = [
             (name, value)
-            for name, value in response.headers.multi_items()
-            if name.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+            for name, value in response.headers.raw
+            if name.lower() not in (b"content-encoding", b"content-length", b"transfer-encoding")
         ]
         return httpx.Response(
             response.status_code, headers=headers, content=bytes(self._parts), request=self._request

@@ -4,8 +4,9 @@ The client speaks wire JSON: it takes an AOS JSON-RPC request as a ``dict`` (cam
 ``agentguard.aos`` models dump it) and returns a :class:`GuardianVerdict`. It never raises for a guardian
 problem — a timeout, a refused connection, an HTTP error, a JSON-RPC error, a malformed reply or a ``modify``
 that cannot be applied all come back as ``NO_DECISION`` with the cause in ``failure``, and ``proceeded``
-set by ``on_failure`` (``"deny"`` by default) -- except that a malformed reply whose decision reads as deny
-never proceeds. Nothing proceeds without a recorded reason.
+set by ``on_failure`` (``"deny"`` by default) -- except that a refused reply (malformed, or under an error
+status) whose decision reads as deny never proceeds. Even an exception the exchange raises (a broken custom
+transport) ends as such a verdict. Nothing proceeds without a recorded reason.
 
 All wire logic lives in :mod:`agentguard.guardian._flow` as sans-I/O flows; this module only performs their
 effects, once synchronously (:func:`_drive_sync`) and once with asyncio (:func:`_drive_async`).
@@ -200,13 +201,28 @@ class _Core:
         started = self.begin(step)
         if isinstance(started, GuardianVerdict):
             return started
-        return _drive_sync(started, self.sync_http(), self.tracing, step)
+        began = time.perf_counter()
+        try:
+            return _drive_sync(started, self.sync_http(), self.tracing, step)
+        except Exception as exc:
+            return self._internal_error(exc, began)
 
     async def run_async(self, step: Step) -> GuardianVerdict:
         started = self.begin(step)
         if isinstance(started, GuardianVerdict):
             return started
-        return await _drive_async(started, self.async_http(), self.tracing, step)
+        began = time.perf_counter()
+        try:
+            return await _drive_async(started, self.async_http(), self.tracing, step)
+        except Exception as exc:
+            return self._internal_error(exc, began)
+
+    def _internal_error(self, exc: Exception, started: float) -> GuardianVerdict:
+        """The verdict of an exchange that raised what the flow does not judge: a broken custom transport, or
+        an answer httpx cannot carry (a header that is not ASCII). It ends like any other missing decision --
+        counted, logged, and proceeding only under ``on_failure="allow"`` -- rather than as an exception that
+        leaves the step unrecorded and the policy to whoever catches it."""
+        return no_decision(self.settings, f"internal error: {type(exc).__name__}: {exc}", started, attempts=0)
 
     def settle(self, step: Step, verdict: GuardianVerdict) -> GuardianVerdict:
         """Count how the step ended; a missing decision is also logged (rate-limited)."""
@@ -237,12 +253,7 @@ class _Core:
         except (TypeError, ValueError) as exc:
             self._drop(request, f"unsendable request: {exc}")
             return
-        started = time.perf_counter()
-        try:
-            verdict = self.run_sync(step)
-        except Exception as exc:  # a broken custom transport: the step still ends in a recorded failure
-            verdict = no_decision(self.settings, f"internal error: {type(exc).__name__}: {exc}", started, 0)
-        self.settle(step, verdict)
+        verdict = self.settle(step, self.run_sync(step))
         event = "failed" if verdict.outcome is GuardianOutcome.NO_DECISION else "delivered"
         self._emit(event, {"id": step.request_id, "method": step.method, "verdict": verdict})
 

@@ -15,18 +15,21 @@ and returns its result. The drivers in :mod:`agentguard.guardian._client` only p
 
 What a flow checks, in order: HTTP status (2xx, else ``http <status>``), a JSON body read the one way every
 standards parser reads it (UTF-8, no key given twice in any object, no ``NaN``/``Infinity`` or number too
-large for a double: RFC 8259 leaves such documents' meaning open, so they are no decision), a JSON-RPC 2.0 envelope
-(``jsonrpc == "2.0"``, exactly one of ``result``/``error``, ``id`` equal to the request's), then the AOS
-result (``decision`` in allow/deny/modify; a ``modify`` must carry a ``modifiedRequest`` that is a whole
-JSON-RPC request with the same ``id`` and ``method`` and an object ``params``). Any miss is a failure
-verdict with its cause; whether the step then proceeds is the ``on_failure`` policy's call -- unless the
-refused reply says deny in any reading (:func:`_says_deny`): a step the guardian denied never proceeds.
+large for a double: RFC 8259 leaves such documents' meaning open, so they are no decision) and labelled
+``application/json`` (AOS §2: a 200 page from a proxy or a misrouted service is not the guardian's answer,
+whatever it holds), a JSON-RPC 2.0 envelope (``jsonrpc == "2.0"``, exactly one of ``result``/``error``,
+``id`` equal to the request's), then the AOS result (``decision`` in allow/deny/modify; a ``modify`` must
+carry a ``modifiedRequest`` that is a whole JSON-RPC request with the same ``id`` and ``method``, an object
+``params``, and the same tool, execution or message role as the request: :data:`_IDENTITY`). Any miss is a
+failure verdict with its cause; whether the step then proceeds is the ``on_failure`` policy's call -- unless
+the refused reply says deny in any reading (:func:`_says_deny`): a step the guardian denied never proceeds.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import unicodedata
 import uuid
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -36,7 +39,8 @@ from typing import Literal, TypeVar
 import httpx
 
 from agentguard._deadline import TooLarge
-from agentguard.aos import AmbiguousJSON, strict_json
+from agentguard._httputil import is_json_media_type
+from agentguard.aos import AmbiguousJSON, normalize_request, strict_json
 from agentguard.guardian._retry import GuardianRetry
 from agentguard.guardian._types import GuardianOutcome, GuardianUnavailable, GuardianVerdict
 
@@ -62,6 +66,16 @@ DEFAULT_MAX_REPLY_BYTES = 16 * 1024 * 1024
 """Default cap on a guardian's answer: a ``modify`` carries a whole request, so room for large tool inputs."""
 
 _DECISIONS = {"allow": GuardianOutcome.ALLOW, "deny": GuardianOutcome.DENY, "modify": GuardianOutcome.MODIFY}
+
+_IDENTITY: dict[str, tuple[tuple[str, ...], ...]] = {
+    "steps/toolCallRequest": (("toolCallRequest", "toolId"), ("toolCallRequest", "executionId")),
+    "steps/toolCallResult": (("executionId",),),
+    "steps/message": (("message", "role"),),
+}
+"""Members of ``params`` (in the text's shape) a ``modify`` may not change: which step it is. The Guard takes
+only the new payload from a modified request -- a tool's inputs, a result's outputs, a message's text -- and
+carries it out as the step it asked about, so a modify naming another tool, execution or role would have the
+agent do what the guardian never approved (``send-email`` run with inputs approved for ``draft-email``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +118,12 @@ class Settings:
 
 @dataclass(frozen=True, slots=True)
 class _Failure:
-    """Why an exchange produced no decision. ``kind`` is matched against ``GuardianRetry.retry_on``."""
+    """Why an exchange produced no decision. ``kind`` is matched against ``GuardianRetry.retry_on``;
+    ``answer`` is the body of an answer refused for its HTTP status (it may still say deny)."""
 
     kind: str
     cause: str
+    answer: bytes = b""
 
 
 def request_identity(request: object) -> tuple[str | int, str]:
@@ -156,15 +172,10 @@ def decision_flow(settings: Settings, step: Step, *, ping_first: bool) -> Flow[G
         settings, _post(settings, step.body, settings.timeout), settings.timeout
     )
     if isinstance(outcome, _Failure):
-        return no_decision(settings, outcome.cause, started, attempts)
-    decided = _interpret_decision(outcome, step.request_id, step.method)
+        return _refused(settings, outcome, outcome.answer, started, attempts)
+    decided = _interpret_decision(outcome, step)
     if isinstance(decided, _Failure):
-        if _says_deny(outcome.content):
-            # on_failure="allow" is for a guardian that gave no decision, not for one that denied in a reply
-            # with another member malformed, or that can also be read as allow (a key given twice).
-            cause = f"{decided.cause} (the reply says deny: not proceeding)"
-            return no_decision(settings, cause, started, attempts, proceeded=False)
-        return no_decision(settings, decided.cause, started, attempts)
+        return _refused(settings, decided, outcome.content, started, attempts)
     return GuardianVerdict(
         outcome=decided.outcome,
         message=decided.message,
@@ -176,6 +187,21 @@ def decision_flow(settings: Settings, step: Step, *, ping_first: bool) -> Flow[G
         attempts=attempts,
         data=decided.data,
     )
+
+
+def _refused(
+    settings: Settings, failure: _Failure, answer: bytes, started: float, attempts: int
+) -> GuardianVerdict:
+    """The verdict on an exchange that ended in ``failure``, ``answer`` being the body the guardian sent.
+
+    ``on_failure="allow"`` is for a guardian that gave no decision, not for one that denied in a reply with
+    another member malformed, that can also be read as allow (a key given twice), or that came with an error
+    status (a ``403`` carrying a JSON-RPC deny): such a step never proceeds.
+    """
+    if _says_deny(answer):
+        cause = f"{failure.cause} (the reply says deny: not proceeding)"
+        return no_decision(settings, cause, started, attempts, proceeded=False)
+    return no_decision(settings, failure.cause, started, attempts)
 
 
 def ping_flow(settings: Settings, timeout_ms: int) -> Flow[dict[str, object]]:
@@ -265,7 +291,7 @@ def _classify(reply: Reply) -> httpx.Response | _Failure:
     if 200 <= status < 300:
         return reply
     kind = "http-5xx" if status >= 500 else "http-429" if status == 429 else "http"
-    return _Failure(kind, f"http {status}")
+    return _Failure(kind, f"http {status}", reply.content)
 
 
 def _decode_json(body: bytes) -> object | _Failure:
@@ -279,6 +305,9 @@ def _decode_json(body: bytes) -> object | _Failure:
     except (ValueError, RecursionError) as exc:
         return _malformed(f"body is not JSON ({type(exc).__name__})")
     return decoded
+
+
+_ABSENT = object()
 
 
 class _Pairs(list[tuple[str, object]]):
@@ -304,8 +333,16 @@ def _says_deny(body: bytes) -> bool:
 
 def _means_deny(decision: object) -> bool:
     if isinstance(decision, str):
-        return decision.strip().casefold() == "deny"
+        return _as_seen(decision).casefold() == "deny"
     return isinstance(decision, list) and any(_means_deny(item) for item in decision)
+
+
+def _as_seen(text: str) -> str:
+    """``text`` as a reader may take it: compatibility-folded (fullwidth ``DENY`` is ``DENY``), without whitespace and
+    without what shows nothing or ends a C string (controls such as NUL, zero-width and other format
+    characters, lone surrogates)."""
+    folded = unicodedata.normalize("NFKC", text)
+    return "".join(char for char in folded if not char.isspace() and unicodedata.category(char)[0] != "C")
 
 
 def _unwrap_envelope(response: httpx.Response, request_id: str | int) -> dict[str, object] | _Failure:
@@ -315,6 +352,9 @@ def _unwrap_envelope(response: httpx.Response, request_id: str | int) -> dict[st
         return envelope
     if not isinstance(envelope, dict):
         return _malformed("body is not a JSON object")
+    content_type = response.headers.get("content-type")
+    if not is_json_media_type(content_type):
+        return _malformed(f"Content-Type {content_type!r} is not application/json in UTF-8")
     if envelope.get("jsonrpc") != "2.0":
         return _malformed(f"jsonrpc must be '2.0', got {envelope.get('jsonrpc')!r}")
     if ("result" in envelope) == ("error" in envelope):
@@ -349,8 +389,8 @@ class _Decided:
     data: dict[str, object] | None
 
 
-def _interpret_decision(response: httpx.Response, request_id: str | int, method: str) -> _Decided | _Failure:
-    result = _unwrap_envelope(response, request_id)
+def _interpret_decision(response: httpx.Response, step: Step) -> _Decided | _Failure:
+    result = _unwrap_envelope(response, step.request_id)
     if isinstance(result, _Failure):
         return result
     if "decision" not in result:
@@ -375,17 +415,17 @@ def _interpret_decision(response: httpx.Response, request_id: str | int, method:
         return _malformed("data is not an object")
     modified: dict[str, object] | None = None
     if outcome is GuardianOutcome.MODIFY:
-        checked = _check_modified_request(result.get("modifiedRequest"), request_id, method)
+        checked = _check_modified_request(result.get("modifiedRequest"), step)
         if isinstance(checked, _Failure):
             return checked
         modified = checked
     return _Decided(outcome, message, reasoning, tuple(reason_codes), modified, data)
 
 
-def _check_modified_request(
-    candidate: object, request_id: str | int, method: str
-) -> dict[str, object] | _Failure:
-    """A ``modifiedRequest`` replaces the whole request, so it must be one that could have been sent."""
+def _check_modified_request(candidate: object, step: Step) -> dict[str, object] | _Failure:
+    """A ``modifiedRequest`` replaces the whole request, so it must be one that could have been sent, about
+    the same step."""
+    request_id, method = step.request_id, step.method
     if not isinstance(candidate, dict):
         return _unappliable("modifiedRequest is missing or not an object")
     if candidate.get("jsonrpc") != "2.0":
@@ -398,7 +438,24 @@ def _check_modified_request(
         return _unappliable(f"modifiedRequest.method {candidate.get('method')!r} is not {method!r}")
     if not isinstance(candidate.get("params"), dict):
         return _unappliable("modifiedRequest.params is not an object")
+    original = _identity(json.loads(step.body))  # the request as sent: its body is our own JSON
+    changed = [path for path, value in _identity(candidate).items() if value != original[path]]
+    if changed:
+        return _unappliable(f"modifiedRequest changes {', '.join(changed)}")
     return candidate
+
+
+def _identity(request: dict[str, object]) -> dict[str, str | None]:
+    """The :data:`_IDENTITY` members of a request of either published shape, each as its JSON text (so that
+    ``"1"``, ``1`` and ``true`` differ) or ``None`` if absent, by dotted path."""
+    params = normalize_request(request).get("params")
+    identity: dict[str, str | None] = {}
+    for path in _IDENTITY.get(str(request.get("method")), ()):
+        value: object = params
+        for key in path:
+            value = value.get(key, _ABSENT) if isinstance(value, dict) else _ABSENT
+        identity[".".join(path)] = None if value is _ABSENT else json.dumps(value, sort_keys=True)
+    return identity
 
 
 def _same_id(candidate: object, request_id: str | int) -> bool:
