@@ -3,14 +3,24 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from agentguard_openai_agents.testing import answer, calls
-from agents import Runner, RunState
+import pytest
+from agentguard_openai_agents import AgentGuard
+from agentguard_openai_agents.testing import ScriptedModel, answer, calls
+from agents import (
+    Agent,
+    Runner,
+    RunState,
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrailData,
+    tool_input_guardrail,
+)
 
-from agentguard import Outcome, Rule
+from agentguard import Approval, Outcome, Rule, User
 
-from .conftest import BuildAgent, Harness
+from .conftest import BuildAgent, Harness, Shop, make_guard, make_tools
 
 
 async def _resume(h: Harness, result: Any, *, approve: bool, via_json: bool = False) -> Any:
@@ -90,3 +100,75 @@ async def test_input_and_output_review_of_one_call_fails_closed_on_the_output(
     (output,) = h.tool_outputs(result)
     assert "withheld" in output
     assert "approves a call once" in output
+
+
+@tool_input_guardrail
+def frozen(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+    """The app's own guardrail on a tool: it rejects every call."""
+    return ToolGuardrailFunctionOutput.reject_content("frozen today")
+
+
+def _with_frozen(shop: Shop, name: str) -> list[Any]:
+    tools = make_tools(shop)
+    next(t for t in tools if t.name == name).tool_input_guardrails = [frozen]
+    return tools
+
+
+@pytest.mark.parametrize(("name", "reviewers"), [("refund", {"supervisor"}), ("export_data", set())])
+def test_a_reviewed_tool_with_its_own_input_guardrails_is_refused_at_wrap(
+    name: str, reviewers: set[str]
+) -> None:
+    """The SDK asks ``needs_approval`` before it runs a tool's input guardrails, and the review runs the call right
+    there when nobody need be asked first (a reviewer on the Guard) or its result must be held (output review):
+    the tool would run before its own guardrail rejected the call."""
+    guard = make_guard(reviewers={r: (lambda request: Approval(True, "fine")) for r in reviewers})
+    agent = Agent(name="shop", model=ScriptedModel([]), tools=_with_frozen(Shop(), name))
+    with pytest.raises(ValueError, match="tool_input_guardrails"):
+        AgentGuard(guard).wrap(agent)
+
+
+async def test_an_unreviewed_tool_keeps_its_own_input_guardrails_before_it_runs() -> None:
+    shop = Shop()
+    guarded = AgentGuard(make_guard())
+    model = ScriptedModel([calls(("lookup_order", {"order_id": "A-1"})), answer("Frozen.")])
+    agent = guarded.wrap(Agent(name="shop", model=model, tools=_with_frozen(shop, "lookup_order")))
+    async with guarded.session(user=User(id="u1")):
+        result = await Runner.run(agent, "Where is A-1?", hooks=guarded.hooks)
+    assert shop.runs["lookup_order"] == 0
+    assert [str(i.output) for i in result.new_items if i.type == "tool_call_output_item"] == ["frozen today"]
+
+
+async def test_a_call_decided_before_the_sdk_invoked_it_answers_no_other_call_of_its_id() -> None:
+    """A reviewed call runs in ``needs_approval`` and its outcome waits for the SDK to invoke the tool. An
+    outcome the SDK never collected was kept by call id alone, a value the model writes: a call of the same id
+    in another engagement (another user's session) or of another tool got it, unchecked and unrecorded."""
+    from agents import RunContextWrapper
+    from agents.tool_context import ToolContext
+
+    shop = Shop()
+    guarded = AgentGuard(make_guard(reviewers={"supervisor": lambda request: Approval(True, "fine")}))
+    agent = guarded.wrap(Agent(name="shop", model=ScriptedModel([]), tools=make_tools(shop)))
+    tools = {t.name: t for t in agent.tools}
+    refund, lookup = tools["refund"], tools["lookup_order"]
+    context: RunContextWrapper[Any] = RunContextWrapper(context=None)
+
+    def invoked(name: str, arguments: dict[str, Any]) -> ToolContext[Any]:
+        text = json.dumps(arguments)
+        return ToolContext.from_agent_context(context, "call-1", tool_name=name, tool_arguments=text)
+
+    async with guarded.session(user=User(id="alice")):
+        approval = refund.needs_approval
+        assert callable(approval)
+        assert await approval(context, {"order_id": "A-1", "amount": 40}, "call-1") is False
+    assert shop.runs["refund"] == 1  # ran in Alice's engagement; the SDK never came for its outcome
+
+    async with guarded.session(user=User(id="bob")) as bob:
+        output = await lookup.on_invoke_tool(
+            invoked("lookup_order", {"order_id": "B-7"}), '{"order_id": "B-7"}'
+        )
+        assert output["order_id"] == "B-7"
+        arguments = {"order_id": "B-9", "amount": 10}
+        output = await refund.on_invoke_tool(invoked("refund", arguments), json.dumps(arguments))
+        assert output["order_id"] == "B-9"
+    assert (shop.runs["lookup_order"], shop.runs["refund"]) == (1, 2)
+    assert bob.engagement.view()["history"]["_list"] == ["lookup-order", "refund"]

@@ -8,11 +8,11 @@ import contextlib
 from typing import Any
 
 import pytest
-from agentguard_openai_agents import AgentGuard, RunStopped
+from agentguard_openai_agents import AgentGuard, RunStopped, violation_of
 from agentguard_openai_agents.testing import ScriptedModel, answer, calls
-from agents import Agent, Runner, SQLiteSession
+from agents import Agent, InputGuardrailTripwireTriggered, Runner, SQLiteSession
 
-from agentguard import CapabilityDenied, Guard, Outcome, RestrictionViolation, Rule, User
+from agentguard import CapabilityDenied, Guard, Outcome, PolicyViolation, RestrictionViolation, Rule, User
 from agentguard.guardian import GuardianClient
 from agentguard.guardian.server import RunningServer
 
@@ -171,3 +171,37 @@ def test_shared_scenario_same_decisions_as_plain_python(build_agent: BuildAgent)
                 plain.call(name, args, tools[name])
     assert _decisions(through_sdk) == _decisions(direct)
     assert through_sdk.view()["history"] == direct.view()["history"]
+
+
+@pytest.mark.parametrize("mode", ["loop", "input"])
+async def test_a_stopped_session_stays_stopped_on_its_next_run(build_agent: BuildAgent, mode: str) -> None:
+    """A model that trips the loop rule (or a user whose input fails the guardrail) must not get a clean record
+    on the session's next run: the record is what history-based restrictions and the loop rule read."""
+    loop = [calls(("lookup_order", {"order_id": "A-1"})) for _ in range(3)]
+    h = build_agent([*loop, calls(("lookup_order", {"order_id": "A-1"})), answer("Looked again.")])
+    sdk_session = SQLiteSession("conv-stopped")
+    first = "Loop" if mode == "loop" else "My card is 4111 1111 1111 1111"
+    async with h.guarded.session(sdk_session, user=User(id="u1")) as session:
+        with pytest.raises((RunStopped, InputGuardrailTripwireTriggered)):
+            await Runner.run(h.agent, first, session=session, hooks=h.guarded.hooks)
+    stopped = session.engagement
+    runs = h.shop.runs["lookup_order"]
+    async with h.guarded.session(sdk_session, user=User(id="u1")) as session:
+        with pytest.raises((PolicyViolation, InputGuardrailTripwireTriggered)) as raised:
+            await Runner.run(h.agent, "Look A-1 up", session=session, hooks=h.guarded.hooks)
+    assert session.engagement is stopped
+    assert violation_of(raised.value) is not None
+    assert h.shop.runs["lookup_order"] == runs
+
+
+async def test_a_closed_session_engagement_gives_way_to_a_fresh_one(build_agent: BuildAgent) -> None:
+    h = build_agent([answer("Hi."), answer("Hello again.")])
+    sdk_session = SQLiteSession("conv-closed")
+    async with h.guarded.session(sdk_session) as session:
+        await Runner.run(h.agent, "Hi", session=session)
+    first = session.engagement
+    first.close()  # the app ends it on purpose
+    async with h.guarded.session(sdk_session) as session:
+        await Runner.run(h.agent, "Hi again", session=session)
+    assert session.engagement is not first
+    assert session.engagement.status.value == "active"

@@ -4,6 +4,7 @@ guardrails, and what the adapter refuses to wrap."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from agentguard_openai_agents import AgentGuard, RunStopped, violation_of
@@ -15,6 +16,11 @@ from agents import (
     Runner,
     WebSearchTool,
 )
+from agents.testing import function_call
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from openai.types.responses import EasyInputMessage, ResponseInputText
+from openai.types.responses.response_input_item import Message
 
 from agentguard import GuardrailViolation, Outcome, Rule, ShortCircuitViolation, User
 
@@ -117,6 +123,30 @@ def test_input_guardrail_blocks_before_the_model_sees_the_input(build_agent: Bui
     assert h.model.calls == ()
 
 
+PII = "My card is 4111 1111 1111 1111"
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "user", "content": PII},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": PII}]},
+        EasyInputMessage(role="user", content=PII),
+        Message(role="user", content=[ResponseInputText(type="input_text", text=PII)]),
+    ],
+    ids=["dict", "dict-parts", "EasyInputMessage", "Message"],
+)
+def test_input_guardrail_reads_the_user_message_in_any_form_the_sdk_takes(
+    build_agent: BuildAgent, message: Any
+) -> None:
+    """The SDK hands the model input items given as the OpenAI client's models as well as dicts: a message the
+    guardrail could not read must not pass as an empty one."""
+    h = build_agent([answer("never")])
+    with h.guard.engagement(), pytest.raises(InputGuardrailTripwireTriggered):
+        Runner.run_sync(h.agent, [{"role": "user", "content": "Hello"}, message])
+    assert h.model.calls == ()
+
+
 async def test_output_guardrail_trips_on_the_final_answer(build_agent: BuildAgent) -> None:
     h = build_agent([answer("That is a stupid question.")])
     async with h.guarded.session():
@@ -155,3 +185,42 @@ def test_wrap_is_idempotent_and_refuses_what_it_cannot_guard(build_agent: BuildA
     with pytest.raises(ValueError, match="cannot be guarded"):
         h.guarded.wrap(Agent(name="searcher", tools=[WebSearchTool()]))
     assert AgentGuard(h.guard).guard is h.guard  # a second adapter on the same guard installs nothing twice
+
+
+_VALUES = st.sampled_from(
+    [
+        '"eve@evil.test"',
+        '"bob@corp.com"',
+        "NaN",
+        "-Infinity",
+        "1e999",
+        "null",
+        '["bob@corp.com"]',
+    ]
+)
+
+
+@st.composite
+def _argument_texts(draw: st.DrawFn) -> str:
+    """Argument texts a model could send: duplicate and escaped keys, non-standard numbers, a BOM, trailing data.
+    (A lone surrogate the SDK refuses itself, before it plans any call.)"""
+    keys = st.sampled_from(['"to"', '"\\u0074o"', '"body"', '"to "'])
+    pairs = draw(st.lists(st.tuples(keys, _VALUES), max_size=4))
+    body = "{" + ",".join(f"{key}:{value}" for key, value in pairs) + "}"
+    return draw(st.sampled_from(["", "\ufeff", " "])) + body + draw(st.sampled_from(["", "\n", "{}", "x"]))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(arguments=_argument_texts())
+def test_a_tool_runs_only_with_the_arguments_the_guard_checked(
+    build_agent: BuildAgent, arguments: str
+) -> None:
+    """Whatever text the model sends, the tool runs only with inputs the pipeline checked and recorded: no reading
+    of the text differs between the guard and the tool. (A recorded call may not run: the SDK's own validation
+    refuses one missing a parameter.)"""
+    h = build_agent([[function_call("send_email", arguments, call_id="c1")], answer("Done.")])
+    with h.guard.engagement() as eng:
+        Runner.run_sync(h.agent, "Email Bob")
+        recorded = [call["inputs"] for call in eng.view()["history"].get("send-email", [])]
+    assert all(args in recorded for _, args in h.shop.args)
+    assert all(args["to"].endswith("@corp.com") for _, args in h.shop.args)

@@ -52,13 +52,20 @@ from agentguard_openai_agents._host import (
     TResponseInputItem,
     handoff,
 )
-from agentguard_openai_agents._messages import beside_answer, message_text, provider_run, with_text
+from agentguard_openai_agents._messages import (
+    beside_answer,
+    item_field,
+    message_text,
+    provider_run,
+    with_text,
+)
 from agentguard_openai_agents._sessions import GuardedSession
 from agentguard_openai_agents._streaming import CheckedModel
 from agentguard_openai_agents._tools import (
     GuardedHandoff,
     GuardedTool,
     Pending,
+    PrerunKey,
     ReviewPending,
     UnguardedTool,
     calling,
@@ -83,8 +90,9 @@ class AgentGuard:
     def __init__(self, guard: Guard, *, names: Mapping[str, str] | None = None) -> None:
         self.guard = guard
         self.names = dict(names or {})
-        self.prerun: dict[str, Any] = {}
-        """Outcomes of calls the pipeline decided in ``needs_approval``, by call id, until the SDK invokes."""
+        self.prerun: dict[PrerunKey, Any] = {}
+        """Outcomes of calls the pipeline decided in ``needs_approval``, by engagement id, SDK tool name and
+        call id, until the SDK invokes."""
         self.pending: dict[str, Pending] = {}
         """Calls paused for the SDK's approval, by call id."""
         self._engagements: dict[str, Engagement] = {}
@@ -235,11 +243,15 @@ class AgentGuard:
         ``retain_memory: false``: then every block is a fresh engagement, and the session the block yields
         returns only what was added inside it, so the model never sees earlier runs. Pass the yielded object
         as ``Runner.run(..., session=...)``. Without a session, each block is a fresh engagement.
+
+        An engagement the guard stopped (a loop) or failed (a guardrail) stays the session's, refusing every
+        later run: a fresh one would hand the model a clean record (loop detector, ``history``) just for having
+        tripped a rule. Only one the app closed gives way to a new one.
         """
         key = session.session_id if session is not None else None
         with _lock:
             eng = self._engagements.get(key) if key is not None and self.guard.retain_memory else None
-            if eng is None or eng.status is not EngagementStatus.ACTIVE:
+            if eng is None or eng.status is EngagementStatus.CLOSED:
                 eng = self.guard.engagement(user, metadata={"session_id": key} if key else None)
                 if key is not None and self.guard.retain_memory:
                     self._engagements[key] = eng
@@ -418,16 +430,18 @@ async def _guardrail(eng: Engagement, text: str, phase: Phase) -> GuardrailViola
 
 
 def _last_user_text(data: str | list[TResponseInputItem]) -> str:
-    """The newest user message of a run's input, as text (what the input guardrail checks)."""
+    """The newest user message of a run's input, as text (what the input guardrail checks). The SDK takes items
+    and their parts as mappings or as the OpenAI client's models: a message read as neither would be checked as
+    empty while the model reads it."""
     if isinstance(data, str):
         return data
     for item in reversed(data):
-        if isinstance(item, Mapping) and item.get("role") == "user":
-            content = item.get("content")
+        if item_field(item, "role") == "user":
+            content = item_field(item, "content")
             if isinstance(content, str):
                 return content
             parts = content if isinstance(content, list) else ()
-            return "\n".join(str(p.get("text", "")) for p in parts if isinstance(p, Mapping))
+            return "\n".join(str(item_field(p, "text") or "") for p in parts)
     return ""
 
 

@@ -22,7 +22,7 @@ from agentguard_openai_agents._host import (
     TResponseOutputItem,
 )
 
-__all__ = ["answer_message", "beside_answer", "message_text", "provider_run", "with_text"]
+__all__ = ["answer_message", "beside_answer", "item_field", "message_text", "provider_run", "with_text"]
 
 _PROVIDER_RUN = frozenset(
     {
@@ -49,15 +49,15 @@ guardrail that might not run."""
 def provider_run(output: Iterable[Any]) -> str | None:
     """The first item of ``output`` that a provider-run tool made (``"mcp_call 'search'"``), if any."""
     for item in output:
-        kind = _item_field(item, "type")
+        kind = item_field(item, "type")
         if kind in _PROVIDER_RUN:
-            name = _item_field(item, "name")
+            name = item_field(item, "name")
             return f"{kind} {name!r}" if name else str(kind)
     return None
 
 
-def _item_field(item: Any, name: str) -> Any:
-    """A field of an output item, which may be a model or (from some providers) a plain mapping."""
+def item_field(item: Any, name: str) -> Any:
+    """A field of an input or output item, which may be a model (the OpenAI client's types) or a plain mapping."""
     return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
 
 
@@ -68,7 +68,7 @@ def answer_message(output: Sequence[TResponseOutputItem]) -> ResponseOutputMessa
     for item in output:
         if isinstance(item, ResponseOutputMessage):
             last = item
-        elif _item_field(item, "type") not in _DONE:
+        elif item_field(item, "type") not in _DONE:
             return None
     if last is None or any(not isinstance(part, ResponseOutputText) for part in last.content):
         return None  # a refusal part (or a part of a kind the SDK does not read as text) is no answer

@@ -124,6 +124,10 @@ def denial_text(exc: PolicyViolation) -> str:
 # -- review through the SDK's approvals ---------------------------------------------------------------
 
 
+PrerunKey = tuple[str | None, str, str]
+"""(engagement id, SDK tool name, call id): where a call the pipeline decided in ``needs_approval`` waits."""
+
+
 @dataclass
 class Pending:
     """A reviewed call the SDK was asked to approve: the phase it was asked for, and how to settle it."""
@@ -220,13 +224,21 @@ class GuardedTool:
                 f"tool {tool.name!r} sets needs_approval and the spec requires review of {self.name!r}: "
                 "let the spec decide (remove needs_approval) so the call is asked about once"
             )
+        if tool.tool_input_guardrails:
+            # The SDK asks needs_approval before it runs the tool's input guardrails, and the pipeline runs the
+            # call there unless it must pause first: a call they reject would already have run.
+            raise ValueError(
+                f"tool {tool.name!r} has tool_input_guardrails and the spec requires review of {self.name!r}: the "
+                "review runs the call before the SDK runs those guardrails; put the check in the spec's "
+                "input_restriction"
+            )
         return dataclasses.replace(
             tool, on_invoke_tool=self.on_invoke_tool, needs_approval=self.needs_approval
         )
 
     async def on_invoke_tool(self, ctx: ToolContext[Any], arguments: str) -> Any:
         """The SDK invokes the tool: hand over a decided pre-run outcome, or run the call through the guard."""
-        prerun = self.adapter.prerun.pop(ctx.tool_call_id, _NONE)
+        prerun = self.adapter.prerun.pop(self._prerun_key(ctx.tool_call_id), _NONE)
         if prerun is not _NONE:
             return prerun
         if self.output_reviewed and self._lost_review(ctx):
@@ -247,10 +259,17 @@ class GuardedTool:
             context, call_id, tool_name=self.sdk_name, tool_arguments=json.dumps(params)
         )
         try:
-            self.adapter.prerun[call_id] = await self.guarded(ctx, dict(params))
+            self.adapter.prerun[self._prerun_key(call_id)] = await self.guarded(ctx, dict(params))
         except ReviewPending:
             return True
         return False
+
+    def _prerun_key(self, call_id: str) -> PrerunKey:
+        """Where a call's pre-run outcome waits for the SDK to invoke it: the engagement, the tool and the call
+        id. A call id is the model's to write, and an outcome the SDK never came to collect must not answer
+        a call of the same id in another engagement (another user's output) or of another tool, unchecked."""
+        engagement = self.adapter.guard.current_engagement()
+        return (engagement.id if engagement is not None else None, self.sdk_name, call_id)
 
     def _lost_review(self, ctx: ToolContext[Any]) -> bool:
         status = ctx.is_tool_approved(self.sdk_name, ctx.tool_call_id)
