@@ -12,30 +12,65 @@ from __future__ import annotations
 import json
 from typing import Any, TypeVar
 
+from pydantic_core import to_jsonable_python
+
 from agentguard.aos import unique_keys
 from agentguard_langchain._host import BaseMessage, ToolMessage
 
-__all__ = ["decode_output", "encode_output", "message_text", "tool_output", "with_output", "with_text"]
+__all__ = [
+    "decode_output",
+    "encode_output",
+    "message_text",
+    "structured_text",
+    "tool_output",
+    "with_output",
+    "with_text",
+]
 
 M = TypeVar("M", bound=BaseMessage)
 
 
+def _block_text(block: object) -> str | None:
+    """The text a content block carries, ``None`` for a block that carries none (an image, a file).
+
+    Not only ``type: "text"`` blocks (all ``BaseMessage.text`` reads): a model is also sent the text of
+    LangChain's ``text-plain`` blocks, provider blocks such as OpenAI's ``input_text``, and a block's string
+    ``content`` (which ``create_agent`` itself reads as an answer's text for a structured response). A check
+    that read ``type: "text"`` alone would pass a message whose whole text is in one of those.
+    """
+    if isinstance(block, str):
+        return block
+    if isinstance(block, dict):
+        for key in ("text", "content"):
+            value = block.get(key)
+            if isinstance(value, str):
+                return value
+    return None
+
+
 def message_text(message: BaseMessage) -> str:
-    """The text of a message (its text blocks joined), as guardrails and step records see it."""
+    """The text of a message (the text of its blocks joined), as guardrails and step records see it."""
     content = message.content
-    return content if type(content) is str else str(message.text)
+    if type(content) is str:
+        return content
+    return "".join(text for text in map(_block_text, content) if text is not None)
 
 
 def with_text(message: M, text: str) -> M:
-    """A copy of ``message`` whose text is ``text``; non-text blocks (images, files) are kept after it."""
+    """A copy of ``message`` whose text is ``text``: every block :func:`message_text` read is replaced, the
+    blocks that carry no text (images, files, tool use) are kept after it."""
     content = message.content
     if isinstance(content, str) or not content:
         return message.model_copy(update={"content": text})
-    others = [
-        b for b in content if not (isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text"))
-    ]
+    others = [b for b in content if _block_text(b) is None]
     blocks: list[str | dict[Any, Any]] = [{"type": "text", "text": text}, *others]
     return message.model_copy(update={"content": blocks})
+
+
+def structured_text(value: object) -> str:
+    """A structured response (``response_format``: a pydantic model, a dataclass, a dict) as the JSON text the
+    output guardrail checks."""
+    return json.dumps(to_jsonable_python(value, fallback=str), ensure_ascii=False)
 
 
 _JSON_SPACE = " \t\n\r"

@@ -59,7 +59,7 @@ from typing import Annotated, Any, NotRequired
 
 from agentguard import ConfigurationError, Engagement, Guard, GuardianDenied, StoreUnavailable, User
 from agentguard.stores import MemoryStore
-from agentguard_langchain._content import message_text, with_text
+from agentguard_langchain._content import message_text, structured_text, with_text
 from agentguard_langchain._host import (
     TAG_NOSTREAM,
     AgentMiddleware,
@@ -365,7 +365,9 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         messages went through the input guardrail on the worker that started it."""
         if self._shared:
             session.checked.update(
-                m.id for m in state.get("messages") or () if isinstance(m, HumanMessage) and m.id
+                (m.id, message_text(m))
+                for m in state.get("messages") or ()
+                if isinstance(m, HumanMessage) and m.id
             )
 
     def _start_run(
@@ -377,11 +379,13 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         thread = session.thread
         if thread is not None:
             if not self._retain:
-                hidden = _earlier_messages(state["messages"], previous)
+                hidden = [m.id for m in _earlier_messages(state["messages"], previous) if m.id]
             elif self._shared:
                 # The thread's earlier messages went through the input guardrail on whichever worker ran
                 # them; only this run's new input is new to the engagement.
-                session.checked.update(_earlier_messages(state["messages"], session))
+                session.checked.update(
+                    (m.id, message_text(m)) for m in _earlier_messages(state["messages"], session) if m.id
+                )
         session.engagement.new_turn()
         update: dict[str, Any] = {}
         if _engagement_id(state) != session.engagement.id:
@@ -484,12 +488,15 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             request = self._with_inputs(request, session, messages, pending, checked)
         with Scope(), self._chat_span(eng, request), self._unstreamed():
             result: ModelResult = handler(request)
-        answers = _answers(result)
-        if not answers:  # only tool calls: nothing reaches the user
+        answers, structured = _answers(result), _structured(result)
+        if not answers and structured is None:  # only tool calls: nothing reaches the user
             return result
         # Text beside tool calls reaches the user too: it is guarded alike.
         guarded = [self._check_answer(eng, text) for _, text in answers]
-        return _with_answers(result, answers, guarded)
+        delivered = _with_answers(result, answers, guarded)
+        if structured is None:
+            return delivered
+        return _with_structured(delivered, result, structured, self._check_answer(eng, structured))
 
     async def awrap_model_call(
         self,
@@ -506,11 +513,14 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             request = self._with_inputs(request, session, messages, pending, checked)
         with Scope(), self._chat_span(eng, request), self._unstreamed():
             result: ModelResult = await handler(request)
-        answers = _answers(result)
-        if not answers:
+        answers, structured = _answers(result), _structured(result)
+        if not answers and structured is None:
             return result
         guarded = [await self._acheck_answer(eng, text) for _, text in answers]
-        return _with_answers(result, answers, guarded)
+        delivered = _with_answers(result, answers, guarded)
+        if structured is None:
+            return delivered
+        return _with_structured(delivered, result, structured, await self._acheck_answer(eng, structured))
 
     def _check_answer(self, eng: Engagement, text: str) -> str | GuardianDenied:
         """The output guardrail (and the guardian) on text the user gets as the agent's answer: the text to
@@ -550,12 +560,11 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         checked = session.checked
         pending: list[tuple[int, str]] = []
         for index, message in enumerate(messages):
-            if isinstance(message, HumanMessage):
-                message_id = message.id
-                if message_id is None or message_id not in checked:
-                    pending.append((index, message_text(message)))
-                    if message_id is not None:
-                        checked.add(message_id)
+            if isinstance(message, HumanMessage) and not _was_checked(checked, message):
+                text = message_text(message)
+                pending.append((index, text))
+                if message.id is not None:
+                    checked[message.id] = text
         return messages, pending
 
     def _with_inputs(
@@ -574,11 +583,13 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         replaced = session.replaced
         edits: dict[int, str] = {}
         for (index, text), new_text in zip(pending, guarded, strict=True):
+            message_id = messages[index].id
             if new_text != text:
                 edits[index] = new_text
-                message_id = messages[index].id
                 if message_id is not None:
                     replaced[message_id] = new_text
+            elif message_id is not None:  # new text under an earlier message's id: an old rewrite is void
+                replaced.pop(message_id, None)
         changed = messages is not request.messages
         if edits or replaced:
             messages = list(messages)
@@ -674,14 +685,24 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         return result
 
 
-def _earlier_messages(messages: Sequence[BaseMessage], previous: Session | None) -> list[str]:
-    """Ids of the messages that precede this run's input: the new input is the trailing user messages that
-    no earlier engagement of the thread has given to the model."""
-    seen = previous.checked if previous is not None else set()
+def _was_checked(checked: Mapping[str, str], message: BaseMessage) -> bool:
+    """Whether ``message`` went through the input guardrail as it reads now (see ``Session.checked``)."""
+    message_id = message.id
+    return message_id is not None and checked.get(message_id) == message_text(message)
+
+
+def _earlier_messages(messages: Sequence[BaseMessage], previous: Session | None) -> Sequence[BaseMessage]:
+    """The messages that precede this run's input: the new input is the trailing user messages that no
+    earlier engagement of the thread has given to the model as they read now."""
+    seen = previous.checked if previous is not None else {}
     start = len(messages)
-    while start > 0 and isinstance(messages[start - 1], HumanMessage) and messages[start - 1].id not in seen:
+    while (
+        start > 0
+        and isinstance(messages[start - 1], HumanMessage)
+        and not _was_checked(seen, messages[start - 1])
+    ):
         start -= 1
-    return [m.id for m in messages[:start] if m.id]
+    return messages[:start]
 
 
 def _ai_messages(result: ModelResult) -> list[BaseMessage]:
@@ -689,6 +710,45 @@ def _ai_messages(result: ModelResult) -> list[BaseMessage]:
         return [result]
     response = result.model_response if isinstance(result, ExtendedModelResponse) else result
     return response.result
+
+
+def _response(result: ModelResult) -> ModelResponse[Any] | None:
+    if isinstance(result, AIMessage):
+        return None
+    return result.model_response if isinstance(result, ExtendedModelResponse) else result
+
+
+def _structured(result: ModelResult) -> str | None:
+    """The text of the result's structured response (``response_format``), if it has one.
+
+    It is the run's answer, delivered to the caller as ``structured_response``, and with a ``ToolStrategy``
+    the model gives it as the arguments of a tool call, which the text answers do not include.
+    """
+    response = _response(result)
+    if response is None or response.structured_response is None:
+        return None
+    return structured_text(response.structured_response)
+
+
+def _with_structured(
+    delivered: ModelResult, result: ModelResult, text: str, new: str | GuardianDenied
+) -> ModelResult:
+    """``delivered`` (the result as the checks of its text answers let it out) when its structured response
+    (its text ``text``) passed the output guardrail as it is and nothing else in it was rewritten; else one
+    message with the text the checks let out (``new``), or the notice of a denial, and no structured response.
+
+    A structured response cannot carry rewritten text, and one the model gave as text (``ProviderStrategy``)
+    was parsed from what the checks rewrote. A message without tool calls also ends the run.
+    """
+    if new == text and delivered is result:
+        return result
+    response = _response(result)
+    first = next((m for m in response.result if isinstance(m, AIMessage)), None) if response else None
+    content = _notice(new) if isinstance(new, GuardianDenied) else new
+    answer = ModelResponse(result=[AIMessage(content=content, id=first.id if first else None)])
+    if isinstance(result, ExtendedModelResponse):
+        return ExtendedModelResponse(model_response=answer, command=result.command)
+    return answer
 
 
 def _answers(result: ModelResult) -> list[tuple[int, str]]:

@@ -62,8 +62,10 @@ class Session:
 
     engagement: Engagement
     thread: str | None
-    checked: set[str] = field(default_factory=set)
-    """Ids of user messages that went (or are going) through the input guardrail."""
+    checked: dict[str, str] = field(default_factory=dict)
+    """Id -> text of the user messages that went (or are going) through the input guardrail. The text too: a
+    run's input may carry an earlier message's id with other text, and LangGraph then puts the new text in
+    that message's place; it has not been through the guardrail."""
     replaced: dict[str, str] = field(default_factory=dict)
     """Message id -> the text a guardrail or guardian put in its place."""
     held: dict[str, HeldResult] = field(default_factory=dict)
