@@ -10,7 +10,7 @@ from agentguard_langchain import AgentGuardCallbackHandler
 from agentguard_langchain.testing import ScriptedChatModel, answer, calls
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import ChatMessage, HumanMessage
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import tool
 
@@ -106,6 +106,26 @@ def test_raise_mode_enforces_the_input_guardrail() -> None:
         with pytest.raises(GuardrailViolation):
             model.invoke("my card 4111 1111", cfg)
     assert model.received == []
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        HumanMessage("my card 4111 1111", id="h1"),
+        ChatMessage(role="user", content="my card 4111 1111", id="h2"),
+    ],
+)
+def test_raise_mode_checks_what_a_known_id_or_a_chat_message_in_the_user_role_brings(second: Any) -> None:
+    """The handler knew user messages by id alone (an earlier id with new text went unchecked), and read only
+    ``HumanMessage``s (``ChatMessage(role="user")`` is a user turn to a chat model)."""
+    guard = make_guard(reviewers=REFUSING)
+    model = ScriptedChatModel(script=[answer("hi"), answer("never")])
+    with guard.engagement():
+        cfg: Any = {"callbacks": [AgentGuardCallbackHandler(guard, raise_error=True)]}
+        model.invoke([HumanMessage("hello", id="h1")], cfg)
+        with pytest.raises(GuardrailViolation):
+            model.invoke([second], cfg)
+    assert len(model.received) == 1
 
 
 def test_raise_mode_enforces_the_output_guardrail() -> None:

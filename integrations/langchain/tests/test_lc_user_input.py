@@ -10,7 +10,7 @@ from agentguard_langchain._content import message_text, with_text
 from agentguard_langchain.testing import answer
 from hypothesis import given
 from hypothesis import strategies as st
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, ChatMessage, HumanMessage
 
 from agentguard import Engagement, GuardrailViolation
 from integrations.langchain.tests.conftest import BuildAgent, config, user_says
@@ -45,6 +45,17 @@ def test_an_edit_that_passes_drops_the_rewrite_of_the_text_it_replaced(
     earlier = h.agent.invoke(user_says("my secret"), config())["messages"][0].id
     h.agent.invoke({"messages": [{"role": "user", "content": "hello again", "id": earlier}]}, config())
     assert [m.content for m in h.model.received[1] if isinstance(m, HumanMessage)] == ["hello again"]
+
+
+@pytest.mark.parametrize("role", ["user", "human", "User"])
+def test_a_chat_message_in_the_user_role_goes_through_the_input_guardrail(
+    build_agent: BuildAgent, role: str
+) -> None:
+    """``ChatMessage(role="user")`` is a user turn to a chat model; only ``HumanMessage`` was checked."""
+    h = build_agent([answer("never")])
+    with pytest.raises(GuardrailViolation):
+        h.agent.invoke({"messages": [ChatMessage(role=role, content=CARD)]}, config())
+    assert h.model.received == []
 
 
 @pytest.mark.parametrize(("kind", "field"), TEXT_BLOCKS)

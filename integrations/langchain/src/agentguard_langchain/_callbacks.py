@@ -33,14 +33,13 @@ from typing import Any
 from uuid import UUID
 
 from agentguard import Engagement, Guard, PolicyViolation, User
-from agentguard_langchain._content import message_text, tool_output
+from agentguard_langchain._content import is_user_message, message_text, tool_output
 from agentguard_langchain._host import (
     AIMessage,
     BaseCallbackHandler,
     BaseMessage,
     ChatGeneration,
     Document,
-    HumanMessage,
     LLMResult,
     ToolMessage,
 )
@@ -75,7 +74,7 @@ class AgentGuardCallbackHandler(BaseCallbackHandler):
         self._lock = threading.Lock()
         self._tools: dict[UUID, tuple[str, dict[str, Any], str | None]] = {}
         self._queries: dict[UUID, str] = {}
-        self._seen: set[tuple[str, str]] = set()
+        self._seen: set[tuple[str, str | None, str]] = set()
 
     # -- which engagement -----------------------------------------------------------------------------
 
@@ -121,10 +120,11 @@ class AgentGuardCallbackHandler(BaseCallbackHandler):
         engagement_id = self.engagement.id
         for conversation in messages:
             for message in conversation:
-                if not isinstance(message, HumanMessage):
+                if not is_user_message(message):
                     continue
                 text = message_text(message)
-                key = (engagement_id, message.id or f"text:{text}")  # a message is new once per engagement
+                # A message is new once per engagement, and again when its id comes back with other text.
+                key = (engagement_id, message.id, text)
                 if key in self._seen:
                     continue
                 self._seen.add(key)

@@ -15,11 +15,12 @@ from typing import Any, TypeVar
 from pydantic_core import to_jsonable_python
 
 from agentguard.aos import unique_keys
-from agentguard_langchain._host import BaseMessage, ToolMessage
+from agentguard_langchain._host import BaseMessage, ChatMessage, HumanMessage, ToolMessage
 
 __all__ = [
     "decode_output",
     "encode_output",
+    "is_user_message",
     "message_text",
     "structured_text",
     "tool_output",
@@ -46,6 +47,14 @@ def _block_text(block: object) -> str | None:
             if isinstance(value, str):
                 return value
     return None
+
+
+def is_user_message(message: object) -> bool:
+    """A message a model reads as the user's: a ``HumanMessage``, or a ``ChatMessage`` whose role is the user's
+    (chat models send ``ChatMessage(role="user")`` as a user turn, so the input guardrail must read it)."""
+    return isinstance(message, HumanMessage) or (
+        isinstance(message, ChatMessage) and message.role.strip().casefold() in ("user", "human")
+    )
 
 
 def message_text(message: BaseMessage) -> str:

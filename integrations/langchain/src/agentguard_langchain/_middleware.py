@@ -59,7 +59,7 @@ from typing import Annotated, Any, NotRequired
 
 from agentguard import ConfigurationError, Engagement, Guard, GuardianDenied, StoreUnavailable, User
 from agentguard.stores import MemoryStore
-from agentguard_langchain._content import message_text, structured_text, with_text
+from agentguard_langchain._content import is_user_message, message_text, structured_text, with_text
 from agentguard_langchain._host import (
     TAG_NOSTREAM,
     AgentMiddleware,
@@ -70,7 +70,6 @@ from agentguard_langchain._host import (
     Command,
     ExtendedModelResponse,
     GraphBubbleUp,
-    HumanMessage,
     ModelRequest,
     ModelResponse,
     PrivateStateAttr,
@@ -365,9 +364,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         messages went through the input guardrail on the worker that started it."""
         if self._shared:
             session.checked.update(
-                (m.id, message_text(m))
-                for m in state.get("messages") or ()
-                if isinstance(m, HumanMessage) and m.id
+                (m.id, message_text(m)) for m in state.get("messages") or () if is_user_message(m) and m.id
             )
 
     def _start_run(
@@ -560,7 +557,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         checked = session.checked
         pending: list[tuple[int, str]] = []
         for index, message in enumerate(messages):
-            if isinstance(message, HumanMessage) and not _was_checked(checked, message):
+            if is_user_message(message) and not _was_checked(checked, message):
                 text = message_text(message)
                 pending.append((index, text))
                 if message.id is not None:
@@ -696,11 +693,7 @@ def _earlier_messages(messages: Sequence[BaseMessage], previous: Session | None)
     earlier engagement of the thread has given to the model as they read now."""
     seen = previous.checked if previous is not None else {}
     start = len(messages)
-    while (
-        start > 0
-        and isinstance(messages[start - 1], HumanMessage)
-        and not _was_checked(seen, messages[start - 1])
-    ):
+    while start > 0 and is_user_message(messages[start - 1]) and not _was_checked(seen, messages[start - 1]):
         start -= 1
     return messages[:start]
 
