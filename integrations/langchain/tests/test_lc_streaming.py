@@ -16,6 +16,7 @@ from langchain.agents import create_agent
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.messages import AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from agentguard import ConfigurationError, Engagement, Guard, GuardianDenied, GuardrailViolation
@@ -202,3 +203,40 @@ def test_a_run_that_streams_tool_results_is_refused_before_a_tool_runs(asynchron
     assert [mode for mode, _ in chunks if mode == "tools"] == []  # not even the tool's start
     assert "SECRET" not in repr(chunks)
     assert shop.runs["web_search"] == 0  # the tool never ran
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_model_inside_a_tool_does_not_stream_what_the_checks_withhold(asynchronous: bool) -> None:
+    """A tool whose output a model makes (a summariser, an agent as a tool): under ``stream_mode="messages"``
+    the model's tokens reached the caller as it made them, and the output restriction withheld the result
+    after. The tool runs with LangGraph's nostream tag; its message (here the notice) is what is streamed."""
+    inner = TokenModel(script=[answer("SECRET-a SECRET-b SECRET-c SECRET-d SECRET-e")] * 2)
+
+    @tool
+    def web_search(query: str) -> dict[str, Any]:
+        """Search the web, the results summarised by a model."""
+        return {"results": str(inner.invoke(query).content).split(" ")}
+
+    model = ScriptedChatModel(script=[calls(("web_search", {"query": "x"})), answer("done")])
+    agent = create_agent(
+        model,
+        tools=[web_search],
+        middleware=[AgentGuardMiddleware(make_guard())],
+        checkpointer=InMemorySaver(),
+    )
+    modes = ["messages", "updates"]
+    chunks: list[Any] = []
+
+    async def consume() -> None:
+        async for chunk in agent.astream(user_says("hi"), config(), stream_mode=modes):
+            chunks.append(chunk)
+
+    if asynchronous:
+        asyncio.run(consume())
+    else:
+        chunks.extend(agent.stream(user_says("hi"), config(), stream_mode=modes))
+    streamed = [str(item[0].content) for mode, item in chunks if mode == "messages"]
+    assert inner.received, "the tool's model ran"
+    assert not [text for text in streamed if "SECRET" in text]
+    assert any("result was withheld" in text for text in streamed)
+    assert streamed[-1] == "done"

@@ -81,29 +81,30 @@ __all__ = [
     "get_config",
     "interrupt",
     "langsmith_tracing",
-    "streams_tool_results",
+    "streamed",
     "tool",
     "var_child_runnable_config",
 ]
 
 
-def streams_tool_results() -> bool:
-    """Whether the current run streams with ``stream_mode="tools"``.
+def streamed() -> tuple[bool, bool]:
+    """Whether the current run streams with ``stream_mode="tools"``, and whether with ``"messages"``.
 
-    LangGraph then gives every tool run a callback handler that puts the tool's result (and the deltas it
-    emits) on the stream as the tool ends, before any middleware has it: a result the guard withholds would be
-    streamed all the same. The handler is LangGraph's private ``StreamToolCallHandler``, recognised by its
-    class name (a subclass too), so that a move of the class cannot hide it.
+    ``"tools"``: LangGraph gives every tool run a callback handler that puts the tool's result (and the deltas
+    it emits) on the stream as the tool ends, before any middleware has it: a result the guard withholds would
+    be streamed all the same. ``"messages"``: its handler puts the tokens of every chat model run inside the
+    graph on the stream, a model a tool calls included. The handlers are LangGraph's private
+    ``StreamToolCallHandler`` and ``StreamMessagesHandler``, recognised by their class names (a subclass too),
+    so that a move of the classes cannot hide them.
     """
     config = var_child_runnable_config.get()
     if config is None:  # not inside a run
-        return False
+        return False, False
     callbacks = config.get("callbacks")
     handlers = (
         callbacks
         if isinstance(callbacks, list)
         else [*getattr(callbacks, "handlers", ()), *getattr(callbacks, "inheritable_handlers", ())]
     )
-    return any(
-        any(cls.__name__ == "StreamToolCallHandler" for cls in type(handler).__mro__) for handler in handlers
-    )
+    names = {cls.__name__ for handler in handlers for cls in type(handler).__mro__}
+    return "StreamToolCallHandler" in names, "StreamMessagesHandler" in names

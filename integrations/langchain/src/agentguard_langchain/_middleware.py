@@ -79,7 +79,7 @@ from agentguard_langchain._host import (
     ToolMessage,
     get_config,
     langsmith_tracing,
-    streams_tool_results,
+    streamed,
     var_child_runnable_config,
 )
 from agentguard_langchain._review import install_interrupt_reviewers, replay_interrupts
@@ -612,10 +612,11 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         store and a thread) has a stored result to adopt or release: the others skip those calls (under
         asyncio, each would cost a coroutine).
         """
-        if streams_tool_results():
+        tool_results, tokens = streamed()
+        if tool_results:
             raise _streamed_tool_results()
         session = self._open_session(request.state) or self._session(request.state, request.runtime.context)
-        call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed)
+        call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed, unstreamed=tokens)
         with session.engagement.activate(), call:
             if session.held:  # an earlier run of the node paused: answers to replay, maybe
                 replay_interrupts(call.interrupts_to_replay())
@@ -648,12 +649,13 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolResult]],
     ) -> ToolResult:
-        if streams_tool_results():
+        tool_results, tokens = streamed()
+        if tool_results:
             raise _streamed_tool_results()
         session = self._open_session(request.state) or await self._asession(
             request.state, request.runtime.context
         )
-        call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed)
+        call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed, unstreamed=tokens)
         with session.engagement.activate(), call:
             if session.held:  # an earlier run of the node paused: answers to replay, maybe
                 replay_interrupts(call.interrupts_to_replay())

@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from agentguard import (
     Phase,
@@ -28,6 +28,7 @@ from agentguard import (
 )
 from agentguard_langchain._content import encode_output, message_text, tool_output, with_output
 from agentguard_langchain._host import (
+    TAG_NOSTREAM,
     AIMessage,
     BaseStore,
     BaseTool,
@@ -190,7 +191,10 @@ class ToolCallTranslation(Scope):
         session: Session,
         resolver: ToolResolver,
         output_reviewed: frozenset[str] = frozenset(),
+        *,
+        unstreamed: bool = False,
     ) -> None:
+        """``unstreamed``: the run streams chat models' tokens (``stream_mode="messages"``); see below."""
         tool_call = request.tool_call
         call_id: str | None = tool_call.get("id") or None
         name: str = tool_call["name"]
@@ -199,6 +203,12 @@ class ToolCallTranslation(Scope):
         self.session = session
         self.inputs: Mapping[str, Any] = tool_call.get("args") or {}
         self.capability, self.tool = resolver.resolve(name, request.tool)
+        tool = self.tool or request.tool
+        if unstreamed and tool is not None:
+            # The tokens of a model the tool calls (a summariser, an agent as a tool) are its output in the
+            # making: streamed, they reached the caller before the checks of that output, which may withhold
+            # it. The tool runs with LangGraph's nostream tag, which the model's run inherits.
+            self.tool = cast(BaseTool, tool.with_config(tags=[TAG_NOSTREAM]))
         self._held: HeldResult | None = None
         """The tool's result, once the pipeline has asked for it here."""
         self._done: HeldResult | None = None
