@@ -701,6 +701,8 @@ def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: Too
         if call.needs_credentials and credentials is None:
             raise _no_credentials(ctx, state, step, name)
         args, kwargs = call.to_args(call_inputs)
+        if not state.active:  # stopped or cancelled while the call waited (a guardian, a review, credentials)
+            raise deny(ctx, state, step, closed_error(state, name, Phase.INPUT))
     except BaseException as exc:
         _roll_back(ctx, state, record, exc)
         raise

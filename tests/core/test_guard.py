@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import io
 import threading
@@ -1137,3 +1138,58 @@ def test_a_call_of_another_tool_under_a_paused_call_id_is_refused() -> None:
             guard.call("export", {"table": "orders"}, call_id="x")
         assert ran == ["export"]
         assert "secret-row" not in str(eng.view())
+
+
+@pytest.mark.parametrize("graceful", [False, True])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_call_whose_engagement_was_cancelled_during_its_review_never_runs(
+    asynchronous: bool, graceful: bool
+) -> None:
+    """The engagement is cancelled while the reviewer is being asked, and the reviewer then approves: the
+    tool ran all the same (and only its result was withheld). A cancelled engagement starts no tool; a
+    graceful cancel lets a tool already running finish, and this one had not started."""
+    from agentguard import EngagementClosed
+    from agentguard.runs import Cancel
+
+    text = spec_text(
+        """
+        capabilities:
+          refund:
+            input_restriction:
+              require_review: boss
+        """
+    )
+    asked, answer = threading.Event(), threading.Event()
+
+    def boss(request: ReviewRequest) -> Approval:
+        asked.set()
+        answer.wait(10)
+        return Approval(True, "fine", "boss")
+
+    guard = make_guard(text, reviewers={"boss": boss})
+    ran: list[int] = []
+
+    @guard.tool(name="refund")
+    def refund(amount: int) -> dict[str, bool]:
+        ran.append(amount)
+        return {"ok": True}
+
+    outcome: list[BaseException | object] = []
+
+    def call() -> None:
+        try:
+            outcome.append(asyncio.run(guard.acall("refund", {"amount": 5})) if asynchronous else refund(5))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    with guard.engagement() as eng:
+        caller = threading.Thread(target=contextvars.copy_context().run, args=(call,))
+        caller.start()
+        assert asked.wait(10)
+        eng.cancel(Cancel("the user hung up", graceful=graceful, graceful_timeout_ms=200))
+        answer.set()
+        caller.join(10)
+    assert ran == []
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], EngagementClosed)
+    assert eng.view()["history"]["_total"] == 0  # taken back: it never ran
