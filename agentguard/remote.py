@@ -355,7 +355,9 @@ class RemoteAgent:
         if spec.spec.name != self.name:
             raise self._error(f"the definition is of agent {spec.spec.name!r}, not {self.name!r}")
         etag = reply.headers.get("etag")
-        self._cached = _Cached(etag, spec) if etag else None
+        # Sent back as If-None-Match, where a header must be ASCII: any other ETag is not kept (httpx would
+        # refuse to encode it, and every later call would fail before sending anything).
+        self._cached = _Cached(etag, spec) if etag and etag.isascii() and etag.isprintable() else None
         self.definition = spec
         return spec
 
@@ -379,11 +381,7 @@ class RemoteAgent:
             if not isinstance(status, str) or status not in _STATUSES:
                 raise self._error(f"the engagement state has an unknown status {_clipped(status)}")
             if status == "completed":
-                exposes = state.get("exposes")
-                return {
-                    "output": state.get("output"),
-                    "exposes": exposes if isinstance(exposes, dict) else {},
-                }
+                return {"output": state.get("output"), "exposes": self._exposes(state)}
             if status in _FINISHED:
                 error = state.get("error")
                 remote_error = error if isinstance(error, dict) else None
@@ -393,6 +391,18 @@ class RemoteAgent:
                     remote_error=remote_error,
                 )
             yield _Pause(min(limits.poll_interval, max(deadline - time.monotonic(), 0.0)))
+
+    def _exposes(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """A completed state's ``exposes``: an object, or nothing (absent or ``null``: the agent exposes none).
+
+        The caller's output restrictions read it, so anything else is an error rather than read as ``{}``.
+        """
+        exposes = state.get("exposes")
+        if exposes is None:
+            return {}
+        if not isinstance(exposes, dict):
+            raise self._error(f"the engagement state's exposes is not a JSON object: {_clipped(exposes)}")
+        return exposes
 
     def _cancel_quietly(self, location: httpx.URL, token: str | None) -> _Flow[None]:
         """Ask the remote server to cancel an engagement this call gave up on; a failure changes nothing."""

@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import socket
 import tracemalloc
+from collections.abc import Iterable, Iterator
 
 import pytest
 
 from agentguard.remote import RemoteAgentError, RemoteLimits
-from tests.guardian_client.hostile_http import HostileServer, compression_bomb, http_response
+from tests.guardian_client.hostile_http import HostileServer, Script, compression_bomb, http_response
 from tests.server.support import call_remote, remote_front_desk, remote_script
 
 LIMITS = RemoteLimits(request_timeout=5, call_timeout=20, poll_wait=1, poll_interval=0.01)
@@ -43,9 +44,10 @@ def test_a_compressed_answer_cannot_outgrow_the_cap_in_memory(
         answer = http_response(compression_bomb(encoding), encoding=encoding, content_type="application/yaml")
         script = remote_script(definition=b"unused")
 
-        def serve(method: str, path: str) -> list[bytes]:
+        def definition_bomb(method: str, path: str) -> Iterable[bytes]:
             return [answer] if method == "GET" else list(script(method, path))
 
+        serve: Script = definition_bomb
     else:
         serve = remote_script([http_response(compression_bomb(encoding), encoding=encoding)])
     with HostileServer(serve) as server:
@@ -148,3 +150,54 @@ def test_a_proxy_named_in_the_environment_cannot_answer_for_the_remote_agent(
         with pytest.raises(RemoteAgentError, match="cannot reach the server when fetching the definition"):
             call_remote(remote_front_desk(url, LIMITS), flavour)
     assert proxy.requests == []
+
+
+# -- headers and members the caller cannot use -----------------------------------------------------------------
+
+
+def _with_etag(etag: bytes) -> Script:
+    """:func:`remote_script` whose definition carries ``ETag: etag`` and whose engagement completes."""
+    script = remote_script([http_response(b'{"status": "completed", "output": "ok", "exposes": {}}')])
+
+    def serve(method: str, path: str) -> Iterator[bytes]:
+        for answer in script(method, path):
+            if method == "GET" and path.endswith("/billing-agent"):
+                answer = answer.replace(b"\r\n\r\n", b"\r\nETag: " + etag + b"\r\n\r\n", 1)
+            yield answer
+
+    return serve
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_an_etag_that_is_not_ascii_is_not_sent_back(flavour: str) -> None:
+    """The ETag is sent back as ``If-None-Match``, and a header is ASCII: one byte past it used to make every
+    later call raise ``UnicodeEncodeError`` (not a RemoteAgentError) before any request went out."""
+    with HostileServer(_with_etag('"caf\xe9"'.encode("latin-1"))) as server:
+        guard = remote_front_desk(server.url, LIMITS)
+        answers = [call_remote(guard, flavour) for _ in range(2)]
+        requests = server.requests
+    assert answers == [{"output": "ok", "exposes": {}}] * 2
+    assert [method for method, _ in requests] == ["GET", "POST", "GET"] * 2
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize("exposes", [["invoices", 3], "invoices=3", 3, True])
+def test_exposes_that_are_not_an_object_are_an_error_not_nothing_exposed(
+    exposes: object, flavour: str
+) -> None:
+    """A completed state's ``exposes`` is what the caller's output restrictions read; one that is not an object
+    used to be read as ``{}`` in silence, as if the remote agent exposed nothing."""
+    body = json.dumps({"status": "completed", "output": "ok", "exposes": exposes}).encode()
+    refused = pytest.raises(RemoteAgentError, match="the engagement state's exposes is not a JSON object")
+    with HostileServer(remote_script([http_response(body)])) as server, refused:
+        call_remote(remote_front_desk(server.url, LIMITS), flavour)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize("state", [{}, {"exposes": None}])
+def test_a_completed_state_without_exposes_exposes_nothing(state: dict[str, object], flavour: str) -> None:
+    """A server whose agent has no ``exposes`` section may leave the member out, or send ``null``."""
+    body = json.dumps({"status": "completed", "output": "ok", **state}).encode()
+    with HostileServer(remote_script([http_response(body)])) as server:
+        answer = call_remote(remote_front_desk(server.url, LIMITS), flavour)
+    assert answer == {"output": "ok", "exposes": {}}
