@@ -2,6 +2,10 @@
 
 A tool's inputs are recorded by parameter name (positional arguments bound to their names, defaults
 applied), because CEL assertions read ``recent["send-email"].inputs.to`` whatever way the caller passed it.
+The keywords a ``**kwargs`` parameter takes are recorded flat, beside the named parameters, as the keywords
+they are: one form for each call, so that what an assertion reads is what the function receives. (Recorded
+under the parameter's name and spread back out when called, an input a model named ``kwargs`` reached the
+function as keywords an assertion over the top-level inputs never saw.)
 """
 
 from __future__ import annotations
@@ -31,7 +35,16 @@ class Binder:
     times cheaper than ``inspect.Signature.bind`` on the per-call path. Other signatures use ``bind``.
     """
 
-    __slots__ = ("_count", "_defaults", "_names", "_required", "_signature", "_simple", "_spread")
+    __slots__ = (
+        "_count",
+        "_defaults",
+        "_keywords",
+        "_names",
+        "_required",
+        "_signature",
+        "_simple",
+        "_spread",
+    )
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self._signature = inspect.signature(fn)
@@ -41,11 +54,10 @@ class Binder:
         self._names = tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD)
         self._defaults = {p.name: p.default for p in params if p.default is not p.empty}
         self._required = frozenset(p.name for p in params if p.default is p.empty)
-        # ``fn(**kwargs)`` alone (a host's runner): inputs are passed on as they are, unless one of them is
-        # named like the parameter (``bind`` records a direct call's keywords under that name).
-        self._spread = (
-            params[0].name if len(params) == 1 and params[0].kind is params[0].VAR_KEYWORD else None
-        )
+        self._keywords = next((p.name for p in params if p.kind is p.VAR_KEYWORD), None)
+        """The name of the ``**`` parameter, if any: its keywords are recorded flat."""
+        # ``fn(**kwargs)`` alone (a host's runner): the inputs are its keywords, passed on as they are.
+        self._spread = len(params) == 1 and self._keywords is not None
 
     @classmethod
     def of(cls, fn: Callable[..., Any]) -> Binder:
@@ -76,12 +88,12 @@ class Binder:
         return binder
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self._spread and not args:
+            return kwargs  # the wrapper's own ``**kwargs``: a fresh dict nobody else holds
         if not self._simple or len(args) > len(self._names):
-            bound = self._signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            return dict(bound.arguments)
-        # Without positional arguments or defaults, the wrapper's own ``**kwargs`` is a fresh dict nobody else
-        # holds: it is the inputs.
+            return self._bound(args, kwargs)
+        # Without positional arguments or defaults, the wrapper's own ``**kwargs`` is a fresh dict nobody else holds:
+        # it is the inputs.
         inputs = kwargs if not args and not self._defaults else dict(self._defaults)
         if args:
             positional = dict(zip(self._names, args, strict=False))
@@ -94,31 +106,43 @@ class Binder:
             self._signature.bind(*args, **kwargs)  # raises the precise TypeError
         return inputs
 
+    def _bound(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """``inspect.Signature.bind``'s arguments, defaults applied, with the ``**`` parameter's keywords
+        flat among them (a keyword can share a name only with a positional-only parameter: refused, as a
+        record could not tell the two apart)."""
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        inputs = dict(bound.arguments)
+        if self._keywords is None:
+            return inputs
+        keywords = inputs.pop(self._keywords)
+        clash = keywords.keys() & inputs.keys()
+        if clash:
+            raise TypeError(f"keyword {min(clash)!r} has the name of a positional-only parameter")
+        inputs.update(keywords)
+        return inputs
+
     def to_args(self, inputs: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        if self._simple or (self._spread is not None and self._spread not in inputs):
+        if self._simple or self._spread:
             # ``fn(**inputs)`` copies the mapping into the call: no copy needed here
             return (), inputs if type(inputs) is dict else dict(inputs)
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
-        var_keyword = False
-        for param in self._signature.parameters.values():
-            if param.kind is param.VAR_KEYWORD:
-                var_keyword = True
-            if param.name not in inputs:
-                continue
-            value = inputs[param.name]
-            if param.kind is param.POSITIONAL_ONLY:
+        parameters = self._signature.parameters
+        for name, value in inputs.items():
+            param = parameters.get(name)
+            if param is None or param.kind is param.VAR_KEYWORD:
+                if self._keywords is None:
+                    raise TypeError(f"unexpected input {name!r}: no parameter takes it")
+                kwargs[name] = value  # one of the ``**`` parameter's keywords, recorded flat
+            elif param.kind is param.POSITIONAL_ONLY:
                 args.append(value)
             elif param.kind is param.VAR_POSITIONAL:
+                if not isinstance(value, list | tuple):
+                    raise TypeError(f"input {name!r} (*{name}) must be a list, not {type(value).__name__}")
                 args.extend(value)
-            elif param.kind is param.VAR_KEYWORD and isinstance(value, Mapping):
-                kwargs.update(value)  # as recorded by bind(): {"extra": {...}}
             else:
-                kwargs[param.name] = value
-        if var_keyword:  # flat inputs from a host (``fn(**kwargs)``): names no parameter takes go to **kwargs
-            for name, value in inputs.items():
-                if name not in self._signature.parameters:
-                    kwargs[name] = value
+                kwargs[name] = value
         return tuple(args), kwargs
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import pytest
+
 from agentguard._binding import Binder
 
 
@@ -45,9 +47,9 @@ def test_flat_inputs_reach_a_var_keyword_runner() -> None:
 
 
 def test_a_runner_taking_only_keywords_gets_the_inputs_as_they_are() -> None:
-    """The host's runner (``fn(**kwargs)`` alone) is handed the inputs without a walk over its signature;
-    an input named like its ``**`` parameter still takes the general path, which spreads a mapping recorded
-    under that name by ``bind``."""
+    """The host's runner (``fn(**kwargs)`` alone) is handed the inputs as they are, whatever their names: an
+    input named like its ``**`` parameter is one more keyword, never spread (the model names the inputs, and
+    a spread mapping reached the function as keywords no assertion over the inputs saw)."""
 
     def runner(**extra: Any) -> Any:
         return extra
@@ -56,9 +58,31 @@ def test_a_runner_taking_only_keywords_gets_the_inputs_as_they_are() -> None:
     inputs = {"to": "a", "body": ["b"], "": None}
     assert binder.to_args(inputs) == ((), inputs)
     recorded = binder.bind((), {"to": "a"})
-    assert recorded == {"extra": {"to": "a"}}
+    assert recorded == {"to": "a"}
     assert binder.to_args(recorded) == ((), {"to": "a"})
-    assert binder.to_args({"extra": "x", "to": "a"}) == ((), {"extra": "x", "to": "a"})
+    nested = {"extra": {"bcc": "eve"}, "to": "a"}
+    assert binder.to_args(nested) == ((), nested)
+
+
+def test_the_keywords_of_a_double_star_parameter_are_recorded_flat_and_passed_as_recorded() -> None:
+    def tool(to: str, /, *items: int, cc: str = "", **extra: Any) -> Any:
+        return to, items, cc, extra
+
+    binder = Binder.of(tool)
+    recorded = binder.bind(("a", 1, 2), {"bcc": "eve", "extra": {"x": 1}})
+    assert recorded == {"to": "a", "items": (1, 2), "cc": "", "bcc": "eve", "extra": {"x": 1}}
+    args, kwargs = binder.to_args(recorded)
+    assert tool(*args, **kwargs) == ("a", (1, 2), "", {"bcc": "eve", "extra": {"x": 1}})
+    with pytest.raises(TypeError, match="positional-only"):
+        binder.bind(("a",), {"to": "b"})
+    with pytest.raises(TypeError, match="must be a list"):
+        binder.to_args({"to": "a", "items": "12"})
+
+    def strict(a: int, *rest: int) -> Any:
+        return a, rest
+
+    with pytest.raises(TypeError, match="no parameter takes it"):
+        Binder.of(strict).to_args({"a": 1, "b": 2})
 
 
 def test_closures_without_defaults_share_a_binder_with_their_code() -> None:

@@ -156,7 +156,8 @@ def test_positional_only_and_var_args_are_bound() -> None:
 
     with guard.engagement() as eng:
         assert odd(1, 2, 3, z=4) == 10
-        assert eng.view()["recent"]["odd"]["inputs"] == {"a": 1, "rest": [2, 3], "extra": {"z": 4}}
+        # The keywords of **extra are recorded flat, as the keywords they are (see agentguard._binding).
+        assert eng.view()["recent"]["odd"]["inputs"] == {"a": 1, "rest": [2, 3], "z": 4}
 
 
 # -- capabilities ---------------------------------------------------------------------------------------
