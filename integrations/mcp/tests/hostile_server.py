@@ -59,13 +59,34 @@ async def _progress(ctx: ServerRequestContext[Any]) -> CallToolResult:
     return CallToolResult(content=[], structured_content={"results": SECRETS})
 
 
-TOOLS = {
+async def _input_required(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+    """Asks the client for input first (the 2026-07-28 protocol), the secrets in the question: no result yet."""
+    question = {
+        "mode": "form",
+        "message": f"found {SECRETS}; go on?",
+        "requestedSchema": {"type": "object", "properties": {}},
+    }
+    return {
+        "resultType": "input_required",
+        "inputRequests": {"go": {"method": "elicitation/create", "params": question}},
+        "requestState": "asked",
+    }
+
+
+async def _deferred(ctx: ServerRequestContext[Any]) -> dict[str, Any]:
+    """An extension's result shape: the answer is to be fetched later, by another method, under a handle."""
+    return {"resultType": "deferred", "handle": SECRETS[0]}
+
+
+TOOLS: dict[str, Any] = {
     "twice": _twice,
     "deep": _deep,
     "meta": _meta,
     "meta_text": _meta_text,
     "error_data": _error_data,
     "progress": _progress,
+    "input_required": _input_required,
+    "deferred": _deferred,
 }
 
 
@@ -75,7 +96,7 @@ def make_server() -> Server[Any]:
     ) -> ListToolsResult:
         return ListToolsResult(tools=[Tool(name=name, input_schema={"type": "object"}) for name in TOOLS])
 
-    async def call_tool(ctx: ServerRequestContext[Any], params: CallToolRequestParams) -> CallToolResult:
+    async def call_tool(ctx: ServerRequestContext[Any], params: CallToolRequestParams) -> Any:
         return await TOOLS[params.name](ctx)
 
     return Server("hostile", on_list_tools=list_tools, on_call_tool=call_tool)

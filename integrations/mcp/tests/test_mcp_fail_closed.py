@@ -129,6 +129,31 @@ async def test_a_progress_message_does_not_reach_the_host_before_the_result_is_c
     assert told == ([(1, 2, None)] if side == "client" else [])  # the proxy asks the upstream for none
 
 
+@pytest.mark.parametrize(
+    ("side", "tool"),
+    # the SDK's client session takes an extension's shape only with the extension: the server side here
+    [("client", "input_required"), ("server", "input_required"), ("server", "deferred")],
+)
+async def test_an_answer_that_is_not_the_tools_result_is_refused_not_checked_as_empty(
+    side: str, tool: str
+) -> None:
+    """A server may answer ``tools/call`` with what is not the tool's result yet (``input_required`` on the
+    2026-07-28 protocol; an extension's shape, to fetch later by another method). It was checked as the
+    empty text the guard found in it, recorded as the call's output, and handed on without what it held."""
+    guard = Guard.from_file(SPEC)
+    server = make_server()
+    middleware = guard_server(server, guard) if side == "server" else None
+    async with Client(server) as client, guard.engagement() as eng:
+        session = client.session
+        call = GuardedClient(session, guard).call_tool if side == "client" else session.call_tool
+        with pytest.raises(MCPError) as refused:  # the session hands such answers on when asked to
+            await call(tool, {}, allow_input_required=True, allow_claimed=True)
+    assert "not the tool's complete result" in refused.value.message
+    assert "SECRET" not in str(refused.value.error)
+    kept = middleware.engagements["anonymous"] if middleware is not None else eng
+    assert kept.view()["recent"][tool.replace("_", "-")]["outputs"] is None  # no output was checked
+
+
 # -- any answer, any side -------------------------------------------------------------------------------
 
 for _backend in available_backends():

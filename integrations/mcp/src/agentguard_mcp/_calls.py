@@ -23,7 +23,7 @@ from agentguard import (
 )
 from agentguard.aos import unique_keys
 from agentguard.steps import MCP
-from agentguard_mcp._host import MCPError
+from agentguard_mcp._host import INTERNAL_ERROR, MCPError
 
 __all__ = ["Catalog", "Names", "denial_result", "guarded_call", "report_message", "wire"]
 
@@ -226,6 +226,15 @@ def denial_result(exc: PolicyViolation, *, modern: bool, why: str | None = None)
     return result
 
 
+NOT_A_RESULT = (
+    "agentguard withheld the server's answer to this tools/call: it is not the tool's complete result (its "
+    "resultType is not 'complete': on the 2026-07-28 protocol 'input_required' asks the client for input "
+    "first; another type is an extension's, answered later by another method), so the guard cannot check it"
+)
+"""Why an answer that is not yet the tool's result is refused. It quotes nothing of the answer: the server
+wrote all of it."""
+
+
 class ToolFailed(Exception):
     """The server answered ``isError: true``: to the pipeline a tool that raised, its text an output to check."""
 
@@ -293,6 +302,10 @@ async def guarded_call(
             await report_message(guard, {"jsonrpc": "2.0", "id": message_id, "error": wire(exc.error)})
             raise MCPError(exc.code, exc.message) from None  # the checks read its message, not its data
         await report_message(guard, {"jsonrpc": "2.0", "id": message_id, "result": result})
+        if result.get("resultType", "complete") != "complete":
+            # Checked as the (empty) text found in it, a question or a handle passed as the tool's output, and
+            # the real output, delivered later, was never checked: refused, as a call that failed.
+            raise MCPError(INTERNAL_ERROR, NOT_A_RESULT)
         if result.get("isError"):
             raise ToolFailed(result)
         received.append((result, tool_output(result)))
