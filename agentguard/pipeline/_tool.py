@@ -156,9 +156,11 @@ def _failed(
 ) -> Flow[None]:
     """The tool raised: its error goes back to the caller (and often to the model), so it is an output too.
 
-    Its text passes the output restriction first, and the guardian hears of the failed call
-    (``steps/toolCallResult`` with ``isError``). A failing check replaces the error by the denial, whose
-    reason does not quote the withheld text. The record keeps ``outputs: null``, status ``failed``.
+    Its text passes the output restriction first, the guardian hears of the failed call
+    (``steps/toolCallResult`` with ``isError``), then the output rules judge the text. Output review cannot
+    hold an error for a reviewer (nothing is delivered to resume with), so under it the error is withheld. A
+    failing check replaces the error by the denial, whose reason does not quote the withheld text. The record
+    keeps ``outputs: null``, status ``failed``.
     """
     name = record.name
     if not isinstance(error, Exception) or isinstance(error, (PolicyViolation, *ctx.passthrough)):
@@ -175,6 +177,14 @@ def _failed(
             params = yield from ask_guardian(ctx, state, held, request, name, Phase.OUTPUT)
             if params is not None:
                 undecided(ctx, state, held, "a failed call's error cannot be modified", name, Phase.OUTPUT)
+        if ctx.rules:
+            yield from run_rules(ctx, state, state.step_of(step), name, Phase.OUTPUT, record.inputs, text)
+        if rule is not None and rule.output_review:
+            reason = (
+                f"the call failed ({type(error).__name__}) and its error is withheld: output review "
+                f"({rule.output_review!r}) did not see it"
+            )
+            raise deny(ctx, state, step, ReviewDenied(reason, capability=name, phase=Phase.OUTPUT))
     except PolicyViolation as violation:
         state.withhold_call(record, reason=violation.reason)
         raise violation from None

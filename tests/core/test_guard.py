@@ -1194,3 +1194,29 @@ def test_a_call_whose_engagement_was_cancelled_during_its_review_never_runs(
     assert len(outcome) == 1
     assert isinstance(outcome[0], EngagementClosed)
     assert eng.view()["history"]["_total"] == 0  # taken back: it never ran
+
+
+def test_a_failed_calls_error_is_withheld_under_output_review() -> None:
+    """Output review holds a result for a reviewer; an error cannot be held (nothing is delivered to resume
+    with), and its text went to the caller, unreviewed."""
+    text = spec_text(
+        """
+        capabilities:
+          export:
+            output_restriction:
+              require_review: auditor
+        """
+    )
+    asked: list[ReviewRequest] = []
+    guard = make_guard(text, reviewers={"auditor": lambda request: asked.append(request) or True})
+
+    def export(table: str) -> Any:
+        raise ValueError(f"cannot export {table}: rows secret-1, secret-2")
+
+    with guard.engagement() as eng:
+        with pytest.raises(ReviewDenied, match="output review") as denied:
+            guard.call("export", {"table": "orders"}, export)
+        assert "secret" not in str(denied.value)
+        assert denied.value.__cause__ is None
+        assert asked == []
+        assert "secret" not in str(eng.view())

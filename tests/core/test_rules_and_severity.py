@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -191,3 +192,37 @@ def test_a_rule_in_shadow_mode_by_name() -> None:
         guard.call("send-email", {"to": "a@corp.com"})
     assert ran == ["a@corp.com"]
     assert _warnings(eng) == [("rule", "warning")]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_output_rules_judge_a_failed_calls_error_text(asynchronous: bool) -> None:
+    """A tool's error goes back to the caller (through MCP and the agent SDKs, to the model): the output
+    restriction and the guardian judged its text, the output rules did not, and 'SECRET' went through."""
+    guard, _ = _guard()
+    outputs: list[Any] = []
+
+    @guard.rules.rule("no-secret", phase="output", capabilities={"send-email"})
+    def no_secret(ctx: RuleContext) -> bool:
+        outputs.append(ctx.outputs)
+        return "SECRET" not in str(ctx.outputs)
+
+    def leaky(to: str) -> Any:
+        raise ValueError(f"SECRET mailbox of {to}")
+
+    async def aleaky(to: str) -> Any:
+        leaky(to)
+
+    def call() -> Any:
+        if asynchronous:
+            return asyncio.run(guard.acall("send-email", {"to": "a@corp.com"}, aleaky))
+        return guard.call("send-email", {"to": "a@corp.com"}, leaky)
+
+    with guard.engagement() as eng:
+        with pytest.raises(RuleViolation) as info:
+            call()
+        assert info.value.rule_name == "no-secret"
+        assert "SECRET" not in str(info.value)
+        assert info.value.__cause__ is None
+        assert info.value.__suppress_context__
+        assert outputs == ["SECRET mailbox of a@corp.com"]
+        assert "SECRET" not in str(eng.view())

@@ -222,5 +222,6 @@ def test_a_tool_runs_only_with_the_arguments_the_guard_checked(
     with h.guard.engagement() as eng:
         Runner.run_sync(h.agent, "Email Bob")
         recorded = [call["inputs"] for call in eng.view()["history"].get("send-email", [])]
-    assert all(args in recorded for _, args in h.shop.args)
+    # Each run got what a recorded call holds (the SDK drops a key no parameter takes, "to " say).
+    assert all(any(args.items() <= call.items() for call in recorded) for _, args in h.shop.args)
     assert all(args["to"].endswith("@corp.com") for _, args in h.shop.args)
