@@ -293,15 +293,65 @@ def write_report(
 # -- the markdown body ----------------------------------------------------------------------------------
 
 
+# The body is markdown built from values the engagement recorded, and a model chooses some of them (the name
+# of a tool it calls, the arguments a reason quotes), a host others (the user id, the engagement id). None of
+# them may add a line, a heading or a finding to the report, hide or reorder what follows, or keep the report
+# from being written: every value goes in through ``_code``, ``_prose`` or ``_code_block``.
+
+
+def visible(text: str) -> str:
+    """``text`` with every character that is not printable written as its Python escape (``\\x1b``,
+    ``\\u202e``, ``\\ud800``): a terminal control sequence, a bidi override or an invisible character cannot
+    hide or reorder the text around it, and a lone surrogate (which UTF-8 cannot encode) cannot stop the
+    report from being written."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def visible_lines(text: str) -> str:
+    """``text`` with :func:`visible` applied to each of its lines: its line feeds are kept, and nothing else
+    that is not printable."""
+    return "\n".join(visible(line) for line in text.split("\n"))
+
+
 def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
+    return visible(" ".join(str(text).split()))
+
+
+_MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_[]<>~&"})
+
+
+def _prose(text: object) -> str:
+    """``text`` as one line of markdown prose that reads as written: emphasis, links, code, inline HTML (a
+    ``<details>`` would fold the rest of the report away) and character references are escaped."""
+    return _one_line(text).translate(_MARKDOWN)
+
+
+_TICKS = re.compile("`+")
+
+
+def _code(value: object) -> str:
+    """``value`` as one markdown code span, whatever backticks it holds (the fence is longer than any of
+    its runs of them)."""
+    text = _one_line(value)
+    fence = "`" * (1 + max(map(len, _TICKS.findall(text)), default=0))
+    pad = " " if not text or text.startswith("`") or text.endswith("`") else ""  # "``" is no code span
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _code_block(text: str) -> list[str]:
+    """``text`` as a fenced code block that none of its lines can close."""
+    text = visible_lines(text)
+    fence = "`" * max(3, 1 + max(map(len, _TICKS.findall(text)), default=0))
+    return [f"{fence}text", text, fence]
 
 
 def _where(result: RuleResult) -> str:
     step = _meta(result, "step")
     step = step if isinstance(step, dict) else {}
-    subject = f" `{step['name']}`" if step.get("name") else ""
-    return f"`{step.get('kind', '?')}`{subject} at {_meta(result, 'at')}"
+    subject = f" {_code(step['name'])}" if step.get("name") else ""
+    return f"{_code(step.get('kind', '?'))}{subject} at {_code(_meta(result, 'at'))}"
 
 
 def _reviews(results: Sequence[RuleResult]) -> Iterator[tuple[RuleResult, Mapping[str, Any]]]:
@@ -328,12 +378,13 @@ def render_body(entry: AuditEntry, steps: Iterable[StepRecord]) -> str:
     engagement = engagement if isinstance(engagement, dict) else {}
     f = entry.findings
     lines = [
-        f"# Audit of engagement `{entry.execution_id}`",
+        f"# Audit of engagement {_code(entry.execution_id)}",
         "",
-        f"- **Agent:** `{entry.agent_id or 'unknown'}`; **user:** `{engagement.get('user') or 'unknown'}`",
-        f"- **Engagement:** started {engagement.get('startedAt', '?')}, {engagement.get('status', '?')}"
-        + (f" ({_one_line(engagement['statusReason'])})" if engagement.get("statusReason") else ""),
-        f"- **Steps:** {engagement.get('steps', '?')}, **decisions:** {len(results)}",
+        f"- **Agent:** {_code(entry.agent_id or 'unknown')}; **user:** {_code(engagement.get('user') or 'unknown')}",
+        f"- **Engagement:** started {_prose(engagement.get('startedAt', '?'))}, "
+        f"{_prose(engagement.get('status', '?'))}"
+        + (f" ({_prose(engagement['statusReason'])})" if engagement.get("statusReason") else ""),
+        f"- **Steps:** {_prose(engagement.get('steps', '?'))}, **decisions:** {len(results)}",
         f"- **Opinion:** **{entry.opinion}**; **findings:** {f.critical} critical, {f.major} major, "
         f"{f.minor} minor",
         "",
@@ -349,7 +400,7 @@ def render_body(entry: AuditEntry, steps: Iterable[StepRecord]) -> str:
         if listed:
             lines += [f"### {finding.capitalize()}", ""]
             lines += [
-                f"- **{label}{n}** `{r.rule_name}` ({r.severity}), {_where(r)}: {_one_line(r.message)}"
+                f"- **{label}{n}** {_code(r.rule_name)} ({r.severity}), {_where(r)}: {_prose(r.message)}"
                 for n, r in enumerate(listed, 1)
             ]
             lines.append("")
@@ -360,18 +411,19 @@ def render_body(entry: AuditEntry, steps: Iterable[StepRecord]) -> str:
         lines += ["## Reviews", ""]
         for result, approval in reviews:
             verdict = "approved" if approval.get("approved") else "rejected"
-            reason = f": {_one_line(approval['reason'])}" if approval.get("reason") else ""
+            reason = f": {_prose(approval['reason'])}" if approval.get("reason") else ""
             lines.append(
-                f"- `{result.rule_name}`, {_where(result)}: **{verdict}** by "
-                f"`{approval.get('approvedBy', 'unknown')}` at {approval.get('timestamp', '?')}{reason}"
+                f"- {_code(result.rule_name)}, {_where(result)}: **{verdict}** by "
+                f"{_code(approval.get('approvedBy', 'unknown'))} at {_code(approval.get('timestamp', '?'))}"
+                f"{reason}"
             )
         lines.append("")
     if entry.judge_result is not None:
         j = entry.judge_result
         verdict = "passed" if j.passed else "failed"
-        lines += ["## Judgment", "", f"Lowest score {j.score:.2f} ({verdict}): {_one_line(j.reasoning)}", ""]
+        lines += ["## Judgment", "", f"Lowest score {j.score:.2f} ({verdict}): {_prose(j.reasoning)}", ""]
     timeline = format_timeline(steps, inputs=False)
-    lines += ["## Timeline", "", "```text", timeline, "```"] if timeline else ["## Timeline", "", "No steps."]
+    lines += ["## Timeline", "", *(_code_block(timeline) if timeline else ["No steps."])]
     return "\n".join(lines) + "\n"
 
 
@@ -380,6 +432,19 @@ def render_body(entry: AuditEntry, steps: Iterable[StepRecord]) -> str:
 _FRONTMATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)^---[ \t]*(?:\r?\n|\Z)", re.DOTALL | re.MULTILINE)
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def _encodable(value: Any) -> Any:
+    """``value`` (JSON) with every lone surrogate in its strings, keys included, written as its escape
+    (``\\ud800``). A model's JSON can carry one (``"\\ud800"``) into a tool name or a reason; UTF-8 cannot
+    encode it, and the whole report of the engagement, every denial in it, used to be lost on it."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_encodable(key): _encodable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_encodable(item) for item in value]
+    return value
 
 
 def _millis(value: datetime | float | None) -> float | None:
@@ -406,11 +471,16 @@ class Audit:
 
     @staticmethod
     def dumps(entry: AuditEntry, body: str = "") -> str:
-        """The text of a report: ``entry`` as YAML frontmatter, then ``body``."""
+        """The text of a report: ``entry`` as YAML frontmatter, then ``body``; UTF-8 encodable whatever they
+        hold (a lone surrogate is written as its escape, ``\\ud800``)."""
         frontmatter = yaml.dump(
-            entry.wire(), Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False
+            _encodable(entry.wire()),
+            Dumper=_Dumper,
+            sort_keys=False,
+            allow_unicode=True,
+            default_flow_style=False,
         )
-        return f"---\n{frontmatter}---\n\n{body}"
+        return f"---\n{frontmatter}---\n\n{_encodable(body)}"
 
     @staticmethod
     def parse(path: str | os.PathLike[str]) -> AuditReport:
@@ -429,12 +499,17 @@ class Audit:
         folder.mkdir(parents=True, exist_ok=True)
         day = datetime.fromtimestamp(entry.created_at / 1000, UTC).strftime("%Y-%m-%d")
         path = folder / f"{day}-{entry.id}.md"
-        # Written whole or not at all: a reader querying the directory never sees half a report.
-        with tempfile.NamedTemporaryFile(
-            "w", encoding="utf-8", dir=folder, suffix=".tmp", delete=False
-        ) as handle:
-            handle.write(Audit.dumps(entry, body))
-        os.replace(handle.name, path)
+        text = Audit.dumps(entry, body)
+        # Written whole or not at all: a reader querying the directory never sees half a report, and a write
+        # that fails leaves no temporary file behind.
+        descriptor, temporary = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        try:
+            with open(descriptor, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.replace(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
         return path
 
     @staticmethod

@@ -23,7 +23,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import get_args
 
-from agentguard.checks._audit import Audit, AuditFormatError, AuditOpinion, AuditReport
+from agentguard.checks._audit import (
+    Audit,
+    AuditFormatError,
+    AuditOpinion,
+    AuditReport,
+    visible,
+    visible_lines,
+)
 
 __all__ = ["add_parser"]
 
@@ -113,7 +120,7 @@ def _show(args: argparse.Namespace) -> int:
     try:
         report = _find(args.report, args.dir)
     except (AuditFormatError, LookupError, OSError) as error:
-        print(f"agentguard audit: {error}", file=sys.stderr)
+        print(f"agentguard audit: {visible(str(error))}", file=sys.stderr)
         return 1
     if args.format == "json":
         print(
@@ -122,18 +129,20 @@ def _show(args: argparse.Namespace) -> int:
             )
         )
         return 0
+    # A report's text is the engagement's (a user id, an engagement id, reasons): printed to a terminal, its
+    # control characters are shown as escapes, so that none can move the cursor or erase a line.
     entry = report.entry
-    print(f"{report.path}\n")
-    print(f"id:          {entry.id}")
+    print(f"{visible(str(report.path))}\n")
+    print(f"id:          {visible(entry.id)}")
     print(f"created:     {_created(entry.created_at)}")
-    print(f"agent:       {entry.agent_id or '-'}")
-    print(f"execution:   {entry.execution_id or '-'}")
-    print(f"objectives:  {entry.objectives}")
-    print(f"scope:       {', '.join(entry.scope) or '-'}")
+    print(f"agent:       {visible(entry.agent_id or '-')}")
+    print(f"execution:   {visible(entry.execution_id or '-')}")
+    print(f"objectives:  {visible(entry.objectives)}")
+    print(f"scope:       {visible(', '.join(entry.scope) or '-')}")
     print(f"opinion:     {entry.opinion}")
     f = entry.findings
     print(f"findings:    {f.critical} critical, {f.major} major, {f.minor} minor\n")
-    print(report.body, end="")
+    print(visible_lines(report.body), end="")
     return 0
 
 
@@ -164,16 +173,19 @@ def _print_reports(args: argparse.Namespace, reports: Sequence[AuditReport]) -> 
         return 0
     header = ("ID", "CREATED (UTC)", "OPINION", "CRIT", "MAJ", "MIN", "AGENT", "EXECUTION", "FILE")
     rows = [
-        (
-            r.entry.id[:12],
-            _created(r.entry.created_at),
-            r.entry.opinion,
-            str(r.entry.findings.critical),
-            str(r.entry.findings.major),
-            str(r.entry.findings.minor),
-            r.entry.agent_id or "-",
-            r.entry.execution_id or "-",
-            r.path.name if r.path else "-",
+        tuple(
+            visible(cell)  # a cell is one line of printable text: no value adds a row or erases one
+            for cell in (
+                r.entry.id[:12],
+                _created(r.entry.created_at),
+                r.entry.opinion,
+                str(r.entry.findings.critical),
+                str(r.entry.findings.major),
+                str(r.entry.findings.minor),
+                r.entry.agent_id or "-",
+                r.entry.execution_id or "-",
+                r.path.name if r.path else "-",
+            )
         )
         for r in reports
     ]

@@ -111,8 +111,8 @@ class JudgeResult(CheckModel):
 class Judge(Protocol):
     """OS Protocol ``Judge``: scores ``content`` against ``config.criteria``.
 
-    An exception, or a score outside 0-1, is a failed judgment wherever agentguard runs a judge (checks fail
-    closed).
+    An exception, a score outside 0-1, or a ``passed`` that is not ``score >= threshold`` is a failed judgment
+    wherever agentguard runs a judge (checks fail closed).
     """
 
     def evaluate(self, content: object, config: JudgeConfig) -> JudgeResult: ...
@@ -203,13 +203,26 @@ class GuardianJudge:
         return JudgeResult.from_score(score, reasoning, config, metadata={"guardian": guardian})
 
 
-def _validated(result: object, who: str) -> JudgeResult:
+def _validated(result: object, who: str, config: JudgeConfig) -> JudgeResult:
     """A judge's answer, validated again: anything but a :class:`JudgeResult` raises (a failed judgment), and so
     does one built without validation (``model_construct``) whose fields break the model: a ``passed`` of
-    ``"false"`` is a true value to Python."""
+    ``"false"`` is a true value to Python.
+
+    So does one whose ``passed`` is not ``score >= threshold`` for the config the judge was given: a model
+    judge that reads ``passed`` from its model's reply (``{"score": 0.05, "passed": true}``, text the judged
+    content can talk the model into) would otherwise pass what its own score fails, and a score never turns
+    into a pass by way of a second field that says otherwise.
+    """
     if not isinstance(result, JudgeResult):
         raise TypeError(f"{who} returned {type(result).__name__}, not a JudgeResult")
-    return JudgeResult.model_validate({**result.__dict__, **(result.model_extra or {})}, strict=True)
+    checked = JudgeResult.model_validate({**result.__dict__, **(result.model_extra or {})}, strict=True)
+    threshold = config.effective_threshold
+    if checked.passed is not (checked.score >= threshold):
+        raise ValueError(
+            f"{who} answered passed={checked.passed} with score {checked.score!r} against threshold "
+            f"{threshold!r}: the judgment contradicts itself"
+        )
+    return checked
 
 
 def judge_tool(judge: Judge, config: JudgeConfig) -> Callable[[str], dict[str, Any]]:
@@ -223,7 +236,7 @@ def judge_tool(judge: Judge, config: JudgeConfig) -> Callable[[str], dict[str, A
     """
 
     def judge_text(text: str) -> dict[str, Any]:
-        return _validated(judge.evaluate(text, config), "the judge").wire()
+        return _validated(judge.evaluate(text, config), "the judge", config).wire()
 
     judge_text.__doc__ = f"Judge a text against: {config.criteria}"
     return judge_text
@@ -258,7 +271,7 @@ def add_judge(
         extra = {"executionId": context.engagement_id, "capability": context.capability}
         run_config = config.model_copy(update={"metadata": {**(config.metadata or {}), **extra}})
         answer = yield CallUser(judge.evaluate, (context.outputs, run_config), f"the judge of {rule}")
-        result = _validated(answer, f"the judge of {rule}")
+        result = _validated(answer, f"the judge of {rule}", run_config)
         verdict = (
             f"{rule} {'passed' if result.passed else 'failed'} with score {result.score:.2f} "
             f"(threshold {config.effective_threshold:.2f}): {result.reasoning}"

@@ -105,12 +105,15 @@ class RuleResult(CheckModel):
 
 
 def json_safe(value: Any) -> JsonValue:
-    """``value`` as plain JSON (anything JSON cannot hold becomes its ``str``).
+    """``value`` as plain JSON (anything JSON cannot hold becomes its ``str``; NaN and the infinities become
+    ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``).
 
-    A decision's ``data`` comes from user code (a rule's metadata, a reviewer's reason); a report must be
-    writable whatever it holds.
+    A decision's ``data`` comes from user code (a rule's metadata, a reviewer's reason), which may copy the
+    values of a call the model made (``{"amount": NaN}`` is what Python's JSON reader makes of a model's
+    arguments); a report must be writable whatever it holds. A NaN left as a float made every rule result of
+    the engagement unreadable (the models refuse it), so its audit report was never written.
     """
-    converted: JsonValue = json.loads(json.dumps(to_plain(value), default=str))
+    converted: JsonValue = json.loads(json.dumps(to_plain(value), default=str), parse_constant=str)
     return converted
 
 

@@ -9,9 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from markdown_it import MarkdownIt
 
 from agentguard import (
     Approval,
+    CapabilityDenied,
     CheckResult,
     Decision,
     Guard,
@@ -22,6 +26,7 @@ from agentguard import (
     ReviewDenied,
     ReviewRequest,
     Rule,
+    RuleViolation,
     ShortCircuitViolation,
     User,
 )
@@ -417,3 +422,97 @@ def test_rule_metadata_that_only_looks_like_a_judgment_is_ignored() -> None:
     with guard.engagement() as eng:
         guard.call("search", {"q": "x"})
     assert build_report(eng).entry.judge_result is None
+
+
+# -- what the engagement recorded cannot change what the report says ---------------------------------------
+
+# Values a model or a host chooses (a tool name, a user id, arguments a reason quotes): lone surrogates,
+# control, format and separator characters, and markdown.
+HOSTILE = st.text(
+    st.sampled_from(
+        [*"`*_[]<>~&!#-|\\()=: \t\n\r", "\u2028", "\u202e", "\u200b", "\x1b", "\x00", "\ud800", "a"]
+    )
+    | st.characters(),
+    max_size=12,
+)
+
+
+def _hostile_engagement(value: str, observers: Any = ()) -> Any:
+    """An engagement whose every recorded name and reason holds ``value``: a tool the model called, the user
+    id, a rule's message, a reviewer's name and reason, a judge's reasoning."""
+    guard = _guard(
+        reviewers={"supervisor": lambda request: Approval(False, f"r{value}", f"b{value}")},
+        observers=list(observers),
+    )
+    guard.rules.add("hostile", lambda ctx: CheckResult(False, f"m{value}"), capabilities={"send-email"})
+    add_judge(guard, _Reasoning(f"j{value}"), JudgeConfig(criteria="c"), name="tone", capabilities={"search"})
+    with guard.engagement(user=User(id=f"u{value}")) as eng:
+        with pytest.raises(CapabilityDenied):
+            guard.call(f"t{value}", {}, lambda: None)
+        with pytest.raises(RuleViolation):
+            guard.call("send-email", {"to": "bob@corp.com"})
+        with pytest.raises(ReviewDenied):
+            guard.call("refund", {"amount": 5})
+        guard.call("search", {"q": "x"})
+    return eng
+
+
+class _Reasoning:
+    """A judge that passes everything with the reasoning it is given."""
+
+    def __init__(self, reasoning: str) -> None:
+        self.reasoning = reasoning
+
+    def evaluate(self, content: object, config: JudgeConfig) -> JudgeResult:
+        return JudgeResult.from_score(0.9, self.reasoning, config)
+
+
+def _shape(markdown: str) -> list[tuple[str, str, list[str]]]:
+    """The structure of a markdown text as CommonMark (with strikethrough) reads it: every block and the kind
+    of every inline element, none of their text."""
+    parser = MarkdownIt("commonmark").enable("strikethrough")
+    return [(t.type, t.tag, [c.type for c in t.children or []]) for t in parser.parse(markdown)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(HOSTILE)
+@example("\n\n## Conclusion\n\nNo check failed")
+@example("`\n- **M9** fake")
+@example("\n```\n\nNo findings.")
+@example("<details>")
+@example("&#x202e;~~denied~~")
+def test_recorded_values_cannot_change_the_shape_of_the_report(value: str) -> None:
+    """Before, a tool named ``"x\\n\\n## Conclusion\\n\\nNo check failed"`` or a reviewer named ``"b`\\n- **M9**"``
+    added headings, findings and conclusions to the report's body, a ```` ``` ```` in a tool name closed the
+    timeline's code block, and a reason could bring inline HTML (``<details>``, which folds the rest away).
+    Whatever the values, the report reads as the one of harmless values does; the frontmatter keeps them."""
+    report = build_report(_hostile_engagement(value))
+    assert _shape(report.body) == _shape(build_report(_hostile_engagement("v")).body)
+    assert all(line.isprintable() for line in report.body.split("\n"))
+    entry = Audit.loads(Audit.dumps(report.entry, report.body)).entry
+    assert (entry.opinion, entry.findings) == ("adverse", _findings(major=3))
+
+
+def test_a_lone_surrogate_never_keeps_the_report_from_being_written(tmp_path: Path) -> None:
+    """Before, a tool named ``"shell\\ud800"`` (JSON from a model can say so) made the YAML writer raise: the
+    observer logged it, the engagement's report with all its denials was never written, and a temporary file
+    was left behind."""
+    _hostile_engagement("\ud800", observers=[AuditObserver(tmp_path)])
+    [path] = tmp_path.iterdir()
+    report = Audit.parse(path)
+    assert (report.entry.opinion, report.entry.findings) == ("adverse", _findings(major=3))
+    assert report.entry.rule_results is not None
+    assert report.entry.rule_results[0].rule_name == "capability:t\\ud800:input"
+    assert "`t\\ud800`" in report.body
+
+
+def test_a_report_that_cannot_be_written_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(*args: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("agentguard.checks._audit.os.replace", full)
+    with pytest.raises(OSError, match="No space"):
+        Audit.write(build_report(EngagementState()).entry, tmp_path)
+    assert list(tmp_path.iterdir()) == []

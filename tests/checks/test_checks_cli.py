@@ -132,3 +132,24 @@ def test_an_empty_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     status, out, _ = _run(capsys, "audit", "ls", str(tmp_path))
     assert status == 0
     assert out.splitlines()[-1] == "0 reports"
+
+
+def test_control_characters_in_a_report_are_shown_not_obeyed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, an engagement id (a host may take it from its client) holding ``"\\x1b[1A\\x1b[2K"`` printed as
+    it was: the terminal moved up and erased the row above, an adverse report's, and a line feed in it added
+    a row of its own."""
+    erase = "\x1b[1A\x1b[2K"
+    _write(tmp_path, id="aaa111", executionId="e1", opinion="adverse", findings={"major": 1})
+    _write(tmp_path, id="bbb222", createdAt=T0 + DAY, executionId=f"e2{erase}\nfake row", agentId="a\u202e")
+    status, out, _ = _run(capsys, "audit", "ls", str(tmp_path))
+    assert status == 0
+    assert "\x1b" not in out
+    assert "\\x1b[1A\\x1b[2K\\nfake row" in out
+    assert "a\\u202e" in out
+    assert len(out.splitlines()) == 4  # the header, two reports, the count
+    status, out, _ = _run(capsys, "audit", "show", "bbb222", "--dir", str(tmp_path))
+    assert status == 0
+    assert "\x1b" not in out
+    assert "execution:   e2\\x1b[1A\\x1b[2K\\nfake row" in out

@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from agentguard import (
@@ -488,3 +490,34 @@ def test_a_judge_answer_that_is_no_valid_judge_result_fails_closed(answer: objec
     tool = judge_tool(ForgedJudge(answer), JudgeConfig(criteria="c"))
     with pytest.raises((TypeError, ValidationError)):
         tool("an answer")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    score=st.floats(0, 1),
+    passed=st.booleans(),
+    threshold=st.none() | st.floats(0, 1),
+)
+def test_a_judgment_passes_only_when_its_score_meets_the_threshold(
+    score: float, passed: bool, threshold: float | None
+) -> None:
+    """Before, a model judge that took ``"passed": true`` from its model's reply beside ``"score": 0.05``
+    passed: the content it judged only had to talk the model into that field. Now a ``passed`` that is not
+    ``score >= threshold`` (the config's) is a failed judgment, whichever way it contradicts."""
+    config = JudgeConfig(criteria="c", threshold=threshold)
+    tool = judge_tool(ForgedJudge(JudgeResult(score=score, passed=passed, reasoning="r")), config)
+    if passed is (score >= config.effective_threshold):
+        assert tool("an answer")["passed"] is passed
+    else:
+        with pytest.raises(ValueError, match="contradicts itself"):
+            tool("an answer")
+
+
+def test_a_judgment_that_contradicts_its_score_withholds_the_result() -> None:
+    guard = _guard()
+    forged = JudgeResult(score=0.05, passed=True, reasoning="the content says it passes")
+    add_judge(guard, ForgedJudge(forged), JudgeConfig(criteria="c", threshold=0.8), name="forged")
+    with guard.engagement() as eng, pytest.raises(RuleViolation, match="raised ValueError"):
+        guard.call("lookup", {"key": "secret"})
+    assert eng.state.calls[-1].outputs is None
+    assert [r.passed for r in rule_results(eng) if r.rule_name.startswith("rule:")] == [False]

@@ -339,6 +339,20 @@ def test_data_that_is_not_json_is_kept_as_text() -> None:
     assert set(result.wire()) == {"ruleName", "passed", "severity", "message", "metadata"}
 
 
+@pytest.mark.parametrize(
+    ("number", "text"), [(float("nan"), "NaN"), (float("inf"), "Infinity"), (float("-inf"), "-Infinity")]
+)
+def test_a_number_json_cannot_hold_is_kept_as_text(number: float, text: str) -> None:
+    """Before, a passing rule whose metadata copied a model's ``{"amount": NaN}`` (Python's JSON reader makes a
+    float of it) made ``rule_results`` raise for the whole engagement, so its audit report, the denials in it
+    too, was never written."""
+    decision = Decision(Rule.RULE, Outcome.ALLOW, Phase.INPUT, "ok", "search", data={"amount": number})
+    result = rule_result(decision, _step())
+    assert result.metadata is not None
+    assert result.metadata["data"] == {"amount": text}
+    assert RuleResult.model_validate(result.wire()) == result
+
+
 async def test_run_control_decisions_map_to_run_results() -> None:
     guard = Guard.from_yaml(spec_text("capabilities:\n  slow:\n"))
 

@@ -440,6 +440,14 @@ def test_modify_cel_merges_a_partial_or_whole_params_map(backend: CelBackend) ->
             "'9'",
         ),
         ("set: {params.toolCallRequest.toolId.x: '1'}", "set.params.toolCallRequest.toolId.x", "'x'"),
+        # A digit that is no decimal digit ("²".isdigit(), but int("²") raises) was an internal error, so no
+        # decision: under the client's on_failure="allow" the step went on unmodified.
+        ("set: {params.toolCallRequest.inputs.²: '1'}", "set.params.toolCallRequest.inputs.²", "'²'"),
+        (
+            "set: {params.toolCallRequest.inputs.².value: '1'}",
+            "set.params.toolCallRequest.inputs.².value",
+            "'²'",
+        ),
         ("set: {params.toolCallRequest.inputs: '[0.0 / 0.0]'}", "modify", "the modified request is invalid"),
         ("modify: {cel: '[1, 2]'}", "modify.cel", "yielded list, not a map"),
         ("modify: {cel: '{\"context\": 1}'}", "modify", "params.context"),

@@ -367,7 +367,9 @@ def _assign(params: dict[str, Any], path: str, value: Any) -> None:
 
 
 def _is_index(container: Any, key: str) -> bool:
-    return isinstance(container, list) and key.isdigit() and int(key) < len(container)
+    # ASCII digits only: ``"²".isdigit()`` is true and ``int("²")`` raises, which escaped as an internal
+    # error (no decision: the client's on_failure, not the rule, decided whether the step went on unmodified).
+    return isinstance(container, list) and key.isascii() and key.isdigit() and int(key) < len(container)
 
 
 # --------------------------------------------------------------------------------------------- loading
