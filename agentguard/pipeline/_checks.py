@@ -128,7 +128,7 @@ def check(
     twice. Anything else is evaluated from scratch, once: the reason shown to the caller (with the values
     compared) is read from the same answer.
     """
-    variables = state.bindings(assertion.plan)
+    variables = state.bindings(assertion.plan, step if isinstance(step, CallRecord) else step.call)
     answer = asked if isinstance(asked, CelEvaluationError) else assertion.answer(variables)
     passed, reason = assertion.judge(answer, variables)
     if not passed:

@@ -150,14 +150,19 @@ class EngagementState:
                 "history": history,
             }
 
-    def bindings(self, plan: ViewPlan) -> dict[str, Any]:
-        """The variables ``plan`` reads, and only the parts of ``recent`` and ``history`` it reads."""
+    def bindings(self, plan: ViewPlan, own: CallRecord | None = None) -> dict[str, Any]:
+        """The variables ``plan`` reads, and only the parts of ``recent`` and ``history`` it reads.
+
+        ``own``: the call whose check this is: in ``recent`` it is its tool's call and the most recent one
+        (:meth:`_own_recent`), whatever calls of the same tool began since, in other threads or tasks.
+        """
         out: dict[str, Any] = {}
         if plan.reads_recent:
+            recent = self._recent if own is None else self._own_recent(own)
             one = plan.recent_one
             if one is not None:
                 key, part = one
-                entry = self._recent.get(key)
+                entry = recent.get(key)
                 if entry is None:
                     out["recent"] = {}
                 elif type(entry) is dict:
@@ -165,9 +170,8 @@ class EngagementState:
                 else:
                     out["recent"] = {key: entry}
             elif plan.recent_keys is None:
-                out["recent"] = self._recent
+                out["recent"] = recent
             else:
-                recent = self._recent
                 selected: dict[str, Any] = {}
                 for key, wanted in plan.recent_parts:
                     entry = recent.get(key)
@@ -280,7 +284,7 @@ class EngagementState:
                 passed = False
             else:
                 try:
-                    passed = self._holds(restriction)
+                    passed = self._holds(restriction, record)
                 except BaseException as exc:  # KeyboardInterrupt, ...: the call never began
                     self._take_back(record, type(exc).__name__, True)
                     self._settled(record)
@@ -291,7 +295,21 @@ class EngagementState:
             lock.release()
         return record, passed
 
-    def _holds(self, restriction: QuickCheck) -> bool | Exception:
+    def _own_recent(self, own: CallRecord) -> dict[str, Any]:
+        """``recent`` as the check of ``own`` reads it: ``own`` is ``recent[name]`` and ``recent._name``.
+
+        A call of the same tool begun after ``own`` (calls in parallel: a model asks for several in one turn,
+        and hosts run them at once) is ``recent[name]`` in the record, and an assertion reading it would judge
+        that call's inputs or output in place of this one's: an address another call was checked with, an
+        output another call returned. The record itself is not changed (a copy, only when it differs).
+        """
+        recent = self._recent
+        name = own.name
+        if recent.get(name) is own.entry and recent.get("_name") == name:
+            return recent
+        return {**recent, name: own.entry, "_name": name}
+
+    def _holds(self, restriction: QuickCheck, own: CallRecord) -> bool | Exception:
         """Whether ``restriction``'s quick closure answers ``True`` on the record as it is now (under the lock):
         ``True``, else ``False``, or the exception the closure raised, handed back for the caller to read (a
         closure that raises has not passed; the record does not say what its exception means).
@@ -306,6 +324,9 @@ class EngagementState:
         live = self._live
         live["started_at"] = self.started_at
         self._history["_total"] = self._offset + len(self._names)
+        recent, name = self._recent, own.name
+        if recent.get(name) is not own.entry or recent.get("_name") != name:  # calls in parallel
+            live = {**live, "recent": self._own_recent(own)}
         try:
             return quick(live) is True
         except Exception as exc:
@@ -452,7 +473,7 @@ class EngagementState:
                 or record.held is not held
             ):
                 return False
-            passed = self._holds(restriction)
+            passed = self._holds(restriction, record)
             if passed is True:
                 record.held = checked
             return passed

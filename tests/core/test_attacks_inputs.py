@@ -176,11 +176,6 @@ class _Pause(Mapping[str, Any]):
         return self._data.values()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="check() binds recent[name] as it is now: a call of the same tool begun in another thread between "
-    "this call's begin and its assertion is what the assertion reads",
-)
 def test_a_parallel_call_of_the_same_tool_does_not_stand_in_for_the_checked_inputs() -> None:
     guard = Guard.from_yaml(SPEC, reviewers=NOBODY)
     sent: list[Any] = []
