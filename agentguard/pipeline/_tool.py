@@ -565,22 +565,23 @@ def _short_circuit(
     *,
     refused: bool,
     allowed: Decision | None = None,
-) -> None:
+) -> bool:
     """Decision 5: stop the engagement when this attempt repeats a block of attempts ``short_circuit`` times.
 
     Checked for attempts another rule refuses too, so that an agent retrying a refused call is stopped.
-    ``allowed``: the rule's shared allow decision for ``name``, when the caller has it at hand.
+    ``allowed``: the rule's shared allow decision for ``name``, when the caller has it at hand. ``True``
+    when the attempt repeats a block and the rule's severity let it through (a warning).
     """
     k = ctx.policy.short_circuit
     if k is None:
-        return
+        return False
     block = state.would_short_circuit(name, k, ctx.short_circuit_max_block)
     if block is None:
         if not refused:
             if allowed is None:
                 allowed = ctx.allowed(Rule.SHORT_CIRCUIT, Phase.INPUT, NO_LOOP, name)
             ctx.allow(state, step, allowed)
-        return
+        return False
     loop = " -> ".join([*state.attempts(block - 1), name])
     reason = (
         f"calling {name!r} would repeat [{loop}] {k} times in a row "
@@ -590,6 +591,7 @@ def _short_circuit(
     if blocks(ctx, state, step, error):
         state.stop(EngagementStatus.STOPPED, reason)
         raise error
+    return True
 
 
 def _begin(
@@ -613,7 +615,7 @@ def _begin(
             _short_circuit(ctx, state, step, name, refused=True)
             state.attempted(name)
             raise
-    _short_circuit(
+    warned = _short_circuit(
         ctx, state, step, name, refused=False, allowed=allows.short_circuit if allows is not None else None
     )
     # The record holds JSON-like inputs for CEL and AOS; the tool gets the caller's own objects unless a
@@ -626,9 +628,19 @@ def _begin(
     except ValueTooComplex as exc:
         state.attempted(name)
         raise deny(ctx, state, step, _unfaithful(name, Phase.INPUT, str(exc))) from None
-    record = step.call = state.begin_call(
-        name, inputs, kind=call.kind, call_id=call.call_id, started_at=step.at
+    record = state.begin_call(
+        name,
+        inputs,
+        kind=call.kind,
+        call_id=call.call_id,
+        started_at=step.at,
+        short_circuit=None if warned else ctx.policy.short_circuit,
+        max_block=ctx.short_circuit_max_block,
     )
+    if record is None:  # calls begun in parallel since the check above made this attempt repeat a block
+        _short_circuit(ctx, state, step, name, refused=True)  # raises, unless its severity is a warning
+        record = state.begin_call(name, inputs, kind=call.kind, call_id=call.call_id, started_at=step.at)
+    step.call = record
     return allows, record
 
 

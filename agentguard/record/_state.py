@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 from agentguard.errors import StoreUnavailable
 from agentguard.record._journal import (
@@ -203,6 +203,32 @@ class EngagementState:
 
     # -- calls ----------------------------------------------------------------------------------------
 
+    @overload
+    def begin_call(
+        self,
+        name: str,
+        inputs: dict[str, Any],
+        *,
+        kind: str = ...,
+        call_id: str | None = ...,
+        started_at: float | None = ...,
+        short_circuit: None = ...,
+        max_block: int = ...,
+    ) -> CallRecord: ...
+
+    @overload
+    def begin_call(
+        self,
+        name: str,
+        inputs: dict[str, Any],
+        *,
+        kind: str = ...,
+        call_id: str | None = ...,
+        started_at: float | None = ...,
+        short_circuit: int | None,
+        max_block: int,
+    ) -> CallRecord | None: ...
+
     def begin_call(
         self,
         name: str,
@@ -211,10 +237,15 @@ class EngagementState:
         kind: str = "tool",
         call_id: str | None = None,
         started_at: float | None = None,
-    ) -> CallRecord:
+        short_circuit: int | None = None,
+        max_block: int = 1,
+    ) -> CallRecord | None:
         """Record an attempted call as the most recent one (decision 2: the pending call is visible).
 
         ``started_at``: when the call began (``time.time()``; default now), e.g. its step's time.
+        ``short_circuit``: ``None``, with nothing recorded, when attempting ``name`` now would repeat a block
+        ``short_circuit`` times (as :meth:`would_short_circuit`, asked again here, under the lock that counts
+        the attempt: calls begun in parallel since the caller asked would each pass its own look).
         """
         at = time.time() if started_at is None else started_at
         entry = new_entry(inputs)
@@ -225,7 +256,10 @@ class EngagementState:
             else SharedCallRecord(name, kind, call_id, entry, at, token)
         )
         with self._lock:
-            self._loop.attempt(name)
+            if short_circuit is None:
+                self._loop.attempt(name)
+            elif self._loop.attempt_unless_repeat(name, short_circuit, max_block) is not None:
+                return None
             self._add_call(record)
             self._in_flight.add(id(record))
             if token is not None:
