@@ -781,17 +781,32 @@ def _invoke_once(
     try:
         return (yield invoke)
     except InvokeTimedOut as overran:
-        if timeout.on_timeout_callback is not None:
-            yield CallUser(timeout.on_timeout_callback, (), "Timeout.on_timeout_callback")
         if timeout.on_timeout == "continue":
             reason = f"exceeded its {timeout.ms} ms timeout; still waiting (on_timeout: continue)"
             ctx.decide(state, step, Decision(Rule.RUN, Outcome.WARN, Phase.INPUT, reason, call.name))
+            yield from _timeout_hook(ctx, state, step, call, timeout)
             return (yield AwaitLate(overran.handle))
         reason = f"did not finish within {timeout.ms} ms (on_timeout: {timeout.on_timeout})"
         ctx.decide(state, step, Decision(Rule.RUN, Outcome.DENY, Phase.INPUT, reason, call.name))
         if timeout.on_timeout == "cancel":
             state.stop(EngagementStatus.CANCELLED, f"{call.name!r} {reason}")
+        yield from _timeout_hook(ctx, state, step, call, timeout)
         raise ToolTimeout(call.name, timeout.ms, engagement_id=state.id) from None
+
+
+def _timeout_hook(
+    ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall, timeout: Timeout
+) -> Flow[None]:
+    """``Timeout.on_timeout_callback``, once the timeout is recorded and acted on: a hook that raises is a
+    warning on the step, and changes neither (it ran first, and its exception left the engagement running,
+    the timeout unrecorded, and a ``Retry`` running the timed-out tool again)."""
+    if timeout.on_timeout_callback is None:
+        return
+    try:
+        yield CallUser(timeout.on_timeout_callback, (), "Timeout.on_timeout_callback")
+    except Exception as exc:
+        reason = f"Timeout.on_timeout_callback raised {type(exc).__name__}: {exc}"
+        ctx.decide(state, step, Decision(Rule.RUN, Outcome.WARN, Phase.INPUT, reason, call.name))
 
 
 def _cancelled(ctx: Runtime, state: EngagementState, step: StepRef, name: str) -> PolicyViolation:
