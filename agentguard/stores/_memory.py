@@ -5,7 +5,8 @@ Nothing is shared with other processes and nothing survives a restart; for that,
 itself: ``guard.engagement(engagement_id=...)`` continues the open engagement of that id instead of starting
 a second record, as it does with a shared store. Bounded: at most ``max_engagements`` are held (the least
 recently opened goes first) and one not opened for ``ttl_seconds`` is forgotten. A closed engagement is
-forgotten at once, so its id starts afresh.
+forgotten at once, so its id starts afresh; one stopped by the guard (a loop, a failed guardrail, a cancel)
+is held as it is, and refuses every step of whoever opens its id again, as a shared store's does.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import threading
 import time
 from collections import OrderedDict
 
-from agentguard.record import EngagementState
+from agentguard.record import EngagementState, EngagementStatus
 
 __all__ = ["MemoryStore"]
 
@@ -33,14 +34,16 @@ class MemoryStore:
         self._lock = threading.Lock()
 
     def resume(self, engagement_id: str) -> EngagementState | None:
-        """The open engagement of this id, if it is held (and not idle past the TTL, nor closed)."""
+        """The engagement of this id, if it is held (and not idle past the TTL, nor closed): a stopped one
+        too, which refuses what it is asked (forgotten, it would start afresh: a loop's count, the history
+        that restrictions read, all gone)."""
         now = time.monotonic()
         with self._lock:
             held = self._held.get(engagement_id)
             if held is None:
                 return None
             state, opened = held
-            if now - opened > self.ttl_seconds or not state.active:
+            if now - opened > self.ttl_seconds or state.status is EngagementStatus.CLOSED:
                 del self._held[engagement_id]
                 return None
             self._held[engagement_id] = (state, now)

@@ -105,11 +105,6 @@ def test_parallel_calls_cannot_race_past_the_short_circuit_rule() -> None:
     assert sum(isinstance(o, ShortCircuitViolation) for o in outcomes) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="MemoryStore.resume drops any engagement that is not active, so a stopped one reopened by its id "
-    "starts afresh (RedisStore keeps it stopped)",
-)
 def test_a_stopped_engagement_reopened_by_its_id_stays_stopped() -> None:
     guard = Guard.from_yaml(SPEC)
     ran: list[int] = []
