@@ -167,17 +167,17 @@ class Engagement:
         """Record a call that already happened, outside the pipeline (observe-only hosts, e.g. callbacks).
 
         Nothing is checked or reviewed (it is too late for that); the call enters ``recent``/``history`` and
-        the step records, and an observe-mode guardian is told. A call that raised is recorded with
-        ``outputs: null``. Use :meth:`Guard.call` to *guard* a call. Inputs or outputs beyond the Guard's
+        the step records (its output only if its capability collects results), and an observe-mode guardian
+        is told. A call that raised is recorded with ``outputs: null``. Once recorded, a call that repeats a
+        block of calls ``lifespan.short_circuit`` times stops the engagement and raises
+        :class:`~agentguard.ShortCircuitViolation`, and one recorded in an engagement no longer active raises
+        as a guarded call would. Use :meth:`Guard.call` to *guard* a call. Inputs or outputs beyond the Guard's
         ``value_limits`` raise :class:`~agentguard.record.ValueTooComplex` (a ``ValueError``), and nothing is
         recorded.
         """
-        step = run_sync(
+        return run_sync(
             record_flow(self.runtime, self.state, name, dict(inputs), outputs, error, call_id, kind)
         )
-        if self.state.journal is not None:
-            run_sync(flush_flow(self.runtime, self.state, step))
-        return step
 
     def report(self, step: Step) -> dict[str, Any] | None:
         """Record a step (see :mod:`agentguard.steps`) and put it to the guardian when one is configured.

@@ -24,7 +24,7 @@ from agentguard.errors import (
 )
 from agentguard.observers import Observer, Observers
 from agentguard.pipeline._effects import AskGuardian, AskReviewer, CallUser, Effect, Flow, Observe, T
-from agentguard.pipeline._runtime import Runtime
+from agentguard.pipeline._runtime import NO_LOOP, Runtime
 from agentguard.policy._policy import Assertion
 from agentguard.policy._review import (
     Approval,
@@ -425,3 +425,40 @@ def _watched(
         raise
     finally:
         Observers.step_ended(watchers, state, step, tokens, error)
+
+
+def short_circuit(
+    ctx: Runtime,
+    state: EngagementState,
+    step: StepRecord,
+    name: str,
+    *,
+    refused: bool,
+    allowed: Decision | None = None,
+) -> bool:
+    """Decision 5: stop the engagement when this attempt repeats a block of attempts ``short_circuit`` times.
+
+    Checked for attempts another rule refuses too, so that an agent retrying a refused call is stopped.
+    ``allowed``: the rule's shared allow decision for ``name``, when the caller has it at hand. ``True``
+    when the attempt repeats a block and the rule's severity let it through (a warning).
+    """
+    k = ctx.policy.short_circuit
+    if k is None:
+        return False
+    block = state.would_short_circuit(name, k, ctx.short_circuit_max_block)
+    if block is None:
+        if not refused:
+            if allowed is None:
+                allowed = ctx.allowed(Rule.SHORT_CIRCUIT, Phase.INPUT, NO_LOOP, name)
+            ctx.allow(state, step, allowed)
+        return False
+    loop = " -> ".join([*state.attempts(block - 1), name])
+    reason = (
+        f"calling {name!r} would repeat [{loop}] {k} times in a row "
+        f"(lifespan.short_circuit: {k}); the engagement is stopped"
+    )
+    error = ShortCircuitViolation(reason, capability=name, phase=Phase.INPUT)
+    if blocks(ctx, state, step, error):
+        state.stop(EngagementStatus.STOPPED, reason)
+        raise error
+    return True

@@ -10,9 +10,19 @@ from typing import Any
 from agentguard.errors import (
     GuardrailViolation,
     Phase,
+    PolicyViolation,
     Rule,
+    ShortCircuitViolation,
 )
-from agentguard.pipeline._checks import ask_guardian, blocks, closed_error, deny, observed, undecided
+from agentguard.pipeline._checks import (
+    ask_guardian,
+    blocks,
+    closed_error,
+    deny,
+    observed,
+    short_circuit,
+    undecided,
+)
 from agentguard.pipeline._effects import Flow, Invoke, Observe
 from agentguard.pipeline._runtime import Runtime
 from agentguard.pipeline._shared import shared
@@ -158,14 +168,16 @@ def record_flow(
     guardian is handed its requests (the driver's :class:`Observe` effects).
 
     Its inputs and outputs are converted first: beyond the Guard's ValueLimits, nothing is recorded, and
-    :class:`~agentguard.record.ValueTooComplex` says why.
+    :class:`~agentguard.record.ValueTooComplex` says why. The output is kept as its capability says
+    (``collect_results``). What the record says of the call is said once it is recorded: a call that
+    repeats a block of calls ``short_circuit`` times stops the engagement (raised, so that a host that can
+    still stop its run does), and a call recorded in an engagement no longer active is recorded and refused.
     """
     kept_inputs = to_plain(inputs, limits=ctx.value_limits)
     kept_outputs = None if error is not None else to_plain(outputs, limits=ctx.value_limits)
     step = new_step(state, "steps/toolCallRequest", name=name, call_id=call_id)
-    return observed(
-        ctx, state, step, _recorded(ctx, state, step, name, kept_inputs, kept_outputs, error, call_id, kind)
-    )
+    recorded = _recorded(ctx, state, step, name, kept_inputs, kept_outputs, error, call_id, kind)
+    return observed(ctx, state, step, shared(ctx, state, step, recorded))
 
 
 def _recorded(
@@ -179,6 +191,14 @@ def _recorded(
     call_id: str | None,
     kind: str,
 ) -> Flow[StepRecord]:
+    refused: PolicyViolation | None = None
+    if not state.active:
+        refused = closed_error(state, name, Phase.INPUT)
+    else:
+        try:
+            short_circuit(ctx, state, step, name, refused=True)
+        except ShortCircuitViolation as loop:  # recorded on the step, the engagement stopped
+            refused = loop
     record = state.begin_call(name, inputs, kind=kind, call_id=call_id)
     step.call = record
     failed = error is not None
@@ -186,7 +206,8 @@ def _recorded(
         step.payload["error"] = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
         state.withhold_call(record, reason=step.payload["error"], status="failed")
     else:
-        state.complete_call(record, outputs)
+        rule = ctx.policy.capability_for(name, kind, ctx.tools)
+        state.complete_call(record, outputs, collect=rule.collect_results if rule is not None else True)
     reason = "observed after the fact: recorded, not checked"
     ctx.decide(state, step, Decision(Rule.ENGAGEMENT, Outcome.ALLOW, Phase.OUTPUT, reason, name))
     step.aos.append(ctx.steps.tool_call_request(state, step, name, record.inputs, None))
@@ -194,4 +215,8 @@ def _recorded(
     if ctx.guardian is not None and ctx.guardian.mode == "observe":
         for request in step.aos:
             yield Observe(ctx.guardian, request)
+    if isinstance(refused, ShortCircuitViolation):
+        raise refused
+    if refused is not None:
+        raise deny(ctx, state, step, refused)
     return step

@@ -41,7 +41,6 @@ from agentguard.errors import (
     RestrictionViolation,
     ReviewDenied,
     Rule,
-    ShortCircuitViolation,
 )
 from agentguard.observers import Observer
 from agentguard.pipeline._checks import (
@@ -53,11 +52,12 @@ from agentguard.pipeline._checks import (
     observed,
     review,
     run_rules,
+    short_circuit,
     undecided,
 )
 from agentguard.pipeline._driver import call_async, call_sync, run_async, run_sync
 from agentguard.pipeline._effects import AwaitLate, CallUser, Flow, Invoke, InvokeTimedOut, Sleep
-from agentguard.pipeline._runtime import NO_LOOP, Allows, Runtime
+from agentguard.pipeline._runtime import Allows, Runtime
 from agentguard.pipeline._shared import begin_shared, claim_resume, flushed, shared
 from agentguard.pipeline._steps import new_step
 from agentguard.policy._identity import CredentialRequest, Credentials, identity_for
@@ -557,43 +557,6 @@ def _refuse(ctx: Runtime, state: EngagementState, step: StepRecord, error: Polic
     yield  # unreachable: the yield makes this function a flow
 
 
-def _short_circuit(
-    ctx: Runtime,
-    state: EngagementState,
-    step: StepRecord,
-    name: str,
-    *,
-    refused: bool,
-    allowed: Decision | None = None,
-) -> bool:
-    """Decision 5: stop the engagement when this attempt repeats a block of attempts ``short_circuit`` times.
-
-    Checked for attempts another rule refuses too, so that an agent retrying a refused call is stopped.
-    ``allowed``: the rule's shared allow decision for ``name``, when the caller has it at hand. ``True``
-    when the attempt repeats a block and the rule's severity let it through (a warning).
-    """
-    k = ctx.policy.short_circuit
-    if k is None:
-        return False
-    block = state.would_short_circuit(name, k, ctx.short_circuit_max_block)
-    if block is None:
-        if not refused:
-            if allowed is None:
-                allowed = ctx.allowed(Rule.SHORT_CIRCUIT, Phase.INPUT, NO_LOOP, name)
-            ctx.allow(state, step, allowed)
-        return False
-    loop = " -> ".join([*state.attempts(block - 1), name])
-    reason = (
-        f"calling {name!r} would repeat [{loop}] {k} times in a row "
-        f"(lifespan.short_circuit: {k}); the engagement is stopped"
-    )
-    error = ShortCircuitViolation(reason, capability=name, phase=Phase.INPUT)
-    if blocks(ctx, state, step, error):
-        state.stop(EngagementStatus.STOPPED, reason)
-        raise error
-    return True
-
-
 def _begin(
     ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall, known: Allows | None = None
 ) -> tuple[Allows | None, CallRecord]:
@@ -612,10 +575,10 @@ def _begin(
             allows = _capability(ctx, state, step, name, call.kind)
         except PolicyViolation:
             # A refused attempt is an attempt (decision 5).
-            _short_circuit(ctx, state, step, name, refused=True)
+            short_circuit(ctx, state, step, name, refused=True)
             state.attempted(name)
             raise
-    warned = _short_circuit(
+    warned = short_circuit(
         ctx, state, step, name, refused=False, allowed=allows.short_circuit if allows is not None else None
     )
     # The record holds JSON-like inputs for CEL and AOS; the tool gets the caller's own objects unless a
@@ -638,7 +601,7 @@ def _begin(
         max_block=ctx.short_circuit_max_block,
     )
     if record is None:  # calls begun in parallel since the check above made this attempt repeat a block
-        _short_circuit(ctx, state, step, name, refused=True)  # raises, unless its severity is a warning
+        short_circuit(ctx, state, step, name, refused=True)  # raises, unless its severity is a warning
         record = state.begin_call(name, inputs, kind=call.kind, call_id=call.call_id, started_at=step.at)
     step.call = record
     return allows, record

@@ -34,11 +34,6 @@ SPEC = spec_text(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="record_call counts the attempt but never asks the short-circuit rule: a loop of calls recorded "
-    "after the fact leaves the engagement active",
-)
 def test_a_loop_of_calls_recorded_after_the_fact_stops_the_engagement() -> None:
     guard = Guard.from_yaml(SPEC)
     ran: list[str] = []
@@ -55,10 +50,6 @@ def test_a_loop_of_calls_recorded_after_the_fact_stops_the_engagement() -> None:
     assert ran == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="record_call never checks state.active: a closed engagement silently takes more calls",
-)
 def test_a_call_recorded_in_a_closed_engagement_is_refused() -> None:
     guard = Guard.from_yaml(SPEC)
     with guard.engagement() as eng:

@@ -250,11 +250,6 @@ def test_one_shot_and_converted_outputs_are_checked_as_delivered() -> None:
 # -- record_call and collect_results --------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="record_flow calls complete_call without collect=rule.collect_results: an output recorded after "
-    "the fact is kept (and exposed) although the capability says collect_results: false",
-)
 def test_a_call_recorded_after_the_fact_keeps_no_output_when_collect_results_is_false() -> None:
     guard = Guard.from_yaml(SPEC)
     with guard.engagement() as eng:
