@@ -29,6 +29,13 @@ CONFIG = JudgeConfig(criteria="The result contains no personal data.", threshold
         ('Sure! {"score": 0.2, "reasoning": "has an email"} Hope that helps.', 0.2, False),
         ("I think it is fine", 0.0, False),
         ('{"score": 7, "reasoning": "huge"}', 0.0, False),
+        # A key twice: json.loads kept the last score, which the judged content may have talked the model into.
+        ('{"score": 0.1, "reasoning": "has an email", "score": 1}', 0.0, False),
+        ('{"score": true, "reasoning": "yes"}', 0.0, False),  # float(True) is 1.0
+        ('{"score": "1", "reasoning": "as text"}', 0.0, False),
+        ('{"score": "\uff11", "reasoning": "a fullwidth one"}', 0.0, False),
+        ('{"score": NaN, "reasoning": "no number"}', 0.0, False),
+        ('["score", 1]', 0.0, False),
     ],
 )
 def test_the_judge_reads_the_models_verdict_and_fails_closed(reply: str, score: float, passed: bool) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 
+from agentguard.aos import strict_json
 from agentguard.checks import JudgeConfig, JudgeResult
 from agentguard_langchain._host import BaseChatModel, HumanMessage, SystemMessage
 
@@ -46,10 +47,16 @@ class ChatModelJudge:
         raw = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
         try:
             match = _OBJECT.search(raw)
-            verdict = json.loads(match.group(0) if match else raw)
-            score = float(verdict["score"])
+            # Read as every standards parser reads it: with a key twice ({"score": 0.1, "score": 1}), json.loads
+            # keeps the last, which the judged content may have talked the model into writing.
+            verdict = strict_json(match.group(0) if match else raw)
+            if not isinstance(verdict, dict):
+                raise TypeError(f"the answer is a JSON {type(verdict).__name__}, not an object")
+            score = verdict["score"]
+            if isinstance(score, bool) or not isinstance(score, int | float):  # not true, nor "1"
+                raise TypeError(f"the score is a {type(score).__name__}, not a number")
             reasoning = str(verdict.get("reasoning", ""))
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             return JudgeResult.from_score(
                 0.0, f"the judge's answer could not be read ({exc}): {raw[:200]}", config
             )
