@@ -30,7 +30,7 @@ from agentguard.engagement import Engagement
 from agentguard.errors import Rule
 from agentguard.record import CallRecord, Decision, Outcome, StepRecord
 
-__all__ = ["describe_step", "format_timeline", "print_timeline"]
+__all__ = ["describe_step", "format_timeline", "one_line", "print_timeline", "visible"]
 
 _KINDS = {
     "steps/toolCallRequest": "tool",
@@ -51,6 +51,22 @@ _VERDICTS = {
     Outcome.REVIEW_APPROVED: "allowed",
     Outcome.REVIEW_PENDING: "paused",
 }
+
+
+def visible(text: str) -> str:
+    """``text`` with every character that is not printable written as its Python escape (``\\x1b``,
+    ``\\u202e``, ``\\ud800``): a terminal control sequence, a bidi override or an invisible character cannot
+    hide or reorder the text around it, and a lone surrogate (which UTF-8 cannot encode) cannot stop a
+    report from being written."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def one_line(text: object) -> str:
+    """``text`` as one line of printable text: its runs of whitespace (line breaks included) one space each,
+    then :func:`visible`."""
+    return visible(" ".join(str(text).split()))
 
 
 def _what(step: StepRecord) -> str:
@@ -105,7 +121,9 @@ def describe_step(step: StepRecord) -> tuple[str, str, str]:
                 notes.append(f"modified by {_rule(d)}")
             elif d.outcome in (Outcome.NO_DECISION, Outcome.WARN):
                 notes.append(f"{_rule(d)}: {d.reason}")
-    return _what(step), _VERDICTS.get(outcome, outcome.value), " ".join(notes)
+    # Names and reasons are the model's and the tools' words: one printable line each, so that a tool named
+    # "x\n  2  tool refund  allowed" cannot add a step line of its own to the timeline.
+    return one_line(_what(step)), _VERDICTS.get(outcome, outcome.value), one_line(" ".join(notes))
 
 
 _ABSENT = object()
@@ -147,7 +165,7 @@ def format_timeline(
         telemetry = source.guard.telemetry if isinstance(source, Engagement) else None
         content = telemetry is not None and telemetry.capture_content
     steps: Sequence[StepRecord] = list(source.steps if isinstance(source, Engagement) else source)
-    width = max((len(_what(s)) for s in steps), default=10)
+    width = max((len(one_line(_what(s))) for s in steps), default=10)
     lines = []
     for number, step in enumerate(steps, 1):
         what, verdict, why = describe_step(step)
@@ -156,7 +174,7 @@ def format_timeline(
             why = f"{why}: {_changes(step, record, content)}".removesuffix(": ")
         if inputs and not why and record is not None:
             why = json.dumps(record.inputs, default=str, ensure_ascii=False)
-        lines.append(f"{number:>3}  {what:<{width}}  {verdict:<10}  {why}".rstrip())
+        lines.append(f"{number:>3}  {what:<{width}}  {verdict:<10}  {one_line(why)}".rstrip())
     return "\n".join(lines)
 
 

@@ -58,7 +58,7 @@ from agentguard.checks._rules import CheckModel, RuleResult, json_safe, rule_res
 from agentguard.errors import AgentGuardError
 from agentguard.observers import Observer
 from agentguard.record import EngagementState, StepRecord
-from agentguard.timeline import format_timeline
+from agentguard.timeline import format_timeline, one_line, visible
 
 if TYPE_CHECKING:
     from agentguard.guard import Engagement
@@ -299,24 +299,10 @@ def write_report(
 # from being written: every value goes in through ``_code``, ``_prose`` or ``_code_block``.
 
 
-def visible(text: str) -> str:
-    """``text`` with every character that is not printable written as its Python escape (``\\x1b``,
-    ``\\u202e``, ``\\ud800``): a terminal control sequence, a bidi override or an invisible character cannot
-    hide or reorder the text around it, and a lone surrogate (which UTF-8 cannot encode) cannot stop the
-    report from being written."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-
-
 def visible_lines(text: str) -> str:
     """``text`` with :func:`visible` applied to each of its lines: its line feeds are kept, and nothing else
     that is not printable."""
     return "\n".join(visible(line) for line in text.split("\n"))
-
-
-def _one_line(text: object) -> str:
-    return visible(" ".join(str(text).split()))
 
 
 _MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_[]<>~&"})
@@ -325,7 +311,7 @@ _MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_[]<>~&"})
 def _prose(text: object) -> str:
     """``text`` as one line of markdown prose that reads as written: emphasis, links, code, inline HTML (a
     ``<details>`` would fold the rest of the report away) and character references are escaped."""
-    return _one_line(text).translate(_MARKDOWN)
+    return one_line(text).translate(_MARKDOWN)
 
 
 _TICKS = re.compile("`+")
@@ -334,7 +320,7 @@ _TICKS = re.compile("`+")
 def _code(value: object) -> str:
     """``value`` as one markdown code span, whatever backticks it holds (the fence is longer than any of
     its runs of them)."""
-    text = _one_line(value)
+    text = one_line(value)
     fence = "`" * (1 + max(map(len, _TICKS.findall(text)), default=0))
     pad = " " if not text or text.startswith("`") or text.endswith("`") else ""  # "``" is no code span
     return f"{fence}{pad}{text}{pad}{fence}"

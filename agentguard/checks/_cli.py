@@ -28,9 +28,9 @@ from agentguard.checks._audit import (
     AuditFormatError,
     AuditOpinion,
     AuditReport,
-    visible,
     visible_lines,
 )
+from agentguard.timeline import visible
 
 __all__ = ["add_parser"]
 
