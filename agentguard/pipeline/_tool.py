@@ -688,6 +688,9 @@ def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: Too
         args, kwargs = call.to_args(call_inputs)
         if not state.active:  # stopped or cancelled while the call waited (a guardian, a review, credentials)
             raise deny(ctx, state, step, closed_error(state, name, Phase.INPUT))
+        if reviewer and _changed(ctx, call_inputs, record):
+            reason = "the inputs changed while they were reviewed: the call runs only with what was approved"
+            raise deny(ctx, state, step, ReviewDenied(reason, capability=name, phase=Phase.INPUT))
     except BaseException as exc:
         _roll_back(ctx, state, record, exc)
         raise
@@ -703,6 +706,16 @@ def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: Too
     if ctx.guardian is None and not ctx.rules and (rule is None or not rule.output_review):
         return _settle(ctx, state, step, record, allows, output)  # nothing to wait for: no generator frame
     return (yield from _after_invoke(ctx, state, step, record, allows, call, output, resumed=False))
+
+
+def _changed(ctx: Runtime, inputs: Mapping[str, Any], record: CallRecord) -> bool:
+    """Do the caller's own ``inputs`` (which the tool gets, decision 11) no longer read as the record's copy,
+    which the reviewer was shown? Code holding one of their lists or dicts may have changed it meanwhile."""
+    try:
+        now: object = to_plain(inputs, limits=ctx.value_limits)
+        return now != record.inputs
+    except ValueTooComplex:  # grown past the limits since they were recorded
+        return True
 
 
 def _invoke(

@@ -96,11 +96,6 @@ def test_positional_keyword_and_default_inputs_are_read_as_the_tool_gets_them() 
 # -- review gates ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the reviewer and the assertion see the recorded copy of the inputs (record.inputs) while the tool "
-    "is invoked with the caller's own objects: a mutable argument changed during the review runs unreviewed",
-)
 def test_the_tool_runs_with_the_inputs_the_reviewer_approved() -> None:
     asked, changed = threading.Event(), threading.Event()
     approved: list[Any] = []
