@@ -469,7 +469,7 @@ class RemoteAgent:
         except (ValueError, RecursionError):  # UnicodeDecodeError and AmbiguousJSON are ValueErrors
             body = None
         if isinstance(body, dict) and isinstance(body.get("error"), str):
-            detail = f": {body['error']}"
+            detail = f": {_said(body['error'])}"
         if 300 <= reply.status < 400:
             detail += " (redirects are not followed)"
         return self._error(f"answered HTTP {reply.status} when {what}{detail}", http_status=reply.status)
@@ -525,12 +525,19 @@ def _clipped(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _said(value: object, limit: int = 500) -> str:
+    """What a remote server wrote, for an error message: one line, cut to ``limit`` characters. It may be
+    anything up to the answer's size limit, and the message reaches the caller (the model, often)."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _describe(error: Mapping[str, Any] | None) -> str:
     if not error:
         return "no reason given"
     rule = error.get("rule")
-    text = error.get("reason") or error.get("message") or "no reason given"
-    return f"[{rule}] {text}" if rule else str(text)
+    text = _said(error.get("reason") or error.get("message") or "no reason given")
+    return f"[{_said(rule, 80)}] {text}" if rule else text
 
 
 def _reply(answer: httpx.Response | TooLarge) -> _Reply:

@@ -201,3 +201,19 @@ def test_a_completed_state_without_exposes_exposes_nothing(state: dict[str, obje
     with HostileServer(remote_script([http_response(body)])) as server:
         answer = call_remote(remote_front_desk(server.url, LIMITS), flavour)
     assert answer == {"output": "ok", "exposes": {}}
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize("where", ["reason", "rule"])
+def test_a_remote_engagements_reason_is_one_clipped_line(where: str, flavour: str) -> None:
+    """A remote engagement that ended ``failed`` says why in text of its own choosing, up to the answer's size
+    limit: it reached the caller's exception message (the model's, often) whole, line breaks included."""
+    said = "line one\n" + "x" * 20_000
+    error = {"reason": "short", "rule": "restriction", where: said}
+    body = json.dumps({"status": "failed", "error": error}).encode()
+    ended = pytest.raises(RemoteAgentError, match="ended failed")
+    with HostileServer(remote_script([http_response(body)])) as server, ended as failed:
+        call_remote(remote_front_desk(server.url, LIMITS), flavour)
+    message = str(failed.value)
+    assert "\n" not in message
+    assert len(message) < 1_000
