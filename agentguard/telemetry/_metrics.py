@@ -37,7 +37,7 @@ from opentelemetry.util.types import AttributeValue
 from agentguard.errors import Phase, Rule
 from agentguard.guardian import GuardianOutcome, GuardianVerdict
 from agentguard.record import Decision, Outcome, StepRecord
-from agentguard.telemetry._spans import TOOL_STEP
+from agentguard.telemetry._spans import TOOL_STEP, step_kind
 
 __all__ = ["Instruments", "StepTime", "cause_kind", "split_step_time"]
 
@@ -143,7 +143,7 @@ def split_step_time(
 def _guardian_method(step: StepRecord, decision: Decision) -> str:
     if step.kind == TOOL_STEP:
         return "steps/toolCallResult" if decision.phase is Phase.OUTPUT else TOOL_STEP
-    return step.kind
+    return step_kind(step.kind)
 
 
 class Instruments:
@@ -236,7 +236,8 @@ class Instruments:
                 tally[key] = tally.get(key, 0) + 1
         agent: dict[str, AttributeValue] = {} if agent_name is None else {"gen_ai.agent.name": agent_name}
         self.check_duration.record(
-            time.check, {"agentguard.step.kind": step.kind, "agentguard.outcome": str(step.outcome), **agent}
+            time.check,
+            {"agentguard.step.kind": step_kind(step.kind), "agentguard.outcome": str(step.outcome), **agent},
         )
         for decision, seconds in time.guardian:
             method = _guardian_method(step, decision)
@@ -273,7 +274,7 @@ class Instruments:
         latency, their failures and the steps dropped before sending are known only from these events.
         """
         method = data.get("method")
-        method = method if isinstance(method, str) else "unknown"
+        method = step_kind(method) if isinstance(method, str) else "unknown"
         if event == "dropped":
             self._undecided(str(data.get("reason", "")), True, "observe", method)
             return

@@ -426,7 +426,11 @@ class GuardTelemetry(Observer):
         if not self.capture_content:
             return
         if step.kind != TOOL_STEP:
-            span.set_attributes(step_content(step))
+            # Only content that went on as it came: a denied step's was withheld (knowledge, an answer the
+            # guardian refused), and a modified one's is the original the guardian replaced -- redacted
+            # because it must not go on (the step keeps only the request as first built, not the replacement).
+            if not any(d.blocked or d.outcome is Outcome.MODIFY for d in step.decisions):
+                span.set_attributes(step_content(step))
         elif call is not None:
             # Only an output that left the pipeline: never a withheld one (failed output restriction,
             # rejected output review, guardian deny on the result), a failed call's, or one awaiting review.

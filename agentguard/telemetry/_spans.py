@@ -20,7 +20,7 @@ from typing import Any
 
 from opentelemetry.util.types import AttributeValue
 
-from agentguard.aos import A2A_METHODS
+from agentguard.aos import A2A_METHODS, METHODS
 from agentguard.record import CallRecord, Decision, EngagementState, Outcome, StepRecord
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "decision_attributes",
     "guardrail_decision",
     "step_content",
+    "step_kind",
     "step_span",
     "tool_content",
     "turn_span",
@@ -36,6 +37,7 @@ __all__ = [
 
 TOOL_STEP = "steps/toolCallRequest"
 DECISION_EVENT = "agentguard.decision"
+OTHER_KIND = "other"
 
 _TARGETS = {
     "steps/knowledgeRetrieval": "knowledge_result",
@@ -47,13 +49,25 @@ _TARGETS = {
 _MESSAGE_TARGETS = {"user": "llm_input", "agent": "llm_output"}
 
 
+def step_kind(kind: str) -> str:
+    """``kind`` if it is an AOS method, else ``"other"``: what spans and metrics may say of a step's kind.
+
+    A step's kind is not always agentguard's choice: ``steps.A2A(a2a_method=...)`` is a ``Literal`` only to
+    the type checker, and a host relaying a peer's message passes the method the peer wrote. Recorded as
+    is, each new name was a new span name and a new series of every metric (unbounded cardinality), and
+    whatever text the peer put there left the process with content capture off.
+    """
+    return kind if kind in METHODS else OTHER_KIND
+
+
 def _target(step: StepRecord) -> str:
     """``gen_ai.security.target.type`` of a non-tool step (free-form in the conventions; theirs where one fits)."""
     if step.kind == "steps/message":
         return _MESSAGE_TARGETS.get(step.payload.get("role") or step.name or "", "message")
     if step.kind in A2A_METHODS:
         return "a2a_message"
-    return _TARGETS.get(step.kind, step.kind)
+    kind = step_kind(step.kind)
+    return _TARGETS.get(kind, kind)
 
 
 def _agent(agent_name: str | None, agent_id: str | None, state: EngagementState) -> dict[str, AttributeValue]:
@@ -80,7 +94,7 @@ def step_span(
 ) -> tuple[str, dict[str, AttributeValue]]:
     """Name and attributes of a step's span, as known when the step starts (samplers see these)."""
     attributes = _agent(agent_name, agent_id, state)
-    attributes["agentguard.step.kind"] = step.kind
+    attributes["agentguard.step.kind"] = step_kind(step.kind)
     attributes["agentguard.step.id"] = step.step_id
     if step.kind == TOOL_STEP:
         tool = step.name or "unknown"
