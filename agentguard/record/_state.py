@@ -523,7 +523,19 @@ class EngagementState:
             record.ended_at = time.time()
             self._settled(record)
             if self.journal is not None:
+                self._unsend_output(record)
                 self._emit(["c", record.token, None, status, reason])
+
+    def _unsend_output(self, record: CallRecord) -> None:
+        """Void the call's ``c`` event that carries its output, while it is still unsent: the output restriction
+        is asked once the output is recorded (:meth:`complete_call`), and a withheld output would otherwise be
+        written to the store with it, where it stays readable for the engagement's time to live."""
+        token = record.token
+        for position in range(len(self._outbox) - 1, -1, -1):
+            event = decode_event(self._outbox[position])
+            if event[0] == "c" and event[1] == token and event[2] is not None:
+                self._void(position, ["x"])
+                return
 
     def attempted(self, name: str) -> None:
         """Count an attempt that was refused before it became a call (decision 5: refused attempts count)."""

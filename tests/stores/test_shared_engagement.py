@@ -502,6 +502,42 @@ def test_a_call_of_another_tool_under_a_paused_call_id_is_refused_in_every_proce
     assert other.ask("ran")[1] == []  # the refund resumed with its held output, not run again
 
 
+SECRET_SPEC = """
+kind: openagentspec:v1/agent
+name: shop
+description: A shop agent whose lookups never show a card number.
+intent: Look orders up.
+owner: shop@corp.com
+capabilities:
+  lookup:
+    output_restriction:
+      assertion: '!recent["lookup"].outputs.contains("SECRET")'
+"""
+
+
+def test_a_withheld_output_is_never_written_to_the_store(redis_url: str) -> None:
+    """The output is recorded before its restriction is asked: its ``c`` event, queued for the store, went out
+    with the call's ``withheld`` event after it, and the card number stayed readable in Redis for the
+    engagement's time to live."""
+    import redis
+
+    guard = Guard.from_yaml(SECRET_SPEC, store=RedisStore(redis_url), telemetry=False)
+    guard.tool(name="lookup")(lambda q: "card 4111-SECRET")
+    eng = guard.engagement(USER, engagement_id="withheld")
+    with eng.activate(), pytest.raises(RestrictionViolation):
+        guard.call("lookup", {"q": "A-1"})
+    eng.refresh()
+    assert eng.view()["history"]["lookup"][0]["outputs"] is None
+    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    try:
+        logs = [key for key in client.scan_iter("*") if client.type(key) == b"list"]
+        events = [event for key in logs for event in client.lrange(key, 0, -1)]
+    finally:
+        client.close()
+    assert any(b'"withheld"' in event for event in events)
+    assert not [event for event in events if b"SECRET" in event]
+
+
 def test_the_many_workers_example_runs(redis_url: str) -> None:
     import subprocess
     import sys
