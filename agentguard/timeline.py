@@ -165,16 +165,16 @@ def format_timeline(
         telemetry = source.guard.telemetry if isinstance(source, Engagement) else None
         content = telemetry is not None and telemetry.capture_content
     steps: Sequence[StepRecord] = list(source.steps if isinstance(source, Engagement) else source)
-    width = max((len(one_line(_what(s))) for s in steps), default=10)
+    described = [describe_step(step) for step in steps]
+    width = max((len(what) for what, _, _ in described), default=10)
     lines = []
-    for number, step in enumerate(steps, 1):
-        what, verdict, why = describe_step(step)
+    for number, (step, (what, verdict, why)) in enumerate(zip(steps, described, strict=True), 1):
         record = step.call if step.kind == "steps/toolCallRequest" else None
         if step.outcome is Outcome.MODIFY and record is not None:
-            why = f"{why}: {_changes(step, record, content)}".removesuffix(": ")
+            why = f"{why}: {one_line(_changes(step, record, content))}".removesuffix(": ")
         if inputs and not why and record is not None:
-            why = json.dumps(record.inputs, default=str, ensure_ascii=False)
-        lines.append(f"{number:>3}  {what:<{width}}  {verdict:<10}  {one_line(why)}".rstrip())
+            why = one_line(json.dumps(record.inputs, default=str, ensure_ascii=False))
+        lines.append(f"{number:>3}  {what:<{width}}  {verdict:<10}  {why}".rstrip())
     return "\n".join(lines)
 
 

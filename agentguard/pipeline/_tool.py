@@ -359,13 +359,7 @@ def tool_call_flow(
     call_id = call.call_id
     if call_id is not None and call_id in state.awaiting_review:
         # The host re-ran a call paused in output review: do not run the tool again.
-        other = _not_the_paused_call(state, call)
-        if other is not None:
-            step = new_step(state, "steps/toolCallRequest", name=call.name, call_id=call_id)
-            return observed(
-                ctx, state, step, shared(ctx, state, step, _refuse(ctx, state, step, other)), watchers
-            )
-        if state.journal is not None:
+        if state.journal is not None:  # _resume_shared checks it is the paused call
             step = new_step(state, "steps/toolCallRequest", name=call.name, call_id=call_id)
             return observed(
                 ctx,
@@ -374,6 +368,10 @@ def tool_call_flow(
                 flushed(ctx, state, step, _resume_shared(ctx, state, step, call)),
                 watchers,
             )
+        other = _not_the_paused_call(state, call)
+        if other is not None:
+            step = new_step(state, "steps/toolCallRequest", name=call.name, call_id=call_id)
+            return observed(ctx, state, step, _refuse(ctx, state, step, other), watchers)
         resumed = state.resume_review(call_id)
         if resumed is not None:
             step, record, rule, output = resumed

@@ -186,7 +186,7 @@ class Policy:
         """
         if kind == "tool":
             return self._bare.get(name)
-        if self.two_rules(name, kind, tool_names):
+        if name in self._twice and name not in tool_names:  # :meth:`two_rules`, without its frame
             return None
         rule = self._agents.get(name)
         if rule is None and name not in tool_names:

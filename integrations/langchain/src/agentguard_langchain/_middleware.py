@@ -701,16 +701,19 @@ def _earlier_messages(messages: Sequence[BaseMessage], previous: Session | None)
 
 
 def _ai_messages(result: ModelResult) -> list[BaseMessage]:
-    if isinstance(result, AIMessage):
-        return [result]
-    response = result.model_response if isinstance(result, ExtendedModelResponse) else result
-    return response.result
+    return [result] if isinstance(result, AIMessage) else _unwrapped(result).result
 
 
-def _response(result: ModelResult) -> ModelResponse[Any] | None:
-    if isinstance(result, AIMessage):
-        return None
+def _unwrapped(result: ModelResponse[Any] | ExtendedModelResponse[Any]) -> ModelResponse[Any]:
+    """The model response a result that is not a bare ``AIMessage`` holds."""
     return result.model_response if isinstance(result, ExtendedModelResponse) else result
+
+
+def _rewrapped(result: ModelResult, response: ModelResponse[Any]) -> ModelResult:
+    """``response`` in place of ``result``'s, keeping the command an extended response carries."""
+    if isinstance(result, ExtendedModelResponse):
+        return ExtendedModelResponse(model_response=response, command=result.command)
+    return response
 
 
 def _structured(result: ModelResult) -> str | None:
@@ -719,10 +722,10 @@ def _structured(result: ModelResult) -> str | None:
     It is the run's answer, delivered to the caller as ``structured_response``, and with a ``ToolStrategy``
     the model gives it as the arguments of a tool call, which the text answers do not include.
     """
-    response = _response(result)
-    if response is None or response.structured_response is None:
+    if isinstance(result, AIMessage):
         return None
-    return structured_text(response.structured_response)
+    structured = _unwrapped(result).structured_response
+    return None if structured is None else structured_text(structured)
 
 
 def _with_structured(
@@ -737,13 +740,11 @@ def _with_structured(
     """
     if new == text and delivered is result:
         return result
-    response = _response(result)
-    first = next((m for m in response.result if isinstance(m, AIMessage)), None) if response else None
+    first = next((m for m in _ai_messages(result) if isinstance(m, AIMessage)), None)
     content = _notice(new) if isinstance(new, GuardianDenied) else new
-    answer = ModelResponse(result=[AIMessage(content=content, id=first.id if first else None)])
-    if isinstance(result, ExtendedModelResponse):
-        return ExtendedModelResponse(model_response=answer, command=result.command)
-    return answer
+    return _rewrapped(
+        result, ModelResponse(result=[AIMessage(content=content, id=first.id if first else None)])
+    )
 
 
 def _answers(result: ModelResult) -> list[tuple[int, str]]:
@@ -832,12 +833,11 @@ def _with_answers(
         return result
     if isinstance(result, AIMessage):
         return _guarded_answer(result, changes[0])
-    response = result.model_response if isinstance(result, ExtendedModelResponse) else result
+    response = _unwrapped(result)
     messages = [
         _guarded_answer(m, changes[i]) if i in changes and isinstance(m, AIMessage) else m
         for i, m in enumerate(response.result)
     ]
-    new_response = ModelResponse(result=messages, structured_response=response.structured_response)
-    if isinstance(result, ExtendedModelResponse):
-        return ExtendedModelResponse(model_response=new_response, command=result.command)
-    return new_response
+    return _rewrapped(
+        result, ModelResponse(result=messages, structured_response=response.structured_response)
+    )

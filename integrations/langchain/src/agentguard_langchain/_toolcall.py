@@ -203,8 +203,7 @@ class ToolCallTranslation(Scope):
         self.session = session
         self.inputs: Mapping[str, Any] = tool_call.get("args") or {}
         self.capability, self.tool = resolver.resolve(name, request.tool)
-        tool = self.tool or request.tool
-        if unstreamed and tool is not None:
+        if unstreamed and (tool := self.tool or request.tool) is not None:
             # The tokens of a model the tool calls (a summariser, an agent as a tool) are its output in the
             # making: streamed, they reached the caller before the checks of that output, which may withhold
             # it. The tool runs with LangGraph's nostream tag, which the model's run inherits.
