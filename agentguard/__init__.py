@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         SpecProblem,
         StoreDenied,
         StoreUnavailable,
+        ToolError,
     )
     from agentguard.guard import Guard
     from agentguard.pipeline import AgentInfo
@@ -105,6 +106,7 @@ __all__ = [
     "StoreDenied",
     "StoreUnavailable",
     "TerminalReviewer",
+    "ToolError",
     "User",
     "ValueLimits",
     "__version__",
@@ -134,6 +136,7 @@ _EXPORTS = {
         "SpecProblem",
         "StoreDenied",
         "StoreUnavailable",
+        "ToolError",
     ),
     "agentguard.guard": ("Guard",),
     "agentguard.policy": (

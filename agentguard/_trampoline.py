@@ -24,7 +24,9 @@ def drive(flow: Generator[E, Any, T], perform: Callable[[E], Any], catch: Catch 
     """Run ``flow`` to completion in this thread and return its result (or raise its error).
 
     What ``perform`` raises is thrown into the flow when it is a ``catch``; anything else propagates (and
-    the flow is closed).
+    the flow is closed). It is thrown from outside the ``except`` block that caught it: an exception the flow
+    raises in its place would otherwise take it along as its ``__context__`` (a tool's error, with what it
+    quotes, behind the denial that withheld it).
     """
     try:
         effect = next(flow)
@@ -32,9 +34,10 @@ def drive(flow: Generator[E, Any, T], perform: Callable[[E], Any], catch: Catch 
             try:
                 value = perform(effect)
             except catch as exc:
-                effect = flow.throw(exc)
+                failure: BaseException | None = exc
             else:
-                effect = flow.send(value)
+                failure = None
+            effect = flow.send(value) if failure is None else flow.throw(failure)
     except StopIteration as stop:
         result: T = stop.value
         return result
@@ -52,9 +55,10 @@ async def adrive(
             try:
                 value = await perform(effect)
             except catch as exc:
-                effect = flow.throw(exc)
+                failure: BaseException | None = exc
             else:
-                effect = flow.send(value)
+                failure = None
+            effect = flow.send(value) if failure is None else flow.throw(failure)
     except StopIteration as stop:
         result: T = stop.value
         return result

@@ -50,6 +50,7 @@ __all__ = [
     "SpecProblem",
     "StoreDenied",
     "StoreUnavailable",
+    "ToolError",
 ]
 
 
@@ -268,3 +269,18 @@ class GuardianDenied(PolicyViolation):
     def __init__(self, reason: str, *, reason_code: str | None = None, **where: Unpack[_Where]) -> None:
         self.reason_code = reason_code
         super().__init__(reason, **where)
+
+
+class ToolError(AgentGuardError):
+    """A guarded tool failed, and its own error could not be handed on carrying only what its checks saw.
+
+    An error is an output (decision 23): its text passes the capability's output checks, and the error goes
+    on without what they did not see (its chained errors, its notes, ``args`` beyond that text). One whose
+    class would still show something else -- its own ``repr``, a ``str()`` that reads what was taken out --
+    is raised as this instead: the message is the class's name and the checked text, ``error_type`` the
+    class's name, and the traceback is the tool's.
+    """
+
+    def __init__(self, text: str, *, error_type: str) -> None:
+        self.error_type = error_type
+        super().__init__(f"{error_type}: {text}")

@@ -24,6 +24,7 @@ stays in ``history`` with ``outputs: null``.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
@@ -41,6 +42,7 @@ from agentguard.errors import (
     RestrictionViolation,
     ReviewDenied,
     Rule,
+    ToolError,
 )
 from agentguard.observers import Observer
 from agentguard.pipeline._checks import (
@@ -72,6 +74,7 @@ from agentguard.record import (
     StepRecord,
     StepRef,
     ValueTooComplex,
+    plain_copies,
     plain_copy,
     to_plain,
     unfaithful,
@@ -153,31 +156,43 @@ def _failed(
     record: CallRecord,
     rule: CapabilityRule | None,
     error: BaseException,
-) -> Flow[None]:
-    """The tool raised: its error goes back to the caller (and often to the model), so it is an output too.
+) -> Flow[BaseException]:
+    """The tool raised: its error goes back to the caller (and often to the model), so it is an output too
+    (decision 23). Returns the exception to raise, outside any ``except`` block (raised in one, it would take
+    the tool's error along as its ``__context__``).
 
     Its text passes the output restriction first, the guardian hears of the failed call
     (``steps/toolCallResult`` with ``isError``), then the output rules judge the text. Output review cannot
     hold an error for a reviewer (nothing is delivered to resume with), so under it the error is withheld. A
-    failing check replaces the error by the denial, whose reason does not quote the withheld text. The record
-    keeps ``outputs: null``, status ``failed``.
+    failing check replaces the error by the denial, whose reason does not quote the withheld text; one that
+    passes hands the error on carrying only that text (:func:`_as_checked`). A tool's ``PolicyViolation`` (a
+    guarded call it made was denied: the reason may quote that call's inputs) is such an error too. Control
+    flow (a cancellation, an interrupt, the host's own pass-through exceptions) is no output: it goes on as it
+    is. The record keeps ``outputs: null``, status ``failed``.
     """
     name = record.name
-    if not isinstance(error, Exception) or isinstance(error, (PolicyViolation, *ctx.passthrough)):
+    if isinstance(error, (*_CONTROL_FLOW, *ctx.passthrough)):
         state.withhold_call(record, reason=type(error).__name__, status="failed")
-        return
-    text = str(error)
+        return error
+    try:
+        text = str(error)
+    except Exception:  # the tool's own __str__ failed: nothing of it is shown
+        text = f"<{type(error).__name__}>"
+    checked = False
     try:
         if rule is not None and rule.output_assertion is not None:
-            record.entry["outputs"] = text
+            checked = True
+            record.checking = text  # what the assertion sees as this call's outputs, and nobody else
             check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
         if ctx.guardian is not None:
+            checked = True
             held = state.step_of(step)
             request = ctx.steps.tool_call_result(state, held, text, is_error=True)
             params = yield from ask_guardian(ctx, state, held, request, name, Phase.OUTPUT)
             if params is not None:
                 undecided(ctx, state, held, "a failed call's error cannot be modified", name, Phase.OUTPUT)
         if ctx.rules:
+            checked = True
             yield from run_rules(ctx, state, state.step_of(step), name, Phase.OUTPUT, record.inputs, text)
         if rule is not None and rule.output_review:
             reason = (
@@ -187,10 +202,54 @@ def _failed(
             raise deny(ctx, state, step, ReviewDenied(reason, capability=name, phase=Phase.OUTPUT))
     except PolicyViolation as violation:
         state.withhold_call(record, reason=violation.reason)
-        raise violation from None
+        violation.__context__ = None  # the tool's error, whose text the denial withholds
+        violation.__suppress_context__ = True  # as `raise violation from None` says it
+        return violation
     described = f"{type(error).__name__}: {text}"
     state.withhold_call(record, reason=described, status="failed")
     state.step_of(step).payload["error"] = described
+    return _as_checked(error, text) if checked else error
+
+
+_CONTROL_FLOW = (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)
+"""What a tool may raise that is not its output but control flow: handed on as it is (:func:`_failed`)."""
+
+
+def _as_checked(error: BaseException, text: str) -> BaseException:
+    """``error``, whose ``str()`` is the ``text`` its checks passed, as the caller gets it: carrying nothing
+    else that a host shows of an error.
+
+    A host shows an error's traceback, with its chained errors (``__cause__``, ``__context__``) and its notes,
+    and its ``repr``, which is its ``args`` (LangGraph's ToolNode tells the model ``repr(error)``): a tool's
+    ``raise LookupFailed("no match") from db_error`` would carry the row the database error quoted past an
+    output restriction that judged "no match". So the same object goes on without its chain and notes, its
+    ``args`` reduced to the checked text when they hold anything else; its attributes stay (a host's code may
+    read them: nothing shows them). One whose class then shows something else than the checked text -- its
+    own ``repr``, a ``str()`` that read what was taken out -- goes on as a :class:`~agentguard.ToolError`.
+    The frames of its traceback stay: they show the tool's code, not its data.
+    """
+    error.__cause__ = None
+    error.__context__ = None
+    vars(error).pop("__notes__", None)
+    if not all(_shown_in(arg, text) for arg in error.args):
+        error.args = (text,)
+    try:
+        faithful = str(error) == text and repr(error) == BaseException.__repr__(error)
+    except Exception:  # its own __str__ or __repr__ failed on what is left
+        faithful = False
+    if faithful:
+        return error
+    replacement = ToolError(text, error_type=type(error).__name__)
+    replacement.__traceback__ = error.__traceback__
+    return replacement
+
+
+def _shown_in(arg: object, text: str) -> bool:
+    """Whether an error's ``arg`` is a plain value that ``text`` already shows (``KeyError('x')``'s text is
+    ``'x'``; ``OSError(2, 'No such file')``'s ``[Errno 2] No such file``)."""
+    if type(arg) is str:
+        return arg in text
+    return type(arg) in (int, float, bool, type(None)) and repr(arg) in text
 
 
 def _outputs_from(params: Mapping[str, Any], original: Any) -> tuple[bool, Any]:
@@ -406,9 +465,10 @@ def run_tool_call(
     try:
         output = call_sync(reg.fn, args, kwargs, credentials)
     except BaseException as exc:
-        run_sync(_failed(ctx, state, step, record, allows.rule, exc))  # no guardian: yields nothing
-        raise
-    return _settle(ctx, state, step, record, allows, output)
+        error = run_sync(_failed(ctx, state, step, record, allows.rule, exc))  # no guardian: yields nothing
+    else:
+        return _settle(ctx, state, step, record, allows, output)
+    raise error
 
 
 async def arun_tool_call(
@@ -429,9 +489,10 @@ async def arun_tool_call(
     try:
         output = await call_async(reg.fn, args, kwargs, credentials)
     except BaseException as exc:
-        run_sync(_failed(ctx, state, step, record, allows.rule, exc))
-        raise
-    return _settle(ctx, state, step, record, allows, output)
+        error = run_sync(_failed(ctx, state, step, record, allows.rule, exc))
+    else:
+        return _settle(ctx, state, step, record, allows, output)
+    raise error
 
 
 _Begun = tuple[Allows, StepRef, CallRecord, tuple[Any, ...], dict[str, Any], Credentials | None]
@@ -699,8 +760,11 @@ def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: Too
         else:
             output = yield from _invoke(ctx, state, step, call, invoke)
     except BaseException as exc:
-        yield from _failed(ctx, state, step, record, rule, exc)
-        raise
+        failure: BaseException | None = yield from _failed(ctx, state, step, record, rule, exc)
+    else:
+        failure = None
+    if failure is not None:
+        raise failure
     if ctx.guardian is None and not ctx.rules and (rule is None or not rule.output_review):
         return _settle(ctx, state, step, record, allows, output)  # nothing to wait for: no generator frame
     return (yield from _after_invoke(ctx, state, step, record, allows, call, output, resumed=False))
@@ -800,28 +864,36 @@ def _record_output(
     allows: Allows | None,
     output: Any,
     kept: Any = NOT_PLAIN,
+    *,
+    release: bool,
 ) -> None:
     """Keep the output in the record (``null`` unless ``collect_results``) and check the output restriction.
 
-    ``kept``: the record's copy of ``output``, when the caller has made it.
+    ``kept``: the record's copy of ``output``, when the caller has made it. ``release``: nothing else judges
+    the output: it is let out into the view once the restriction passes (until then only the call's own checks
+    see it: :meth:`~agentguard.record.EngagementState.complete_call`).
     """
     if kept is NOT_PLAIN:
         kept = _deliverable(ctx, state, step, record.name, output)
     if allows is None:
-        state.complete_call(record, kept)
+        state.complete_call(record, kept, release=release)
         return
     rule = allows.rule
     restriction = rule.output_assertion
+    direct = step is record  # the restriction is asked in complete_call, under the lock, for a direct call
     passed = state.complete_call(
         record,
         kept,
         collect=rule.collect_results,
-        restriction=restriction if step is record else None,  # asked there for a direct call only
+        restriction=restriction if direct else None,
         held=allows.checked_in,
         checked=allows.checked_out,
+        release=release and (direct or restriction is None),
     )
     if restriction is not None and passed is not True:
         check(ctx, state, step, restriction, record.name, Phase.OUTPUT, allows.output, passed)
+        if release:
+            state.release_call(record)
 
 
 def _withhold(
@@ -841,25 +913,32 @@ def _settle(
     record: CallRecord,
     allows: Allows | None,
     output: Any,
+    *,
+    release: bool = True,
 ) -> Any:
     """The local checks of a call's output (decision 3): recorded, then the output restriction; an output
     that fails them is withheld. Returns the output to deliver.
 
     All the checks of a call with nothing to wait for after it ran (no guardian, no Python rules, no output
-    review), the first of them otherwise (:func:`_after_invoke`).
+    review): then the output is let out into the view once they pass. The first of them otherwise
+    (``release`` false: :func:`_after_invoke` lets it out after the others).
+
+    What is checked is what is delivered (decision 22): the caller gets a copy of the guard's own, never the
+    tool's object, which the tool (or whatever else holds it) could change once the checks passed; the record
+    keeps another, which the caller's changes do not reach.
     """
     try:
         if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
             raise _cancelled(ctx, state, step, record.name)
-        kept = plain_copy(output, limits=ctx.value_limits)
-        if kept is NOT_PLAIN:
-            output = _deliverable(ctx, state, step, record.name, output)
-            kept = to_plain(output)
-        _record_output(ctx, state, step, record, allows, output, kept)
+        delivered, kept = plain_copies(output, limits=ctx.value_limits)
+        if delivered is NOT_PLAIN:
+            delivered = _deliverable(ctx, state, step, record.name, output)  # the guard's own conversion
+            kept = to_plain(delivered)
+        _record_output(ctx, state, step, record, allows, delivered, kept, release=release)
     except BaseException as exc:
         _withhold(state, record, allows.rule if allows is not None else None, exc)
         raise
-    return output
+    return delivered
 
 
 def _after_invoke(
@@ -876,7 +955,7 @@ def _after_invoke(
     name = record.name
     rule = allows.rule if allows is not None else None
     if not resumed:
-        output = _settle(ctx, state, step, record, allows, output)  # withholds what fails its checks
+        output = _settle(ctx, state, step, record, allows, output, release=False)  # withholds what fails
     try:
         if resumed:
             if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
@@ -893,7 +972,7 @@ def _after_invoke(
                         )
                     else:
                         output = new_output
-                        _record_output(ctx, state, step, record, allows, output)
+                        _record_output(ctx, state, step, record, allows, output, release=False)
             if ctx.rules:
                 yield from run_rules(ctx, state, step, name, Phase.OUTPUT, record.inputs, output)
         if rule is not None and rule.output_review:
@@ -908,6 +987,10 @@ def _after_invoke(
     except BaseException as exc:
         _withhold(state, record, rule, exc)
         raise
+    if not resumed:
+        state.release_call(record)  # every check let it out
+    else:  # its record may have been rebuilt from the store meanwhile, without its copy: the held output
+        state.release_call(record, to_plain(output) if rule is None or rule.collect_results else None)
     return output
 
 

@@ -35,6 +35,7 @@ from agentguard.record._journal import (
 )
 from agentguard.record._loop import LoopDetector
 from agentguard.record._types import (
+    UNCHECKED,
     CallRecord,
     Chains,
     Decision,
@@ -154,11 +155,13 @@ class EngagementState:
         """The variables ``plan`` reads, and only the parts of ``recent`` and ``history`` it reads.
 
         ``own``: the call whose check this is: in ``recent`` it is its tool's call and the most recent one
-        (:meth:`_own_recent`), whatever calls of the same tool began since, in other threads or tasks.
+        (:meth:`_own_recent`), whatever calls of the same tool began since, in other threads or tasks; its
+        output, while its checks run, is its ``outputs`` there and in ``history`` (:meth:`complete_call`).
         """
         out: dict[str, Any] = {}
+        entry = None if own is None else self._own_entry(own)
         if plan.reads_recent:
-            recent = self._recent if own is None else self._own_recent(own)
+            recent = self._recent if own is None else self._own_recent(own, entry)
             one = plan.recent_one
             if one is not None:
                 key, part = one
@@ -188,17 +191,12 @@ class EngagementState:
             out["started_at"] = self.started_at
         if plan.reads_history:
             keys = plan.history_keys
+            self._history["_total"] = self._offset + len(self._names)
+            history = self._history if own is None else self._own_history(own, entry)
             if keys is None:
-                self._history["_total"] = self._offset + len(self._names)
-                out["history"] = self._history
+                out["history"] = history
             else:
-                members: dict[str, Any] = {}
-                for key in keys:
-                    if key == "_total":
-                        members["_total"] = self._offset + len(self._names)
-                    elif key in self._history:
-                        members[key] = self._history[key]
-                out["history"] = members
+                out["history"] = {key: history[key] for key in keys if key in history}
         return out
 
     # -- calls ----------------------------------------------------------------------------------------
@@ -329,8 +327,16 @@ class EngagementState:
             lock.release()
         return record, passed
 
-    def _own_recent(self, own: CallRecord) -> dict[str, Any]:
-        """``recent`` as the check of ``own`` reads it: ``own`` is ``recent[name]`` and ``recent._name``.
+    @staticmethod
+    def _own_entry(own: CallRecord) -> dict[str, Any]:
+        """``own``'s entry as its checks read it: with the output they are judging, which the record's own
+        entry shows as ``null`` until they let it out (:meth:`complete_call`)."""
+        output = own.checking
+        return own.entry if output is UNCHECKED else {**own.entry, "outputs": output}
+
+    def _own_recent(self, own: CallRecord, entry: Any) -> dict[str, Any]:
+        """``recent`` as the check of ``own`` reads it: ``entry`` (:meth:`_own_entry`) is ``recent[name]``,
+        and ``name`` is ``recent._name``.
 
         A call of the same tool begun after ``own`` (calls in parallel: a model asks for several in one turn,
         and hosts run them at once) is ``recent[name]`` in the record, and an assertion reading it would judge
@@ -339,9 +345,18 @@ class EngagementState:
         """
         recent = self._recent
         name = own.name
-        if recent.get(name) is own.entry and recent.get("_name") == name:
+        if recent.get(name) is entry and recent.get("_name") == name:
             return recent
-        return {**recent, name: own.entry, "_name": name}
+        return {**recent, name: entry, "_name": name}
+
+    def _own_history(self, own: CallRecord, entry: Any) -> dict[str, Any]:
+        """``history`` as the check of ``own`` reads it: ``entry`` (:meth:`_own_entry`) in place of the
+        record's. A copy of the tool's list (as long as its history) only while ``own``'s output is checked."""
+        history = self._history
+        original = own.entry
+        if entry is original or own.name not in history:
+            return history
+        return {**history, own.name: [entry if e is original else e for e in history[own.name]]}
 
     def _holds(self, restriction: QuickCheck, own: CallRecord) -> bool | Exception:
         """Whether ``restriction``'s quick closure answers ``True`` on the record as it is now (under the lock):
@@ -358,9 +373,16 @@ class EngagementState:
         live = self._live
         live["started_at"] = self.started_at
         self._history["_total"] = self._offset + len(self._names)
-        recent, name = self._recent, own.name
-        if recent.get(name) is not own.entry or recent.get("_name") != name:  # calls in parallel
-            live = {**live, "recent": self._own_recent(own)}
+        recent, name, entry = self._recent, own.name, own.entry
+        output = own.checking
+        if output is not UNCHECKED:  # its output, which the view shows once its checks let it out
+            # _own_entry and _own_recent, written out: the per-call path of a direct call's output check
+            entry = {**entry, "outputs": output}
+            live = {**live, "recent": {**recent, name: entry, "_name": name}}
+            if restriction.plan.reads_history:
+                live["history"] = self._own_history(own, entry)
+        elif recent.get(name) is not entry or recent.get("_name") != name:  # calls in parallel
+            live = {**live, "recent": self._own_recent(own, entry)}
         try:
             return quick(live) is True
         except Exception as exc:
@@ -482,60 +504,78 @@ class EngagementState:
         restriction: QuickCheck | None = None,
         held: tuple[Decision, ...] | None = None,
         checked: tuple[Decision, ...] | None = None,
+        release: bool = True,
     ) -> bool | Exception:
         """Store a call's outputs (``null`` when ``collect_results`` is false).
 
-        For a direct call (:meth:`begin_direct`), its output ``restriction`` may be asked here too, on the
-        completed record and under the lock, as :meth:`begin_direct` asks the input one: the step's decisions
-        go from ``held`` to ``checked`` when it passes, and the answer says ``True``. ``False`` otherwise (not
-        asked, not passed, or the step's decisions were not ``held``, e.g. somebody read the step meanwhile),
-        or the exception the closure raised (:meth:`_holds`): the caller checks it the general way.
+        Decision 3: the output is checked before anyone else sees it. Until :meth:`release_call` lets it out,
+        the view (``recent``, ``history``, ``exposes``, a store) shows the call's ``outputs`` as ``null``, and
+        only the call's own checks see it (:meth:`bindings` with ``own``): a reader in another thread, or a
+        parallel call's check, never sees an output its checks are still judging, or go on to withhold.
+        ``release``: nothing but ``restriction`` is left to judge the output; it is let out here, under the
+        same lock, when ``restriction`` is ``None`` or passes here.
+
+        For a direct call (:meth:`begin_direct`), its output ``restriction`` may be asked here, under the
+        lock, as :meth:`begin_direct` asks the input one: the step's decisions go from ``held`` to ``checked``
+        when it passes, and the answer says ``True``. ``False`` otherwise (not asked, not passed, or the step's
+        decisions were not ``held``, e.g. somebody read the step meanwhile), or the exception the closure
+        raised (:meth:`_holds`): the caller checks it the general way, then releases the output.
         """
         lock = self._lock
         lock.acquire()  # as in begin_direct
         try:
-            record.entry["outputs"] = kept = outputs if collect else None
+            record.checking = outputs if collect else None
             record.status = "completed"
             record.ended_at = time.time()
             self._settled(record)
-            if self.journal is not None:
-                self._emit(["c", record.token, kept, "completed", None])
+            passed: bool | Exception = False
             if (
-                restriction is None
-                or checked is None
-                or type(record) is not DirectCallRecord
-                or record.held is not held
+                restriction is not None
+                and checked is not None
+                and type(record) is DirectCallRecord
+                and record.held is held
             ):
-                return False
-            passed = self._holds(restriction, record)
-            if passed is True:
-                record.held = checked
+                passed = self._holds(restriction, record)
+                if passed is True:
+                    record.held = checked
+            if release and (restriction is None or passed is True):
+                self._release(record)
             return passed
         finally:
             lock.release()
 
+    def release_call(self, record: CallRecord, outputs: Any = UNCHECKED) -> None:
+        """Let a completed call's output out into the view: its checks passed (:meth:`complete_call`).
+
+        ``outputs``: what to let out when the record holds no output under check: a call paused in output
+        review whose record was rebuilt from the store meanwhile (the held output came back with the pause).
+        """
+        with self._lock:
+            if record.checking is UNCHECKED:
+                if outputs is UNCHECKED or record.error is not None:  # let out before, or withheld
+                    return
+                record.checking = outputs
+                record.status = "completed"
+            self._release(record)
+
+    def _release(self, record: CallRecord) -> None:
+        kept = record.checking
+        record.checking = UNCHECKED
+        record.entry["outputs"] = kept
+        if self.journal is not None:
+            self._emit(["c", record.token, kept, "completed", None])
+
     def withhold_call(self, record: CallRecord, *, reason: str, status: str = "withheld") -> None:
         """The call happened but its outputs may not be used: keep it in history with ``outputs: null``."""
         with self._lock:
+            record.checking = UNCHECKED
             record.entry["outputs"] = None
             record.status = status
             record.error = reason
             record.ended_at = time.time()
             self._settled(record)
             if self.journal is not None:
-                self._unsend_output(record)
                 self._emit(["c", record.token, None, status, reason])
-
-    def _unsend_output(self, record: CallRecord) -> None:
-        """Void the call's ``c`` event that carries its output, while it is still unsent: the output restriction
-        is asked once the output is recorded (:meth:`complete_call`), and a withheld output would otherwise be
-        written to the store with it, where it stays readable for the engagement's time to live."""
-        token = record.token
-        for position in range(len(self._outbox) - 1, -1, -1):
-            event = decode_event(self._outbox[position])
-            if event[0] == "c" and event[1] == token and event[2] is not None:
-                self._void(position, ["x"])
-                return
 
     def attempted(self, name: str) -> None:
         """Count an attempt that was refused before it became a call (decision 5: refused attempts count)."""

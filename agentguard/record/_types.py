@@ -19,6 +19,7 @@ from agentguard.errors import Phase, Rule
 from agentguard.record._values import new_id
 
 __all__ = [
+    "UNCHECKED",
     "CallRecord",
     "Chains",
     "Decision",
@@ -165,6 +166,10 @@ def new_entry(inputs: Any) -> dict[str, Any]:
     return holder.__dict__
 
 
+UNCHECKED: Any = object()
+""":attr:`CallRecord.checking` of a call whose output is not being checked (``None`` is an output)."""
+
+
 class CallRecord:
     """One invocation (or attempted invocation) of a tool or sub-agent.
 
@@ -172,7 +177,7 @@ class CallRecord:
     updates the view in place. ``call_id`` is the host's id for the call, else one minted when first read.
     """
 
-    __slots__ = ("_call_id", "ended_at", "entry", "error", "kind", "name", "started_at", "status")
+    __slots__ = ("_call_id", "checking", "ended_at", "entry", "error", "kind", "name", "started_at", "status")
 
     token: str | None = None
     """The call's name in a shared store's journal (its events point at it by this): only a
@@ -197,6 +202,9 @@ class CallRecord:
         self.ended_at = ended_at
         self.status = status
         self.error = error
+        # The call's output while its checks run (EngagementState.complete_call): only they see it, as this
+        # call's ``outputs``; the view shows ``null`` until they let it out.
+        self.checking: Any = UNCHECKED
 
     @property
     def call_id(self) -> str:

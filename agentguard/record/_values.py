@@ -20,6 +20,7 @@ __all__ = [
     "is_plain",
     "new_id",
     "one_shot",
+    "plain_copies",
     "plain_copy",
     "to_plain",
     "unfaithful",
@@ -28,7 +29,7 @@ __all__ = [
 _PLAIN = (str, int, float, bool, type(None))
 _PRIMITIVE = frozenset(_PLAIN)
 _KEPT = (*_PLAIN, datetime, bytes)
-"""What :func:`to_plain` keeps as it is, subclasses included (a ``StrEnum``, a ``bool``)."""
+"""What :func:`to_plain` keeps, a subclass as its base type's value (:func:`_exact`)."""
 _ID_PREFIX = os.urandom(6).hex()
 _ID_COUNTER = itertools.count(1)
 
@@ -84,10 +85,12 @@ def to_plain(value: Any, *, owned: bool = False, limits: ValueLimits | None = No
     """Convert a tool input or output into the JSON-like value CEL and AOS understand.
 
     Primitives pass through untouched (the common case costs one ``isinstance``); mappings, sequences,
-    pydantic models, dataclasses and datetimes are converted; anything else becomes its ``str``. A flat dict
-    of primitives is copied, so that the record does not change when its owner does, unless the caller
-    ``owned`` it (a dict built for this call that nobody else holds). :class:`ValueTooComplex` for a value
-    beyond ``limits`` (none: 10,000,000 values, and as deep as Python's recursion limit allows).
+    pydantic models, dataclasses and datetimes are converted, and so is a subclass of ``str``, ``int`` or
+    ``float`` (a ``StrEnum``, an ``IntEnum``): to its base type's value (:func:`_exact`); anything else
+    becomes its ``str``. A flat dict of primitives is copied, so that the record does not change when its
+    owner does, unless the caller ``owned`` it (a dict built for this call that nobody else holds).
+    :class:`ValueTooComplex` for a value beyond ``limits`` (none: 10,000,000 values, and as deep as Python's
+    recursion limit allows).
     """
     max_depth, max_values = (
         (_ANY_DEPTH, _ANY_SIZE) if limits is None else (limits.max_depth, limits.max_values)
@@ -95,13 +98,41 @@ def to_plain(value: Any, *, owned: bool = False, limits: ValueLimits | None = No
     cls = type(value)
     if cls in _PRIMITIVE:
         return value
-    if owned and cls is dict and len(value) <= max_values:  # a flat dict of primitives is kept as it is
+    if cls is dict and len(value) <= max_values:  # a flat dict of primitives: one pass
         for key, item in value.items():
             if type(item) not in _PRIMITIVE or type(key) is not str:
                 break
         else:
-            return value
+            return value if owned else dict(value)
     return _Converter(max_depth, max_values).convert(value, max_depth)
+
+
+def _exact(value: Any) -> Any:
+    """``value`` (one of :data:`_KEPT`) as its base type's own value: a subclass's ``str()`` or ``repr()``,
+    which a host shows, is its own code's and need not be the value the checks compared (an ``int`` whose
+    ``str()`` says ``5000`` while CEL compared 50). The base types' own conversions copy the value."""
+    cls = type(value)
+    if cls in _PRIMITIVE or cls is datetime or cls is bytes:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, bytes):
+        return bytes.__bytes__(value)
+    return datetime(  # a datetime subclass (value is one of _KEPT)
+        value.year,
+        value.month,
+        value.day,
+        value.hour,
+        value.minute,
+        value.second,
+        value.microsecond,
+        value.tzinfo,
+        fold=value.fold,
+    )
 
 
 class _Converter:
@@ -126,7 +157,7 @@ class _Converter:
         if (
             cls is not dict and cls is not list and isinstance(value, _KEPT)
         ):  # no ABC check for the common two
-            return value
+            return _exact(value)
         if depth == 0:
             raise ValueTooComplex(f"is nested deeper than {self.max_depth} levels (ValueLimits.max_depth)")
         if cls is list:  # the common containers first, a flat one copied at once
@@ -254,6 +285,28 @@ def plain_copy(value: Any, *, owned: bool = False, limits: ValueLimits = DEFAULT
     # Not is_plain: its fast path is the one above, which this value has already failed.
     plain = _survey(value, limits, plain=True) is None
     return to_plain(value, owned=owned, limits=limits) if plain else NOT_PLAIN
+
+
+def plain_copies(value: Any, *, limits: ValueLimits = DEFAULT_LIMITS) -> tuple[Any, Any]:
+    """Two copies of ``value`` when it is JSON-like within ``limits`` (:func:`plain_copy`), that share no
+    container: one for the caller, one for the record, so that neither's changes reach the other (nor the
+    changes of whoever holds ``value``). ``(NOT_PLAIN, NOT_PLAIN)`` otherwise.
+
+    One pass over the common flat dict, where :func:`plain_copy` then :func:`to_plain` take two.
+    """
+    cls = type(value)
+    if cls is dict and len(value) <= limits.max_values:
+        for key, item in value.items():
+            if type(item) not in _PRIMITIVE or type(key) is not str:
+                break
+        else:
+            return dict(value), dict(value)
+    elif cls in _PRIMITIVE:
+        return value, value
+    if _survey(value, limits, plain=True) is not None:
+        return NOT_PLAIN, NOT_PLAIN
+    first = to_plain(value, limits=limits)
+    return first, to_plain(first)
 
 
 one_shot = unfaithful

@@ -81,7 +81,10 @@ class ViewPlan:
 class QuickCheck(Protocol):
     """A check the record can ask under its own lock (an :class:`agentguard.policy.Assertion` is one): a closure
     of the view's variables, of which only a ``True`` answer counts (``quick`` is ``None`` when the check has
-    no such closure)."""
+    no such closure), and the parts of the view it reads."""
 
     @property
     def quick(self) -> Callable[[Mapping[str, Any]], Any] | None: ...
+
+    @property
+    def plan(self) -> ViewPlan: ...

@@ -6,13 +6,16 @@ the agent's concurrency. Each test is what a demanding user expects; ``xfail(str
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import traceback
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agentguard import Guard, Outcome, PolicyViolation, RestrictionViolation, Rule
+from agentguard import Guard, Outcome, PolicyViolation, RestrictionViolation, Rule, ToolError
 from agentguard.observers import Observer
 from agentguard.record import Decision, EngagementState, StepRecord
 from tests.conftest import spec_text
@@ -84,18 +87,53 @@ def _raise_base_exception() -> None:
     raise _NotAnException(f"ssn {SSN}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_failed checks only str(error) and re-raises the tool's own exception object, whose args, "
-    "cause and notes were never checked; a PolicyViolation or a BaseException from the tool skips the check",
-)
+def _raise_with_context() -> None:
+    try:
+        {}["key"]
+    except KeyError:
+        raise RuntimeError("lookup failed") from ValueError(f"ssn {SSN}")
+
+
+class _Shouting(Exception):
+    """A class whose own ``repr`` shows what its ``str()`` does not."""
+
+    def __repr__(self) -> str:
+        return f"_Shouting(ssn {SSN})"
+
+
+def _raise_shouting() -> None:
+    raise _Shouting("lookup failed")
+
+
+class _Stateful(Exception):
+    """A class whose ``str()`` reads its ``args``: with them cut down, it would show something else."""
+
+    def __str__(self) -> str:
+        return f"lookup failed ({len(self.args)} reasons)"
+
+
+def _raise_stateful() -> None:
+    raise _Stateful("one", f"ssn {SSN}")
+
+
+ERRORS = [
+    _raise_disguised,
+    _raise_with_cause,
+    _raise_with_context,
+    _raise_with_note,
+    _raise_forged_denial,
+    _raise_base_exception,
+    _raise_shouting,
+    _raise_stateful,
+]
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["direct", "flow"])
 @pytest.mark.parametrize(
-    "tool",
-    [_raise_disguised, _raise_with_cause, _raise_with_note, _raise_forged_denial, _raise_base_exception],
-    ids=["args", "cause", "note", "forged-denial", "base-exception"],
+    "tool", ERRORS, ids=["args", "cause", "context", "note", "forged-denial", "base-exception", "repr", "str"]
 )
-def test_an_error_carries_nothing_the_output_restriction_did_not_see(tool: Any) -> None:
-    guard = Guard.from_yaml(SPEC)
+def test_an_error_carries_nothing_the_output_restriction_did_not_see(tool: Any, watched: bool) -> None:
+    guard = Guard.from_yaml(SPEC, observers=[Observer()] if watched else [])
     raised: BaseException | None = None
     with guard.engagement():
         try:
@@ -104,6 +142,127 @@ def test_an_error_carries_nothing_the_output_restriction_did_not_see(tool: Any) 
             raised = exc
     assert raised is not None
     assert SSN not in _everything_raised(raised)
+
+
+@pytest.mark.parametrize("tool", ERRORS[:4], ids=["args", "cause", "context", "note"])
+def test_an_async_tools_error_carries_nothing_the_output_restriction_did_not_see(tool: Any) -> None:
+    guard = Guard.from_yaml(SPEC)
+
+    async def lookup() -> None:
+        tool()
+
+    async def main() -> BaseException:
+        async with guard.engagement():
+            try:
+                await guard.acall("lookup", {}, lookup)
+            except Exception as exc:
+                return exc
+        raise AssertionError("the tool did not fail")
+
+    assert SSN not in _everything_raised(asyncio.run(main()))
+
+
+def test_an_error_that_passed_goes_on_as_the_tools_own_with_what_was_checked() -> None:
+    """The host still gets the tool's own error object and class (``except FileNotFoundError`` works), with
+    the attributes it reads; only what the checks did not see is gone. A class that would show something
+    else goes on as a ToolError naming it."""
+    guard = Guard.from_yaml(SPEC)
+    missing = FileNotFoundError(2, "No such file or directory", "/tmp/x")
+    missing.add_note(f"ssn {SSN}")
+
+    def lookup_missing() -> None:
+        try:
+            raise KeyError(f"ssn {SSN}")
+        except KeyError:
+            raise missing from None
+
+    with guard.engagement():
+        with pytest.raises(FileNotFoundError) as info:
+            guard.call("lookup", {}, lookup_missing)
+        assert info.value is missing
+        assert (info.value.errno, info.value.filename) == (2, "/tmp/x")
+        assert str(info.value) == "[Errno 2] No such file or directory: '/tmp/x'"
+        assert info.value.__context__ is None
+        assert not hasattr(info.value, "__notes__")
+        with pytest.raises(KeyError) as key:
+            guard.call("lookup", {}, lambda: {}["name"])
+        assert key.value.args == ("name",)
+        with pytest.raises(ToolError) as replaced:
+            guard.call("lookup", {}, _raise_shouting)
+    assert replaced.value.error_type == "_Shouting"
+    assert str(replaced.value) == "_Shouting: lookup failed"
+    assert replaced.value.__traceback__ is not None
+
+
+def test_an_error_nothing_checks_goes_on_whole() -> None:
+    """Without an output check there is nothing to keep it to: the host gets the error with its chain."""
+    guard = Guard.from_yaml(spec_text("capabilities:\n  open: {}\n"))
+    with guard.engagement(), pytest.raises(RuntimeError) as info:
+        guard.call("open", {}, _raise_with_cause)
+    assert isinstance(info.value.__cause__, KeyError)
+
+
+_TEXTS = st.text(st.characters(blacklist_categories=["Cs"]), max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    shown=_TEXTS,
+    args=st.lists(_TEXTS | st.integers() | st.none(), max_size=3),
+    notes=st.lists(_TEXTS, max_size=2),
+    chained=st.sampled_from(["none", "cause", "context"]),
+    where=st.sampled_from(["args", "note", "chain", "repr"]),
+    kind=st.sampled_from([ValueError, KeyError, OSError, RuntimeError]),
+    watched=st.booleans(),
+)
+def test_no_error_carries_a_secret_past_the_output_restriction(
+    shown: str,
+    args: list[Any],
+    notes: list[str],
+    chained: str,
+    where: str,
+    kind: type[Exception],
+    watched: bool,
+) -> None:
+    """Wherever a tool's error hides the SSN (its args, a note, its chain, its class's repr), the caller gets
+    nothing that holds it: either a denial, or the error without it."""
+    secret = f"ssn {SSN}"
+    if where == "args":
+        args = [*args, secret]
+
+    class Hidden(kind):  # type: ignore[valid-type,misc]
+        def __str__(self) -> str:
+            return shown
+
+        if where == "repr":
+
+            def __repr__(self) -> str:
+                return secret
+
+    def tool() -> None:
+        error = Hidden(*args)
+        for note in notes + ([secret] if where == "note" else []):
+            error.add_note(note)
+        inner = ValueError(secret if where == "chain" else "inner")
+        if chained == "cause" or (where == "chain" and chained == "none"):
+            raise error from inner
+        if chained == "context":
+            try:
+                raise inner
+            except ValueError:
+                raise error from None
+        raise error
+
+    guard = Guard.from_yaml(SPEC, observers=[Observer()] if watched else [])
+    with guard.engagement():
+        try:
+            guard.call("lookup", {}, tool)
+        except Exception as exc:
+            raised: BaseException = exc
+        else:
+            raise AssertionError("the tool's error went missing")
+    assert SSN not in _everything_raised(raised)
+    assert SSN not in repr(vars(raised).get("__notes__"))
 
 
 # -- concurrency: the check reads the engagement, and another call of the same tool ---------------------
@@ -158,11 +317,6 @@ class _ReadsDuringTheDenial(Observer):
             reader.join()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="complete_call publishes the output in recent/history before the output restriction is asked; "
-    "withhold_call nulls it only afterwards, so a concurrent reader sees the withheld output",
-)
 def test_a_withheld_output_is_never_visible_to_a_concurrent_reader() -> None:
     observer = _ReadsDuringTheDenial()
     guard = Guard.from_yaml(SPEC, observers=[observer])
@@ -179,11 +333,6 @@ def test_a_withheld_output_is_never_visible_to_a_concurrent_reader() -> None:
 # -- what is checked is what is delivered (decision 22) -------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a JSON-like output is delivered as the tool's own object (decision 22): the tool can change it "
-    "after the check, before the host hands it to the model",
-)
 def test_a_tool_cannot_change_a_delivered_output_after_its_check() -> None:
     guard = Guard.from_yaml(SPEC)
     kept: list[dict[str, Any]] = []
@@ -212,11 +361,6 @@ class _Count(int):
     __repr__ = __str__
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="to_plain keeps subclasses of str/int/float as they are: the caller gets an object whose str() is "
-    "not the value the restriction compared",
-)
 def test_an_output_is_delivered_as_the_plain_value_that_was_checked() -> None:
     guard = Guard.from_yaml(SPEC)
     with guard.engagement():

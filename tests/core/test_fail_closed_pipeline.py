@@ -171,11 +171,19 @@ def test_an_object_is_delivered_as_the_value_that_was_checked() -> None:
     assert type(delivered["item"]) is str
 
 
-def test_a_json_like_result_is_delivered_as_it_is() -> None:
+def test_a_json_like_result_is_delivered_as_a_copy_of_what_was_checked() -> None:
+    """Decision 22: the caller gets the value checked, as a copy of the guard's own: neither the tool's object
+    (which the tool could change after the check) nor the record's (which the caller's changes would reach)."""
     result = {"rows": [1, 2, {"a": None}]}
     guard, _ = _seeing(result)
-    with guard.engagement():
-        assert guard.call("z", {}) is result
+    with guard.engagement() as eng:
+        delivered = guard.call("z", {})
+        assert delivered == {"rows": [1, 2, {"a": None}]}
+        assert delivered is not result
+        result["rows"][2]["a"] = "changed by the tool"
+        delivered["rows"].append("changed by the caller")
+        assert delivered["rows"][2] == {"a": None}
+        assert eng.view()["history"]["z"][0]["outputs"] == {"rows": [1, 2, {"a": None}]}
 
 
 def test_a_generator_input_is_refused_before_the_tool_runs() -> None:
