@@ -60,11 +60,16 @@ so a remote agent whose definition breaks is noticed at once: it is validated li
 
 The engagement state is read the one way every standards parser reads it
 (:func:`agentguard.aos.strict_json`): a state that is not UTF-8, that gives a key twice in any object, or
-that holds ``NaN``, ``Infinity`` or a number past a double is refused -- the call fails and the remote
-engagement is cancelled -- rather than read as Python happens to read it (the last of a repeated
-``status``), because the caller's restrictions would check one state while the remote server, its log or
-the caller's own caller read another. A ``status`` must be one of the statuses the protocol has, as a
-string.
+that holds ``NaN``, ``Infinity``, a number past a double or an integer beyond ±(2**53 - 1) is refused -- the
+call fails and the remote engagement is cancelled -- rather than read as Python happens to read it (the
+last of a repeated ``status``), because the caller's restrictions would check one state while the remote
+server, its log or the caller's own caller read another. A ``status`` must be one of the statuses the
+protocol has, as a string. A state must say it is JSON (``Content-Type: application/json``): the
+``Location`` may name any URL of the origin, a file someone uploaded there among them.
+
+What the remote server writes reaches the caller's error (the model, often) as one clipped line: its
+refusal's text, the problems of its definition, what httpx quotes of an answer it cannot parse; its
+engagement's ``error`` object is kept bounded as :attr:`RemoteAgentError.remote_error`.
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ from agentguard._deadline import (
     read_async,
     read_sync,
 )
-from agentguard._httputil import is_loopback
+from agentguard._httputil import is_json_media_type, is_loopback
 from agentguard._trampoline import adrive, drive
 from agentguard.aos import AmbiguousJSON, strict_json
 from agentguard.cel import CelBackend, get_backend
@@ -122,7 +127,8 @@ class RemoteAgentError(AgentGuardError):
     ``reason`` says what went wrong: unreachable, too slow, a refusal (``http_status``), an invalid
     definition (the :class:`~agentguard.SpecError` is the ``__cause__``), an answer that is not what the
     protocol says, a redirect to another origin -- or the remote engagement ended ``failed``, ``denied`` or
-    ``cancelled`` (``remote_status``), with the remote server's ``remote_error`` (type, rule, reason).
+    ``cancelled`` (``remote_status``), with the remote server's ``remote_error`` (type, rule, reason),
+    bounded as the remote server cannot bound it (:func:`_bounded_error`).
     """
 
     def __init__(
@@ -199,6 +205,7 @@ class _Reply:
     status: int
     headers: httpx.Headers
     body: bytes
+    location: str | None
 
 
 _Flow: TypeAlias = Generator[_Send | _Pause, Any, _T]
@@ -249,7 +256,10 @@ class RemoteAgent:
     def call(self, input: Mapping[str, Any], credentials: Credentials | None = None) -> dict[str, Any]:
         """Run one remote engagement with blocking I/O and return its output and exposed values."""
         transport = IdentityOnly(deadline_transport(verify=self._verify))
-        with httpx.Client(transport=transport, trust_env=False, follow_redirects=False) as client:
+        hooks = {"response": [_redirected]}
+        with httpx.Client(
+            transport=transport, trust_env=False, follow_redirects=False, event_hooks=hooks
+        ) as client:
 
             def perform(effect: _Send | _Pause) -> _Reply | None:
                 if isinstance(effect, _Pause):
@@ -262,7 +272,10 @@ class RemoteAgent:
     async def acall(self, input: Mapping[str, Any], credentials: Credentials | None = None) -> dict[str, Any]:
         """Async twin of :meth:`call`."""
         transport = AsyncIdentityOnly(httpx.AsyncHTTPTransport(verify=self._verify))
-        async with httpx.AsyncClient(transport=transport, trust_env=False, follow_redirects=False) as client:
+        hooks = {"response": [_aredirected]}
+        async with httpx.AsyncClient(
+            transport=transport, trust_env=False, follow_redirects=False, event_hooks=hooks
+        ) as client:
 
             async def perform(effect: _Send | _Pause) -> _Reply | None:
                 if isinstance(effect, _Pause):
@@ -319,9 +332,13 @@ class RemoteAgent:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         start = self._request("POST", self._origin, token, deadline, headers=headers, content=body)
         reply = yield from self._exchange(start, "starting an engagement", deadline)
+        if 200 <= reply.status < 300 and reply.location:
+            # Accepted, but not as the protocol says (303): the engagement it names may run on all the same.
+            fate = yield from self._cancel_at(reply.location, token)
+            raise self._error(f"answered HTTP {reply.status}, not 303, when starting an engagement; {fate}")
         if reply.status != 303:
             raise self._refused("starting an engagement", reply)
-        location = self._same_origin(reply.headers.get("location"))
+        location = yield from self._engagement_url(reply.location, token)
         try:
             return (yield from self._poll(location, token, deadline))
         except RemoteAgentError as error:
@@ -351,9 +368,11 @@ class RemoteAgent:
                 text, backend=backend, source=self.url, limits=self.limits.definition_limits
             )
         except SpecError as exc:
-            raise self._error(f"the definition is not a valid OpenAgentSpec agent: {exc}") from exc
+            # One clipped line: the problems quote the remote's text (a 50 KB name, 300 unknown fields), and
+            # the message reaches the caller, the model often. The SpecError, whole, is the __cause__.
+            raise self._error(f"the definition is not a valid OpenAgentSpec agent: {_said(exc)}") from exc
         if spec.spec.name != self.name:
-            raise self._error(f"the definition is of agent {spec.spec.name!r}, not {self.name!r}")
+            raise self._error(f"the definition is of agent {_clipped(spec.spec.name)}, not {self.name!r}")
         etag = reply.headers.get("etag")
         # Sent back as If-None-Match, where a header must be ASCII: any other ETag is not kept (httpx would
         # refuse to encode it, and every later call would fail before sending anything).
@@ -384,7 +403,7 @@ class RemoteAgent:
                 return {"output": state.get("output"), "exposes": self._exposes(state)}
             if status in _FINISHED:
                 error = state.get("error")
-                remote_error = error if isinstance(error, dict) else None
+                remote_error = _bounded_error(error) if isinstance(error, dict) else None
                 raise self._error(
                     f"the remote engagement ended {status}: {_describe(remote_error)}",
                     remote_status=status,
@@ -444,6 +463,8 @@ class RemoteAgent:
     def _exchange(self, send: _Send, what: str, deadline: float) -> _Flow[_Reply]:
         try:
             reply: _Reply = yield send
+        except _Redirected as exc:  # unread: only its Location matters, and only after a POST
+            return _Reply(exc.status, httpx.Headers(), b"", exc.location)
         except Compressed as exc:
             raise self._error(
                 f"the answer when {what} is compressed ({', '.join(exc.codings)}): refused unread "
@@ -456,7 +477,11 @@ class RemoteAgent:
                 ) from exc
             raise self._error(f"no answer within {self.limits.request_timeout:g} s when {what}") from exc
         except httpx.HTTPError as exc:
-            raise self._error(f"cannot reach the server when {what}: {type(exc).__name__}: {exc}") from exc
+            # httpx quotes what the server sent (h11: "illegal header line: bytearray(b'...')"), up to the
+            # head's size: one clipped line of it.
+            raise self._error(
+                f"cannot reach the server when {what}: {_said(f'{type(exc).__name__}: {exc}')}"
+            ) from exc
         except _TooLarge as exc:
             limit = self.limits.max_response_bytes
             raise self._error(f"the answer when {what} is larger than {limit} bytes") from exc
@@ -474,26 +499,56 @@ class RemoteAgent:
             detail += " (redirects are not followed)"
         return self._error(f"answered HTTP {reply.status} when {what}{detail}", http_status=reply.status)
 
-    def _same_origin(self, location: str | None) -> httpx.URL:
+    def _engagement_url(self, location: str | None, token: str | None) -> _Flow[httpx.URL]:
+        """The URL of the engagement a 303 started, from its ``Location``, on this agent's origin.
+
+        A ``Location`` that is not followed has still started an engagement over there: the call fails, and
+        the engagement is cancelled where it can be (:meth:`_cancel_at`); the error says which.
+        """
         if not location:
-            raise self._error("answered 303 without a Location")
+            raise self._error(
+                "answered 303 without a Location; the engagement it may have started is not cancelled"
+            )
         try:
             target = self._origin.join(location)
-        except httpx.InvalidURL as exc:
-            raise self._error(f"answered 303 with an invalid Location {location!r}") from exc
+        except httpx.InvalidURL:
+            problem = f"answered 303 with an invalid Location {_clipped(location)}"
+        else:
+            if self._on_origin(target):
+                return target
+            problem = f"redirected to another origin ({_clipped(location)}): not followed"
+        fate = yield from self._cancel_at(location, token)
+        raise self._error(f"{problem}; {fate}")
+
+    def _cancel_at(self, location: str, token: str | None) -> _Flow[str]:
+        """Cancel the engagement ``location`` names, read as a browser reads it (control characters
+        percent-encoded), if it is on this agent's origin; say which it was. Elsewhere nothing is sent: the
+        token goes to this origin only."""
+        try:
+            target: httpx.URL | None = self._origin.join(_escape_controls(location))
+        except httpx.InvalidURL:
+            target = None
+        if target is None or not self._on_origin(target):
+            return "the engagement it may have started is not cancelled"
+        yield from self._cancel_quietly(target, token)
+        return "the engagement it started was asked to cancel"
+
+    def _on_origin(self, target: httpx.URL) -> bool:
         origin = self._origin
-        if (target.scheme, target.host, target.port) != (origin.scheme, origin.host, origin.port) or (
-            target.userinfo
-        ):
-            raise self._error(f"redirected to another origin ({location!r}): not followed")
-        return target
+        same = (target.scheme, target.host, target.port) == (origin.scheme, origin.host, origin.port)
+        return same and not target.userinfo
 
     def _json_object(self, reply: _Reply, what: str) -> dict[str, Any]:
         """The answer as a JSON object, read strictly (:func:`agentguard.aos.strict_json`).
 
         ``json.loads`` would read a repeated key as its last value, ``NaN`` and ``1e400`` as floats, and bytes
-        as UTF-16 or with encoded surrogates: not what every other reader of the same bytes reads.
+        as UTF-16 or with encoded surrogates: not what every other reader of the same bytes reads. An answer
+        that does not say it is JSON (``application/json``, UTF-8) is not read at all: a Location that
+        pointed at a same-origin file someone uploaded, whose text reads as a completed state, is not one.
         """
+        content_type = reply.headers.get("content-type")
+        if not is_json_media_type(content_type):
+            raise self._error(f"{what} is not JSON: its Content-Type is {_clipped(content_type)}")
         try:
             value = strict_json(reply.body)
         except UnicodeDecodeError as exc:
@@ -532,6 +587,38 @@ def _said(value: object, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _escape_controls(location: str) -> str:
+    """``location`` with every control character percent-encoded (UTF-8): the URL it names for a reader
+    that does not refuse it."""
+    return "".join(
+        "".join(f"%{byte:02X}" for byte in char.encode()) if not char.isprintable() or char == " " else char
+        for char in location
+    )
+
+
+_ERROR_MEMBERS = 16
+
+
+def _bounded_error(error: Mapping[str, Any]) -> dict[str, Any]:
+    """A remote engagement's ``error`` as :attr:`RemoteAgentError.remote_error` keeps it: at most 16 members,
+    each name one line of at most 80 characters, each string one line of at most 500 (:func:`_said`), and a
+    nested value as its JSON text so clipped. The remote server writes it, up to the answer's size limit;
+    it is kept in the caller's records and shown to whoever reads the error (the model, often)."""
+    bounded: dict[str, Any] = {}
+    for name, value in list(error.items())[:_ERROR_MEMBERS]:
+        if isinstance(value, str):
+            kept: Any = _said(value)
+        elif value is None or isinstance(value, bool | int | float):
+            kept = value
+        else:
+            try:
+                kept = _said(json.dumps(value, allow_nan=False))
+            except (ValueError, RecursionError):
+                kept = "<not shown: not JSON text>"
+        bounded[_said(name, 80)] = kept
+    return bounded
+
+
 def _describe(error: Mapping[str, Any] | None) -> str:
     if not error:
         return "no reason given"
@@ -544,11 +631,36 @@ def _reply(answer: httpx.Response | TooLarge) -> _Reply:
     """The read answer as the flow sees it; raises :class:`_TooLarge` for one cut at the size limit."""
     if isinstance(answer, TooLarge):
         raise _TooLarge
-    return _Reply(answer.status_code, answer.headers, answer.content)
+    return _Reply(answer.status_code, answer.headers, answer.content, answer.headers.get("location"))
 
 
 class _TooLarge(Exception):
     """A driver stopped reading a response at the size limit."""
+
+
+class _Redirected(Exception):
+    """A redirect answer (301, 302, 303, 307, 308 with a ``Location``), taken before httpx reads it."""
+
+    def __init__(self, status: int, location: str) -> None:
+        super().__init__(status, location)
+        self.status = status
+        self.location = location
+
+
+def _redirected(response: httpx.Response) -> None:
+    """A response hook: raises :class:`_Redirected` for a redirect, before httpx builds the request that
+    would follow it. Though redirects are not followed, httpx builds that request for every redirect (for
+    ``next_request``) and fails the exchange on a ``Location`` it cannot make one of -- a tab in it
+    (``RemoteProtocolError``), ``mailto:x`` (``InvalidURL``, no ``HTTPError`` at all): the 303 of a started
+    engagement read as a network error or escaped as an unknown exception, and the engagement was never
+    cancelled. The flow gets the status and the Location as sent, and decides what to do with them."""
+    if response.has_redirect_location:
+        raise _Redirected(response.status_code, response.headers["location"])
+
+
+async def _aredirected(response: httpx.Response) -> None:
+    """:func:`_redirected` for the async client, whose hooks are awaited."""
+    _redirected(response)
 
 
 # -- attaching to a guard ----------------------------------------------------------------------------------

@@ -6,6 +6,11 @@ are not JSON at all, though Python reads them. Where two parsers read one messag
 checked it and whoever acts on it may see two messages: a guardian that approved ``{"inputs": A, "inputs": B}``
 as ``B`` while the agent ran ``A``, or a client that read ``"decision":"deny", ..., "decision":"allow"`` as
 allow. So an AOS message is read strictly, and such a document is refused, not guessed.
+
+Integers too: Python reads ``9007199254740993`` exactly, a JavaScript (or any double-based) peer as
+``9007199254740992``. A guardian in one and a guard in the other would check two different numbers (a limit
+``amount <= 9007199254740992`` passes for one and fails for the other), so an integer outside the range every
+peer holds exactly, ``±(2**53 - 1)`` (I-JSON, RFC 7493 §2.2), is refused, as a number past a double is.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import json
 import math
 from typing import NoReturn
 
-__all__ = ["AmbiguousJSON", "strict_json", "unique_keys"]
+__all__ = ["MAX_EXACT_INTEGER", "AmbiguousJSON", "strict_json", "unique_keys"]
 
 
 class AmbiguousJSON(ValueError):
@@ -53,8 +58,24 @@ def _finite(text: str) -> float:
     return value
 
 
+MAX_EXACT_INTEGER = 2**53 - 1
+"""The largest integer magnitude :func:`strict_json` accepts: every double-based JSON parser reads each
+integer up to it exactly, and none past it (I-JSON, RFC 7493 §2.2)."""
+
+
+def _exact_int(text: str) -> int:
+    # 17 characters hold "-9007199254740991"; a longer text is out of range, and not converted: converting
+    # thousands of digits costs time quadratic in their number (and Python refuses past 4300 of them).
+    value = int(text) if len(text) <= 17 else MAX_EXACT_INTEGER + 1
+    if abs(value) > MAX_EXACT_INTEGER:
+        raise AmbiguousJSON(f"integer {text[:40]} is beyond ±(2**53 - 1), where JSON parsers disagree")
+    return value
+
+
 # Made once: ``json.loads`` with options builds a new decoder on every call.
-_DECODER = json.JSONDecoder(object_pairs_hook=unique_keys, parse_constant=_no_constant, parse_float=_finite)
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=unique_keys, parse_constant=_no_constant, parse_float=_finite, parse_int=_exact_int
+)
 
 
 def strict_json(body: bytes | str) -> object:
@@ -62,7 +83,8 @@ def strict_json(body: bytes | str) -> object:
     would guess UTF-16/32 and let encoded surrogates through).
 
     Raises ``UnicodeDecodeError`` for bytes that are not UTF-8; :class:`AmbiguousJSON` for a key given twice
-    in any object, ``NaN``/``Infinity``, or a number too large for a double; ``json.JSONDecodeError`` or
+    in any object, ``NaN``/``Infinity``, a number too large for a double, or an integer beyond
+    :data:`MAX_EXACT_INTEGER`; ``json.JSONDecodeError`` or
     ``RecursionError`` for text that is not JSON. The first three are ``ValueError``\ s: catch
     ``UnicodeDecodeError`` and ``AmbiguousJSON`` before ``ValueError`` to tell them apart.
     """

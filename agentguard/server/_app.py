@@ -10,12 +10,16 @@ Every agent's definition is its own GET endpoint, and a POST to the same URL sta
                                           request until the engagement finishes (long polling)
     DELETE /engagements/{id}              cancel it (also ``POST /engagements/{id}/cancel``)
 
-``reference`` in the index is the ``oagent://`` form of the definition's URL, which another server resolves
-back to this endpoint. Refusals carry a JSON body ``{"error": "..."}``::
+``url`` in the index is under the ``public_url`` the app was given, and ``reference`` its ``oagent://``
+form, which another server resolves back to this endpoint; without a ``public_url``, ``url`` is relative
+(``/agents/{name}``) and ``reference`` is ``null``. Never the request's ``Host``: any client names any host
+there, and an index that echoed it would point a cache or a peer at the client's choice.
+
+Refusals carry a JSON body ``{"error": "..."}``::
 
     400  the body is not UTF-8 JSON, or JSON that parsers read differently (a key given twice in an object,
-         NaN, Infinity or a number past a double: :func:`agentguard.aos.strict_json`), or not an object;
-         a bad ``wait``
+         NaN, Infinity, a number past a double or an integer beyond ±(2**53 - 1):
+         :func:`agentguard.aos.strict_json`), or not an object; a bad ``wait``
     401  no or wrong bearer token, when the app has one (``WWW-Authenticate: Bearer ...``); checked before
          anything else, so no other answer (404, 405, 413, ...) tells an unauthenticated client anything
     404  no such agent or engagement
@@ -47,6 +51,7 @@ import math
 import os
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 try:
     from starlette.applications import Starlette
@@ -143,23 +148,36 @@ class _Api:
     """The request handlers, with the served agents and settings bound once."""
 
     def __init__(
-        self, agents: Mapping[str, ServedAgent], runs: Runs, max_body_bytes: int, body_timeout: float
+        self,
+        agents: Mapping[str, ServedAgent],
+        runs: Runs,
+        max_body_bytes: int,
+        body_timeout: float,
+        public_url: str,
     ) -> None:
         self.agents = agents
         self.runs = runs
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
+        self.public_url = public_url
 
     async def index(self, request: Request) -> Response:
+        # Never built from the request's Host (or X-Forwarded-Host): a client names any host it likes there,
+        # and a cached index, or a peer that follows it, would send inputs and tokens to that host. The
+        # configured public URL, or a URL relative to this server, says where the agent is.
         entries = []
         for name, agent in self.agents.items():
-            url = str(request.url_for("agent", name=name))
+            url = (
+                self.public_url + request.app.url_path_for("agent", name=name)
+                if self.public_url
+                else request.url_for("agent", name=name).path  # with the server's root path, if any
+            )
             entries.append(
                 {
                     "name": name,
                     "description": agent.description,
                     "url": url,
-                    "reference": "oagent://" + url.partition("://")[2],
+                    "reference": "oagent://" + url.partition("://")[2] if self.public_url else None,
                 }
             )
         return _json(entries)
@@ -276,6 +294,25 @@ def _served(agents: str | os.PathLike[str] | Iterable[Guard | ServedAgent]) -> d
     return served
 
 
+def _public_base(url: str) -> str:
+    """``url`` without its trailing ``/``; :class:`~agentguard.ConfigurationError` unless it is an absolute
+    ``http(s)`` URL with a host and nothing a URL of the index could not carry on (credentials, query,
+    fragment, control characters)."""
+    parts = urlsplit(url)
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.username is not None
+        or parts.query
+        or parts.fragment
+        or not url.isascii()
+        or not url.isprintable()
+        or " " in url
+    ):
+        raise ConfigurationError(f"public_url must be an http(s) URL with a host and no query: {url!r}")
+    return url.rstrip("/")
+
+
 def create_app(
     agents: str | os.PathLike[str] | Iterable[Guard | ServedAgent],
     runner: Runner,
@@ -287,6 +324,7 @@ def create_app(
     run_timeout: float = 300.0,
     store: EngagementStore | None = None,
     reviewers: Mapping[str, Reviewer] | None = None,
+    public_url: str | None = None,
 ) -> Starlette:
     """The OpenAgentSpec server for ``agents``: a spec directory (see :func:`load_agents`) or guards.
 
@@ -298,6 +336,10 @@ def create_app(
     count and bytes). The connection limits are the server's (:func:`serve_in_thread`, the command line).
     ``reviewers`` are installed on
     every served agent's guard, by reviewer id, so that ``require_review`` shows as ``awaiting-review``.
+    ``public_url`` (``https://agents.corp.com`` or with a path prefix) is where clients reach this app's
+    root: the index gives each agent's ``url`` and ``oagent://`` ``reference`` under it. Without it the
+    index gives a relative ``url`` and no ``reference``: the request's ``Host`` is never used, a client
+    names any host there.
 
     Raises :class:`~agentguard.SpecError` listing every problem of a spec directory, and
     :class:`~agentguard.ConfigurationError` for two agents of one name.
@@ -308,6 +350,7 @@ def create_app(
         max_concurrency=max_concurrency,
         run_timeout=run_timeout,
     )
+    base = _public_base(public_url) if public_url is not None else ""
     served = _served(agents)
     if store is None:  # not `store or ...`: an empty store is falsy
         store = MemoryEngagementStore()
@@ -315,7 +358,7 @@ def create_app(
     for agent in served.values():
         for reviewer_id, reviewer in (reviewers or {}).items():
             agent.guard.add_reviewer(reviewer_id, runs.tracked(reviewer))
-    api = _Api(served, runs, max_body_bytes, body_timeout)
+    api = _Api(served, runs, max_body_bytes, body_timeout, base)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -89,6 +89,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="HOST=VAR",
         help="send the bearer token in environment variable VAR to remote agents on HOST; repeatable",
     )
+    parser.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="where clients reach this server (https://agents.corp.com): the index's agent URLs and "
+        "oagent:// references; without it they are relative and no reference is given",
+    )
     parser.add_argument("--ssl-certfile", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
     parser.add_argument("--ssl-keyfile", metavar="FILE", help="the certificate's private key (PEM)")
     parser.set_defaults(run=run)
@@ -181,8 +187,9 @@ def run(args: argparse.Namespace) -> int:
             store=MemoryEngagementStore(
                 max_bytes=args.max_stored_bytes, max_record_bytes=args.max_record_bytes
             ),
+            public_url=args.public_url,
         )
-    except ValueError as error:
+    except (ValueError, ConfigurationError) as error:
         return _fail(str(error), 2)
     start_logging(args, token, "agentguard.server", "start engagements")
     serve(

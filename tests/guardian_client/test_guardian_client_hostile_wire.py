@@ -190,8 +190,11 @@ def test_a_deny_spelled_with_invisible_characters_never_proceeds(
 
 # -- a modify that names another tool or call ---------------------------------------------------------------
 
-JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(string.printable, max_size=12),
+JSON_VALUES = st.recursive(  # integers every JSON peer reads alike (decision 33: others are malformed)
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1)
+    | st.text(string.printable, max_size=12),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
     max_leaves=6,
 )

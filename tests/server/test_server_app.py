@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from agentguard.server import RunningServer, create_app, serve_in_thread
 from agentguard.server._store import EngagementRecord, RunStatus
-from agentguard.spec import load_spec_text, parse_reference
+from agentguard.spec import load_spec_text
 from tests.server.support import (
     CALLED,
     SHOP_SPEC,
@@ -69,12 +69,9 @@ def test_index_lists_every_agent_with_its_definition_url(client: httpx.Client, s
     [entry] = response.json()
     assert entry["name"] == "shop-agent"
     assert entry["description"] == "The agent is used in tests."
-    assert entry["url"] == server.url + "agents/shop-agent"
-    # The advertised oagent:// reference maps back (https:// for oagent://) to the definition's URL.
-    reference = parse_reference(entry["reference"])
-    assert reference.kind == "remote"
-    assert reference.name == "shop-agent"
-    assert reference.url == "https://" + entry["url"].partition("://")[2]
+    # No public_url: relative to the server, and no oagent:// reference (tests/server/test_server_attacker.py)
+    assert (entry["url"], entry["reference"]) == ("/agents/shop-agent", None)
+    assert client.get(entry["url"]).status_code == 200
 
 
 def test_definition_is_the_file_as_written_in_yaml(client: httpx.Client) -> None:

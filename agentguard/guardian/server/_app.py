@@ -9,7 +9,8 @@ client differently::
     401  -32001  no or wrong bearer token, when the app has one (``WWW-Authenticate: Bearer ...``)
     404  -32005  not ``/`` or ``/aos``
     405  -32004  not POST (``Allow: POST``)
-    415  -32003  Content-Type is not application/json (a charset other than UTF-8 included)
+    415  -32003  Content-Type is not application/json (a charset other than UTF-8 included), or the body
+                 has a content coding (gzip, ...): never inflated, nor read as if it were not compressed
     413  -32002  the body is larger than ``max_body_bytes`` (declared or as it streams in)
     408  -32006  the whole body did not arrive within ``body_timeout`` seconds (the connection is closed)
 
@@ -40,7 +41,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from opentelemetry.trace import TracerProvider
 
 from agentguard import __version__
-from agentguard._httputil import bearer_challenge, declared_too_large, is_json_media_type
+from agentguard._httputil import bearer_challenge, content_codings, declared_too_large, is_json_media_type
 from agentguard.aos import ErrorCode
 from agentguard.guardian._tracing import ServerSpan, ServerTracing
 from agentguard.serving import require_bounds
@@ -188,6 +189,16 @@ class GuardianApp:
             return _refuse(
                 415, ServerErrorCode.UNSUPPORTED_MEDIA_TYPE, "Unsupported media type: send application/json"
             )
+        codings = content_codings(
+            value.decode("latin-1") for name, value in scope["headers"] if name == b"content-encoding"
+        )
+        if codings:
+            # Read as it came, a gzip-labelled body is one request to the guardian and another to any proxy
+            # or log that inflates it; inflated, a small body outgrows max_body_bytes. Neither, then.
+            message = (
+                f"Unsupported media type: content-encoding {', '.join(codings)}: send the body uncompressed"
+            )
+            return _refuse(415, ServerErrorCode.UNSUPPORTED_MEDIA_TYPE, message, accept_encoding="identity")
         if declared_too_large(_latin1(fields.get(b"content-length")), self.max_body_bytes):
             return _refuse(413, ServerErrorCode.PAYLOAD_TOO_LARGE, self._too_large, connection="close")
         return None

@@ -4,8 +4,8 @@ This is the whole protocol and does no I/O, so that it can be tested and fuzzed 
 layer around it only checks headers and limits. What it guarantees, for any bytes at all:
 
 - bytes that are not UTF-8 JSON (``NaN`` and ``Infinity`` included), or JSON that parsers read differently
-  (a key given twice in an object, a number past a double: :func:`agentguard.aos.strict_json`) -> ``-32700``
-  with ``id: null``;
+  (a key given twice in an object, a number past a double, an integer beyond ±(2**53 - 1):
+  :func:`agentguard.aos.strict_json`) -> ``-32700`` with ``id: null``;
 - a value that is not a request object, or an empty batch -> ``-32600``;
 - a method AOS does not have -> ``-32601``; params that do not fit it -> ``-32602`` naming each field;
 - anything that goes wrong while deciding -> ``-32603`` (logged here; no detail leaves the server);
