@@ -37,7 +37,7 @@ from opentelemetry.util.types import AttributeValue
 from agentguard.errors import Phase, Rule
 from agentguard.guardian import GuardianOutcome, GuardianVerdict
 from agentguard.record import Decision, Outcome, StepRecord
-from agentguard.telemetry._spans import TOOL_STEP, step_kind
+from agentguard.telemetry._spans import TOOL_STEP, step_kind, utf8
 
 __all__ = ["Instruments", "StepTime", "cause_kind", "split_step_time"]
 
@@ -229,6 +229,8 @@ class Instruments:
         self, agent_name: str | None, step: StepRecord, decisions: Sequence[Decision], time: StepTime
     ) -> None:
         """Count one step segment's decisions and record its check time and guardian exchanges."""
+        if agent_name is not None:  # the host's to write: a lone surrogate would drop it from every export
+            agent_name = utf8(agent_name)
         tally = self._tally
         with self._tally_lock:
             for decision in decisions:

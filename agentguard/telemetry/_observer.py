@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 import time
+import traceback
 from collections.abc import Iterator
 from contextvars import Token
 from dataclasses import dataclass
@@ -48,12 +49,18 @@ from agentguard.telemetry._metrics import Instruments, split_step_time
 from agentguard.telemetry._spans import (
     DECISION_EVENT,
     TOOL_STEP,
+    clean,
     decision_attributes,
     guardrail_decision,
+    hide,
+    names_tool,
     step_content,
     step_span,
     tool_content,
+    tool_span_name,
     turn_span,
+    unnamed_tool,
+    utf8,
 )
 
 __all__ = [
@@ -116,6 +123,12 @@ class _Step:
     span: Span | None = None
     context: Context | None = None
     token: Token[Context] | None = None
+    hidden: str | None = None  # a tool name the span does not record, until its capability is allowed
+
+
+def _trace(error: BaseException) -> str:
+    """The ``exception.stacktrace`` the SDK would record, which quotes the message (made valid UTF-8 here)."""
+    return "".join(traceback.format_exception(type(error), error, error.__traceback__))
 
 
 def _detach(ctx: Context | None, token: Token[Context] | None) -> None:
@@ -232,10 +245,10 @@ class GuardTelemetry(Observer):
         if provider:
             attributes["gen_ai.provider.name"] = provider
         span = tracer.start_span(
-            f"chat {model}" if model else "chat",
+            utf8(f"chat {model}") if model else "chat",
             context=self._parent(state),
             kind=SpanKind.CLIENT,
-            attributes=attributes,
+            attributes=clean(attributes),
         )
         try:
             with trace.use_span(
@@ -244,8 +257,8 @@ class GuardTelemetry(Observer):
                 yield
         except BaseException as exc:
             if span.is_recording():
-                span.set_attribute("error.type", type(exc).__name__)
-                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                span.set_attribute("error.type", utf8(type(exc).__name__))
+                span.set_status(Status(StatusCode.ERROR, utf8(type(exc).__name__)))
             raise
         finally:
             span.end()
@@ -306,7 +319,8 @@ class GuardTelemetry(Observer):
                     span.set_attribute(
                         "error.type", "ShortCircuitViolation" if stopped else "GuardrailViolation"
                     )
-                    span.set_status(Status(StatusCode.ERROR, state.status_reason))
+                    reason = state.status_reason
+                    span.set_status(Status(StatusCode.ERROR, None if reason is None else utf8(reason)))
         finally:
             try:
                 _detach(token.context, token.token)
@@ -322,7 +336,8 @@ class GuardTelemetry(Observer):
             return None  # no SDK: nothing to record
         entry = _Step(time.time(), len(step.decisions), measured)
         if tracer is not None:
-            name, attributes = step_span(self.agent_name, self.agent_id, state, step)
+            entry.hidden = hidden = unnamed_tool(step)
+            name, attributes = step_span(self.agent_name, self.agent_id, state, step, hidden)
             entry.span = span = tracer.start_span(
                 name, context=self._parent(state), kind=SpanKind.INTERNAL, attributes=attributes
             )
@@ -351,9 +366,14 @@ class GuardTelemetry(Observer):
         if not self._steps:
             return  # no SDK: the common case, first
         entry = self._steps.get(id(step))
-        if entry is None or entry.span is None or not entry.span.is_recording():
+        span = entry.span if entry is not None else None
+        if entry is None or span is None or not span.is_recording():
             return
-        entry.span.add_event(DECISION_EVENT, decision_attributes(decision))
+        if entry.hidden is not None and names_tool(decision) and step.name:
+            entry.hidden = None  # the spec knows the tool now: the span may say which it is
+            span.update_name(tool_span_name(step.name))
+            span.set_attribute("gen_ai.tool.name", step.name)
+        span.add_event(DECISION_EVENT, decision_attributes(decision, entry.hidden))
 
     def step_ended(
         self, state: EngagementState, step: StepRecord, token: Any, error: BaseException | None
@@ -369,7 +389,7 @@ class GuardTelemetry(Observer):
             if span is not None:
                 try:
                     if span.is_recording():
-                        self._finish(span, step, call, error)
+                        self._finish(span, step, call, error, token.hidden)
                 finally:
                     try:
                         _detach(token.context, token.token)
@@ -380,7 +400,12 @@ class GuardTelemetry(Observer):
                 self._measure(step, token, ended, call)
 
     def _finish(
-        self, span: Span, step: StepRecord, call: CallRecord | None, error: BaseException | None
+        self,
+        span: Span,
+        step: StepRecord,
+        call: CallRecord | None,
+        error: BaseException | None,
+        hidden: str | None,
     ) -> None:
         decisions = step.decisions
         blocked = next((d for d in decisions if d.blocked), None)
@@ -405,17 +430,21 @@ class GuardTelemetry(Observer):
                 attributes["gen_ai.security.decision.reason"] = reason
         if error is not None and not paused:
             attributes["error.type"] = type(error).__qualname__
-        span.set_attributes(attributes)
+        span.set_attributes(clean(attributes))
         if self.capture_content:
             self._record_content(span, step, call, error)
         if error is None or paused:
             return
         if isinstance(error, PolicyViolation):
             # The recorded decision's words: the error told to the caller may add the input values it compared.
-            span.set_status(Status(StatusCode.ERROR, blocked.reason if blocked is not None else error.reason))
+            reason = blocked.reason if blocked is not None else error.reason
+            span.set_status(Status(StatusCode.ERROR, hide(reason, hidden)))
         elif self.capture_content:  # a tool's error message may quote its inputs: it is content
-            span.record_exception(error)
-            span.set_status(Status(StatusCode.ERROR, f"{type(error).__qualname__}: {error}"))
+            message = utf8(str(error))
+            span.record_exception(
+                error, {"exception.message": message, "exception.stacktrace": utf8(_trace(error))}
+            )
+            span.set_status(Status(StatusCode.ERROR, utf8(f"{type(error).__qualname__}: {message}")))
         else:
             span.set_status(Status(StatusCode.ERROR))
 

@@ -10,6 +10,10 @@ target type saying what is judged (``llm_input``, ``knowledge_result``, ...).
 Every decision about a step is an ``agentguard.decision`` event on the step's span. Content (tool arguments
 and results, message text, retrieved documents) goes into opt-in attributes only; the functions that read
 content are the ones named ``*_content`` and the observer calls them only when capture is on.
+
+What a model, a peer or a host chooses is never recorded as it came where it is not content: a tool name
+only once a capability of the spec allowed it (:func:`names_tool`), a step kind only when it is an AOS method
+(:func:`step_kind`), and every string only as valid UTF-8 (:func:`utf8`, :func:`clean`).
 """
 
 from __future__ import annotations
@@ -21,23 +25,43 @@ from typing import Any
 from opentelemetry.util.types import AttributeValue
 
 from agentguard.aos import A2A_METHODS, METHODS
+from agentguard.errors import Rule
 from agentguard.record import CallRecord, Decision, EngagementState, Outcome, StepRecord
 
 __all__ = [
     "DECISION_EVENT",
     "TOOL_STEP",
+    "UNKNOWN_TOOL",
+    "clean",
     "decision_attributes",
     "guardrail_decision",
+    "hide",
+    "names_tool",
     "step_content",
     "step_kind",
     "step_span",
     "tool_content",
+    "tool_span_name",
     "turn_span",
+    "unnamed_tool",
+    "utf8",
 ]
 
 TOOL_STEP = "steps/toolCallRequest"
 DECISION_EVENT = "agentguard.decision"
 OTHER_KIND = "other"
+
+UNKNOWN_TOOL = "_unknown"
+"""What spans say of a tool (``gen_ai.tool.name``, the span's name) until a capability of the spec allows it.
+
+Not a valid capability name (spec names are lowercase letters, digits, '-' and '.'), and reserved for a call
+(names starting with '_' are refused): it stands for no real tool."""
+
+# The reasons of the capability decisions that put a call under the spec (policy/_policy.py,
+# CapabilityRule.allow_reason, and pipeline/_tool.py's guardrail tool): a positive list, so that a new wording
+# hides a name (tests/telemetry pin it) rather than records one the spec does not know.
+_SPEC_ALLOW = "capability "
+_GUARDRAIL_TOOL = "guardrail tool"
 
 _TARGETS = {
     "steps/knowledgeRetrieval": "knowledge_result",
@@ -58,6 +82,45 @@ def step_kind(kind: str) -> str:
     whatever text the peer put there left the process with content capture off.
     """
     return kind if kind in METHODS else OTHER_KIND
+
+
+def names_tool(decision: Decision) -> bool:
+    """Does ``decision`` put its step's tool under the spec (a capability of the spec, or a guardrail tool,
+    allowed it)? Only then is the tool's name recorded.
+
+    The name of a call is the caller's, and an adapter's caller is often the model: a name no capability
+    allows (an unknown tool, whatever ``unknown_capability`` says, a reserved one, one refused before the
+    capability was looked up) would be a new span name and a new value of ``gen_ai.tool.name`` each time
+    (unbounded cardinality where a backend derives metrics from span names), and its text, lone surrogates
+    and control characters included, would leave the process with content capture off."""
+    return (
+        decision.rule is Rule.CAPABILITY
+        and decision.outcome is Outcome.ALLOW
+        and (decision.reason.startswith(_SPEC_ALLOW) or decision.reason == _GUARDRAIL_TOOL)
+    )
+
+
+def unnamed_tool(step: StepRecord) -> str | None:
+    """The name to keep off a tool step's span: the caller's, until a decision :func:`names_tool`.
+
+    ``None`` for a step of another kind, and for a tool step the spec's capability has allowed (a step
+    resumed after a review carries that decision already).
+    """
+    if step.kind != TOOL_STEP or any(names_tool(d) for d in step.decisions):
+        return None
+    return step.name or ""
+
+
+def tool_span_name(tool: str) -> str:
+    return f"execute_tool {tool}"
+
+
+def hide(text: str, name: str | None) -> str:
+    """``text`` (a reason, a status) without the quoted ``name`` (an unknown tool's: :func:`unnamed_tool`),
+    as valid UTF-8. agentguard's reasons quote a name as ``repr`` does."""
+    if name and text:
+        text = text.replace(repr(name), repr(UNKNOWN_TOOL))
+    return utf8(text)
 
 
 def _target(step: StepRecord) -> str:
@@ -86,31 +149,36 @@ def turn_span(
     attributes = _agent(agent_name, agent_id, state)
     attributes["gen_ai.operation.name"] = "invoke_agent"
     attributes["agentguard.turn.id"] = state.turn_id
-    return ("invoke_agent" if agent_name is None else f"invoke_agent {agent_name}"), attributes
+    return utf8("invoke_agent" if agent_name is None else f"invoke_agent {agent_name}"), clean(attributes)
 
 
 def step_span(
-    agent_name: str | None, agent_id: str | None, state: EngagementState, step: StepRecord
+    agent_name: str | None, agent_id: str | None, state: EngagementState, step: StepRecord, hidden: str | None
 ) -> tuple[str, dict[str, AttributeValue]]:
-    """Name and attributes of a step's span, as known when the step starts (samplers see these)."""
+    """Name and attributes of a step's span, as known when the step starts (samplers see these).
+
+    ``hidden``: the step's :func:`unnamed_tool` (a tool step is ``execute_tool _unknown`` until its capability
+    is allowed; the observer names it then)."""
     attributes = _agent(agent_name, agent_id, state)
     attributes["agentguard.step.kind"] = step_kind(step.kind)
     attributes["agentguard.step.id"] = step.step_id
     if step.kind == TOOL_STEP:
-        tool = step.name or "unknown"
+        tool = UNKNOWN_TOOL if hidden is not None else step.name or UNKNOWN_TOOL
         attributes["gen_ai.operation.name"] = "execute_tool"
         attributes["gen_ai.tool.name"] = tool
         if step.call_id:
             attributes["gen_ai.tool.call.id"] = step.call_id
-        return f"execute_tool {tool}", attributes
+        return tool_span_name(tool), clean(attributes)
     target = _target(step)
     attributes["gen_ai.operation.name"] = "apply_guardrail"
     attributes["gen_ai.security.target.type"] = target
-    return f"apply_guardrail {target}", attributes
+    return f"apply_guardrail {target}", clean(attributes)
 
 
-def decision_attributes(decision: Decision) -> dict[str, AttributeValue]:
-    """The attributes of the ``agentguard.decision`` event of one decision (no content: reasons are ours)."""
+def decision_attributes(decision: Decision, hidden: str | None = None) -> dict[str, AttributeValue]:
+    """The attributes of the ``agentguard.decision`` event of one decision (no content: reasons are ours).
+
+    ``hidden``: a name the reason may quote that is not to be recorded (:func:`unnamed_tool`)."""
     # str() of a StrEnum is its value, without the Python-level property ``.value`` is (four decisions a step).
     attributes: dict[str, AttributeValue] = {
         "agentguard.decision.rule": str(decision.rule),
@@ -120,9 +188,9 @@ def decision_attributes(decision: Decision) -> dict[str, AttributeValue]:
     if decision.phase is not None:
         attributes["agentguard.decision.phase"] = str(decision.phase)
     if decision.reason:
-        attributes["agentguard.decision.reason"] = decision.reason
+        attributes["agentguard.decision.reason"] = hide(decision.reason, hidden)
     if decision.expression is not None:
-        attributes["agentguard.decision.expression"] = decision.expression
+        attributes["agentguard.decision.expression"] = utf8(decision.expression)
     return attributes
 
 
@@ -140,12 +208,15 @@ def guardrail_decision(step: StepRecord, blocked: Decision | None) -> tuple[str,
 
 
 def _text(value: Any) -> str:
-    return _utf8(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str))
+    return utf8(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str))
 
 
-def _utf8(text: str) -> str:
-    """``text`` with each lone surrogate (what JSON's ``"\\ud800"`` reads as) made U+FFFD: an OTLP exporter
-    cannot encode one, and drops the whole attribute (logging an error) rather than send it."""
+def utf8(text: str) -> str:
+    """``text`` with each lone surrogate (what JSON's ``"\\ud800"`` reads as) made U+FFFD.
+
+    The OTLP exporter cannot encode one: in an attribute it drops the attribute, in a span's name or status
+    it fails the whole batch, so that one call id or guardian message a model or peer wrote could keep every
+    other span of the batch (the record of what it did) from the collector."""
     if text.isascii():
         return text
     try:
@@ -153,6 +224,15 @@ def _utf8(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     return text
+
+
+def clean(attributes: dict[str, AttributeValue]) -> dict[str, AttributeValue]:
+    """``attributes`` with every string made valid UTF-8 (:func:`utf8`): ids, names and reasons are the host's,
+    a model's or a guardian's to write."""
+    for key, value in attributes.items():
+        if isinstance(value, str) and not value.isascii():
+            attributes[key] = utf8(value)
+    return attributes
 
 
 def tool_content(record: CallRecord, *, with_result: bool) -> dict[str, AttributeValue]:
@@ -184,6 +264,6 @@ def step_content(step: StepRecord) -> dict[str, AttributeValue]:
             text = "".join(
                 p["text"] for p in parts if isinstance(p, Mapping) and isinstance(p.get("text"), str)
             )
-            return {"gen_ai.security.content.input.value": _utf8(text)}
+            return {"gen_ai.security.content.input.value": utf8(text)}
     judged = {key: value for key, value in params.items() if key != "context"}
     return {"gen_ai.security.content.input.value": _text(judged)}
