@@ -4,15 +4,23 @@ Nothing is shared with other processes and nothing survives a restart; for that,
 :class:`~agentguard.stores.RedisStore`. What it adds to keeping the record in the :class:`~agentguard.Engagement`
 itself: ``guard.engagement(engagement_id=...)`` continues the open engagement of that id instead of starting
 a second record, as it does with a shared store. Bounded: at most ``max_engagements`` are held (the least
-recently opened goes first) and one not opened for ``ttl_seconds`` is forgotten. A closed engagement is
-forgotten at once, so its id starts afresh; one stopped by the guard (a loop, a failed guardrail, a cancel)
-is held as it is, and refuses every step of whoever opens its id again, as a shared store's does.
+recently opened goes first) and one idle for ``ttl_seconds`` -- neither opened nor called since, as a
+shared store's time to live counts -- is forgotten. A closed engagement is forgotten at once, so its id
+starts afresh; one stopped by the guard (a loop, a failed guardrail, a cancel) is held as it is, and refuses
+every step of whoever opens its id again, as a shared store's does.
+
+An engagement forgotten (idle, or the least recently opened past the bound) while some code still holds
+it and then opened anew by id has two lives: the record the holder keeps using and the fresh one. They are
+never both used: opening the new life stops the earlier one, so its holder's next step is refused (its loop
+count and history would otherwise go on apart from the new record's), as a shared store refuses a worker
+that holds an expired engagement.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import OrderedDict
 
 from agentguard.record import EngagementState, EngagementStatus
@@ -31,6 +39,8 @@ class MemoryStore:
         self.max_engagements = max_engagements
         self.ttl_seconds = ttl_seconds
         self._held: OrderedDict[str, tuple[EngagementState, float]] = OrderedDict()
+        # Every record held by id that something still refers to, forgotten or not: a new life stops it.
+        self._alive: weakref.WeakValueDictionary[str, EngagementState] = weakref.WeakValueDictionary()
         self._lock = threading.Lock()
 
     def resume(self, engagement_id: str) -> EngagementState | None:
@@ -43,7 +53,10 @@ class MemoryStore:
             if held is None:
                 return None
             state, opened = held
-            if now - opened > self.ttl_seconds or state.status is EngagementStatus.CLOSED:
+            if (
+                now - _last_used(state, opened, now) > self.ttl_seconds
+                or state.status is EngagementStatus.CLOSED
+            ):
                 del self._held[engagement_id]
                 return None
             self._held[engagement_id] = (state, now)
@@ -51,8 +64,17 @@ class MemoryStore:
             return state
 
     def hold(self, state: EngagementState) -> None:
-        """Keep ``state`` for :meth:`resume` (evicting the least recently opened past the bound)."""
+        """Keep ``state`` for :meth:`resume` (evicting the least recently opened past the bound); an earlier
+        life of its id that is still in use is stopped (see the module's docstring)."""
         with self._lock:
+            earlier = self._alive.get(state.id)
+            if earlier is not None and earlier is not state:
+                earlier.stop(
+                    EngagementStatus.STOPPED,
+                    f"engagement {state.id!r} was forgotten by its store (idle past ttl_seconds, or past "
+                    "max_engagements) and opened anew: this record of it is no longer the engagement",
+                )
+            self._alive[state.id] = state
             self._held[state.id] = (state, time.monotonic())
             self._held.move_to_end(state.id)
             while len(self._held) > self.max_engagements:
@@ -68,3 +90,14 @@ class MemoryStore:
 
     def __repr__(self) -> str:
         return f"MemoryStore({len(self._held)} held, max_engagements={self.max_engagements})"
+
+
+def _last_used(state: EngagementState, opened: float, now: float) -> float:
+    """When ``state`` was last opened or its last call began or ended (on the monotonic clock of ``now``;
+    calls are timed by the wall clock)."""
+    calls = state.calls
+    if not calls:
+        return opened
+    last = calls[-1]
+    called = last.ended_at or last.started_at
+    return max(opened, now - (time.time() - called))

@@ -12,7 +12,8 @@ made, never by ``import agentguard``.
 **Keys.** One engagement is three keys, all with the same hash tag so that Redis Cluster keeps them in one
 slot (a script may only touch keys of one slot)::
 
-    {prefix}:{<id>}:meta      hash: meta (the first open's, as the event ["meta", meta]), version, total
+    {prefix}:{<id>}:meta      hash: meta (the first open's, as the event ["meta", meta]), life, version,
+                              total, trimmed, claims (how many the claims hash holds)
     {prefix}:{<id>}:log       list: the newest ``max_events`` encoded events, oldest first (newest right)
     {prefix}:{<id>}:claims    hash: claimed key -> owner (see claim)
 
@@ -23,9 +24,22 @@ _ . - ~`` written ``%XX``), and ``%`` alone for the empty id (which would otherw
 tag; the prefix may not contain braces either. ``redis-cli --scan --pattern 'agentguard:{*'`` lists them.
 
 The version is counted in the meta hash and not read off the list's length, so it stays exact however many
-old events ``LTRIM`` dropped; ``total`` is ``history._total``, likewise exact. The meta is encoded by
-the record's :func:`~agentguard.record.encode_event` (as ``["meta", meta]``), so datetimes and bytes in it come
-back as they went in.
+old events ``LTRIM`` dropped; ``total`` is ``history._total``, likewise exact; ``trimmed`` is how many events
+``LTRIM`` dropped, so the log must hold exactly ``version - trimmed``: a log evicted under ``maxmemory``
+(the ``volatile-*`` and ``allkeys-*`` policies evict one key at a time), deleted, cut or pushed to by another
+program is refused as not a journal's, never replayed short (a loop count, a history, started over). The
+meta is encoded by the record's :func:`~agentguard.record.encode_event` (as ``["meta", meta]``), so datetimes
+and bytes in it come back as they went in.
+
+**Lives.** An engagement whose keys expired (or were deleted) and whose id is opened again is a new *life*
+of it: ``life`` is a random number (1 to 10**15) written when the record is created, and every version the
+store answers with is ``life * 10**15 + n`` (the ``n``-th event of that life). A worker still holding the
+earlier life appends with a version of it: the script compares the life (in the same atomic step as the
+append) and answers "no such engagement" (:class:`KeyError`, which the pipeline turns into a recorded
+denial): the call does not run, and the worker neither merges its events into the new record nor reloads
+it as its own (its loop count restarted). A load that follows an append of this store that found a gap is
+likewise ``None`` when the record is of another life by then. Records written before lives existed (no
+``life`` field) are refused as not a journal's: give an upgraded fleet a new ``prefix``.
 
 **One round trip, atomically.** Each method is one Lua script (``EVALSHA``, written straight onto a pooled
 connection; when the server answers ``NOSCRIPT``, after a restart or a failover, nothing ran and redis-py's
@@ -33,11 +47,13 @@ connection; when the server answers ``NOSCRIPT``, after a restart or a failover,
 alone, so reading the version, comparing it with the caller's, appending, trimming, counting and refreshing
 the time to live happen with nothing in between, which is what makes the exclusive append a compare-and-set.
 
-* ``open`` creates the meta hash (version 0, total 0) when it is absent -- and then deletes whatever log or
-  claims an earlier engagement of the same id left (its meta expired first, by a millisecond) -- and returns
-  meta, version, total and the kept events; it refreshes the time to live of all three keys.
+* ``open`` creates the meta hash (a new life, at its first version, total 0) when it is absent -- and then
+  deletes whatever log or claims an earlier engagement of the same id left (its meta expired first, by a
+  millisecond) -- and returns meta, version, total and the kept events; it refreshes the time to live of all
+  three keys.
 * ``load`` is the same without creating anything and without refreshing the time to live (it only reads).
-* ``append`` raises :class:`KeyError` when the meta hash is missing (never opened, or expired). It returns
+* ``append`` raises :class:`KeyError` when the meta hash is missing (never opened, or expired), or is of
+  another life than ``since``. It returns
   the events appended after ``since`` and before its own (``missed``). When some of those are no longer
   kept -- ``since`` older than the oldest kept event, or newer than the log (the engagement expired and was
   opened again since the caller last looked) -- it reports ``gap=True`` and returns *no* missed events: the
@@ -56,7 +72,9 @@ the time to live happen with nothing in between, which is what makes the exclusi
   of one hash rather than a key each so that every refresh (open, append, claim) keeps them alive as long as
   the engagement: a claim key with its own time to live could expire under a long-lived engagement and let
   a paused review be resumed twice. Claiming does not need the engagement to exist; when an engagement is
-  opened anew, the old claims go with its old log.
+  opened anew, the old claims go with its old log. While it exists, its meta hash counts the claims, and a
+  claims hash that does not hold that many (evicted under ``maxmemory``, deleted) is refused as not a
+  journal's: a claim it lost would be won again.
 
 **Failures.** Every fault of the store becomes :class:`~agentguard.errors.StoreUnavailable`, naming the store
 (``host:port``, never a password) and the operation; no redis-py exception escapes:
@@ -67,7 +85,10 @@ the time to live happen with nothing in between, which is what makes the exclusi
   store that answers with an error cannot record the step either (failing closed under
   ``on_failure="deny"``);
 * a reply that is not the script's (another program's data in our keys, a list where a hash should be, a
-  version that is not a number, more events than versions): the store does not guess.
+  version that is not a number, more events than versions): the store does not guess;
+* an event (or meta) larger than ``max_event_bytes``: it is not sent (it would sit in Redis for the time to
+  live and be read by every worker that opens the engagement); a call whose inputs are that large is
+  denied, one whose output is, withheld.
 
 The pipeline turns ``StoreUnavailable`` into a denial or a warning by ``on_failure``. :class:`KeyError` (no
 such engagement) is the only other exception, and only from ``append``.
@@ -87,13 +108,16 @@ given to the constructor keep their own settings; give them ``retry=Retry(NoBack
 **Settings.** ``url``: ``redis://``, ``rediss://`` or ``unix://`` (redis-py's forms, credentials and ``?db``
 included); both clients are built from it on first use, with ``socket_timeout`` and
 ``socket_connect_timeout`` at ``timeout_seconds`` (a call fails within about that, even against a stopped
-server). Or ``client`` (a ``redis.Redis``) and ``async_client`` (a ``redis.asyncio.Redis``), each used as
-given and closed by their owner; ``url`` then builds only the one not given. A store without an async client
-raises :class:`~agentguard.errors.ConfigurationError` from the ``a``-methods, and likewise without a sync one.
+server, and against one that sends its answer a little at a time: a sync answer not read whole within it has
+its socket shut, see ``_Deadlines``). Or ``client`` (a ``redis.Redis``) and ``async_client`` (a
+``redis.asyncio.Redis``), each used as given and closed by their owner; ``url`` then builds only the one not
+given. A store without an async client raises :class:`~agentguard.errors.ConfigurationError` from the
+``a``-methods, and likewise without a sync one.
 Both clients must be made with ``decode_responses=False`` (the default): the store encodes and decodes
 itself, so that any string round-trips. ``max_events``: how many events the log keeps (a process further
-behind reloads the record). ``ttl_seconds``: how long an engagement lives after its last open, append or
-claim. ``on_failure``: ``"deny"`` or ``"allow"``, read by the pipeline (:class:`~agentguard.record.Journal`).
+behind reloads the record). ``max_event_bytes``: the largest event sent, encoded (8 MiB). ``ttl_seconds``:
+how long an engagement lives after its last open, append or claim. ``on_failure``: ``"deny"`` or
+``"allow"``, read by the pipeline (:class:`~agentguard.record.Journal`).
 
 The async client built from ``url`` belongs to the event loop that first used it; called from another loop
 (a second ``asyncio.run``), the store builds a fresh one for that loop. ``close()`` closes the sync client it
@@ -103,8 +127,14 @@ built, ``aclose()`` both.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import itertools
+import os
+import secrets
+import socket
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
@@ -132,41 +162,60 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
 """
 
-# ARGV: max_events, ttl_ms, meta
+# Reads the record (whose meta hash exists) and checks it: m = meta, life, version, total, trimmed. The log
+# holds the events after the first ``trimmed`` (LTRIM dropped those): a log that is shorter or longer than
+# that (evicted under maxmemory, deleted, pushed to by someone else) is not this record's.
+_CHECK = """
+local m = redis.call('HMGET', KEYS[1], 'meta', 'life', 'version', 'total', 'trimmed')
+local version, trimmed = tonumber(m[3]), tonumber(m[5])
+local length = redis.call('LLEN', KEYS[2])
+if not m[2] or not version or not trimmed or version - length ~= trimmed then
+  return redis.error_reply('agentguard: not a journal: ' .. KEYS[1])
+end
+"""
+
+# ARGV: max_events, ttl_ms, meta, life (a fresh one, kept only when the record is created)
 _OPEN = (
     """
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[2], KEYS[3])
-  redis.call('HSET', KEYS[1], 'meta', ARGV[3], 'version', 0, 'total', 0)
+  redis.call('HSET', KEYS[1], 'meta', ARGV[3], 'life', ARGV[4], 'version', 0, 'total', 0, 'trimmed', 0,
+    'claims', 0)
 end
-local m = redis.call('HMGET', KEYS[1], 'meta', 'version', 'total')
+"""
+    + _CHECK
+    + """
 local events = redis.call('LRANGE', KEYS[2], -tonumber(ARGV[1]), -1)
 """
     + _TOUCH
     + """
-return {m[1], m[2], m[3], events}
+return {m[1], m[2], m[3], m[4], events}
 """
 )
 
 # ARGV: max_events
-_LOAD = """
+_LOAD = (
+    """
 if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-local m = redis.call('HMGET', KEYS[1], 'meta', 'version', 'total')
-local events = redis.call('LRANGE', KEYS[2], -tonumber(ARGV[1]), -1)
-return {m[1], m[2], m[3], events}
 """
+    + _CHECK
+    + """
+local events = redis.call('LRANGE', KEYS[2], -tonumber(ARGV[1]), -1)
+return {m[1], m[2], m[3], m[4], events}
+"""
+)
 
-# ARGV: max_events, ttl_ms, since, total, exclusive ('1' or '0'), events...
-# Reply: {0} no such engagement; {1, version, total, gap, missed} appended; {2, ...} exclusive conflict.
+# ARGV: max_events, ttl_ms, life, since, total, exclusive ('1' or '0'), events...
+# Reply: {0} no such engagement (or not the life the caller saw); {1, life, version, total, gap, missed}
+# appended; {2, ...} exclusive conflict.
 _APPEND = (
     """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
-local version = tonumber(redis.call('HGET', KEYS[1], 'version'))
-local length = redis.call('LLEN', KEYS[2])
-if not version or version < length then
-  return redis.error_reply('agentguard: not a journal: ' .. KEYS[1])
-end
-local since = tonumber(ARGV[3])
+"""
+    + _CHECK
+    + """
+if m[2] ~= ARGV[3] then return {0} end
+local since = tonumber(ARGV[4])
 local gap = 0
 local missed = {}
 if since > version or since < version - length then
@@ -174,28 +223,37 @@ if since > version or since < version - length then
 elseif since < version then
   missed = redis.call('LRANGE', KEYS[2], since - version + length, -1)
 end
-if ARGV[5] == '1' and since ~= version then
-  return {2, version, redis.call('HGET', KEYS[1], 'total'), gap, missed}
+if ARGV[6] == '1' and since ~= version then
+  return {2, m[2], version, m[4], gap, missed}
 end
-if #ARGV > 5 then
-  for i = 6, #ARGV, 1000 do
+if #ARGV > 6 then
+  for i = 7, #ARGV, 1000 do
     redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
   end
-  version = redis.call('HINCRBY', KEYS[1], 'version', #ARGV - 5)
+  version = redis.call('HINCRBY', KEYS[1], 'version', #ARGV - 6)
   redis.call('LTRIM', KEYS[2], -tonumber(ARGV[1]), -1)
+  redis.call('HSET', KEYS[1], 'trimmed', version - redis.call('LLEN', KEYS[2]))
 end
-local total = redis.call('HINCRBY', KEYS[1], 'total', ARGV[4])
+local total = redis.call('HINCRBY', KEYS[1], 'total', ARGV[5])
 """
     + _TOUCH
     + """
-return {1, version, total, gap, missed}
+return {1, m[2], version, total, gap, missed}
 """
 )
 
 # ARGV: (unused), ttl_ms, key, owner
+# The meta hash counts the claims (when the engagement exists): a claims hash evicted or deleted would let a
+# paused review be resumed a second time.
 _CLAIM = (
     """
-redis.call('HSETNX', KEYS[3], ARGV[3], ARGV[4])
+local counted = redis.call('HGET', KEYS[1], 'claims')
+if counted and tonumber(counted) ~= redis.call('HLEN', KEYS[3]) then
+  return redis.error_reply('agentguard: not a journal: ' .. KEYS[3])
+end
+if redis.call('HSETNX', KEYS[3], ARGV[3], ARGV[4]) == 1 and counted then
+  redis.call('HINCRBY', KEYS[1], 'claims', 1)
+end
 local holder = redis.call('HGET', KEYS[3], ARGV[3])
 """
     + _TOUCH
@@ -218,10 +276,21 @@ _CONFLICT = 2
 # -- keys ----------------------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=4096)
+_CACHED_ID = 256
+"""Ids up to this length have their tag cached: the cache holds 4096 of them, whatever their length, so a
+caller naming engagements by megabyte ids would otherwise keep gigabytes alive."""
+
+
+def _encode(engagement_id: str) -> str:
+    return quote(engagement_id, safe="", errors="surrogatepass") or "%"
+
+
+_cached_tag = lru_cache(maxsize=4096)(_encode)
+
+
 def _tag(engagement_id: str) -> str:
     """The engagement id as it appears between the braces of its keys (see the module's docstring)."""
-    return quote(engagement_id, safe="", errors="surrogatepass") or "%"
+    return _cached_tag(engagement_id) if len(engagement_id) <= _CACHED_ID else _encode(engagement_id)
 
 
 def _bulk(value: _Arg) -> bytes:
@@ -262,33 +331,51 @@ def _texts(value: object) -> list[str]:
     return [_text(item) for item in value]
 
 
+_LIFE = 10**15
+"""A version is ``life * _LIFE + n``: the engagement's ``n``-th event in the life that ``life`` names."""
+
+
+def _version(life: object, n: object) -> int:
+    """The version the caller sees: the record's life and its count of events, in one number."""
+    life_number, count = _int(life), _int(n)
+    if life_number < 1 or not 0 <= count < _LIFE:
+        raise _NotOurs(f"not a version: life {life!r:.40}, {count} events")
+    return life_number * _LIFE + count
+
+
 def _snapshot(reply: object) -> Snapshot:
-    if type(reply) is not list or len(reply) != 4:
+    if type(reply) is not list or len(reply) != 5:
         raise _NotOurs(f"not a snapshot: {reply!r:.80}")
-    meta, version, total, events = reply
+    meta, life, version, total, events = reply
     body = decode_event(_text(meta))
     if len(body) != 2 or body[0] != "meta" or type(body[1]) is not dict:
         raise _NotOurs(f"not an engagement's meta: {meta!r:.80}")
-    snapshot = Snapshot(meta=body[1], version=_int(version), total=_int(total), events=_texts(events))
-    if len(snapshot.events) > snapshot.version:
-        raise _NotOurs(f"{len(snapshot.events)} events at version {snapshot.version}")
+    snapshot = Snapshot(
+        meta=body[1], version=_version(life, version), total=_int(total), events=_texts(events)
+    )
+    if len(snapshot.events) > _int(version):
+        raise _NotOurs(f"{len(snapshot.events)} events at version {_int(version)}")
     return snapshot
 
 
 def _appended(reply: object) -> Appended | None:
-    """The append's answer, ``None`` when the engagement does not exist."""
+    """The append's answer, ``None`` when the engagement does not exist (or is not the caller's life)."""
     if type(reply) is not list or not reply:
         raise _NotOurs(f"not an append's answer: {reply!r:.80}")
     code = reply[0]
     if code == _NO_ENGAGEMENT and len(reply) == 1:
         return None
-    if code not in (_APPENDED, _CONFLICT) or len(reply) != 5:
+    if code not in (_APPENDED, _CONFLICT) or len(reply) != 6:
         raise _NotOurs(f"not an append's answer: {reply!r:.80}")
-    _, version, total, gap, missed = reply
+    _, life, version, total, gap, missed = reply
     if gap not in (0, 1):
         raise _NotOurs(f"not an append's answer: {reply!r:.80}")
     return Appended(
-        ok=code == _APPENDED, version=_int(version), total=_int(total), missed=_texts(missed), gap=gap == 1
+        ok=code == _APPENDED,
+        version=_version(life, version),
+        total=_int(total),
+        missed=_texts(missed),
+        gap=gap == 1,
     )
 
 
@@ -374,6 +461,76 @@ class _APosted:
         return _unpack(self._read.result())
 
 
+# -- deadlines of sync answers -------------------------------------------------------------------------
+
+
+class _Deadlines:
+    """Shuts the socket of a sync connection whose answer is not read within the store's timeout.
+
+    redis-py's ``socket_timeout`` bounds each read from the socket, not the answer: a server (or anything
+    between) that trickles a byte now and then holds a call as long as it likes. The async client bounds the
+    whole answer; for the sync one, one daemon thread per process keeps the deadlines of the answers being
+    read and shuts a socket whose answer is late, so that its read fails at once (``ConnectionError``).
+
+    Deadlines of one timeout come in the order they end, so each timeout has a queue (oldest first): starting
+    and stopping a clock is a lock and an append; an answer read in time leaves its entry to be dropped when
+    the thread next looks."""
+
+    def __init__(self) -> None:
+        self._reset()
+        # A forked child has none of the parent's threads, and may have its lock taken: it starts afresh.
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Condition(threading.Lock())
+        self._queues: dict[float, collections.deque[tuple[float, int]]] = {}
+        self._reading: dict[int, Any] = {}  # key -> the connection whose answer is being read
+        self._keys = itertools.count()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, conn: Any, seconds: float) -> int:
+        """Start the clock on ``conn``'s answer; the key to :meth:`unwatch` it with."""
+        with self._lock:
+            key = next(self._keys)
+            self._reading[key] = conn
+            queue = self._queues.get(seconds)
+            if queue is None:
+                queue = self._queues[seconds] = collections.deque()
+            queue.append((time.monotonic() + seconds, key))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="agentguard-redis-deadlines", daemon=True
+                )
+                self._thread.start()
+            elif len(queue) == 1:  # it may end before whatever the thread waits for
+                self._lock.notify()
+            return key
+
+    def unwatch(self, key: int) -> bool:
+        """Stop the clock; ``False`` when the answer was late and its socket shut."""
+        with self._lock:
+            return self._reading.pop(key, None) is not None
+
+    def _run(self) -> None:
+        with self._lock:
+            while True:
+                now = time.monotonic()
+                wait: float | None = None
+                for queue in self._queues.values():
+                    while queue and (queue[0][0] <= now or queue[0][1] not in self._reading):
+                        late = self._reading.pop(queue.popleft()[1], None)
+                        sock = getattr(late, "_sock", None)
+                        if sock is not None:
+                            with contextlib.suppress(OSError):
+                                sock.shutdown(socket.SHUT_RDWR)
+                    if queue and (wait is None or queue[0][0] - now < wait):
+                        wait = queue[0][0] - now
+                self._lock.wait(wait)
+
+
+_DEADLINES = _Deadlines()
+
+
 # -- the store -----------------------------------------------------------------------------------------
 
 
@@ -391,6 +548,7 @@ class RedisStore:
         async_client: redis.asyncio.Redis | None = None,
         prefix: str = "agentguard",
         max_events: int = 10_000,
+        max_event_bytes: int = 8 * 1_048_576,
         ttl_seconds: float = 7 * 24 * 3600,
         timeout_seconds: float = 2.0,
         on_failure: Literal["deny", "allow"] = "deny",
@@ -406,6 +564,8 @@ class RedisStore:
             raise ValueError(f"on_failure must be 'deny' or 'allow', not {on_failure!r}")
         if type(max_events) is not int or max_events < 1:
             raise ValueError(f"max_events must be an integer of at least 1, not {max_events!r}")
+        if type(max_event_bytes) is not int or max_event_bytes < 1:
+            raise ValueError(f"max_event_bytes must be an integer of at least 1, not {max_event_bytes!r}")
         if not ttl_seconds > 0 or int(ttl_seconds * 1000) < 1:
             raise ValueError(f"ttl_seconds must be positive (1 ms or more), not {ttl_seconds!r}")
         if not timeout_seconds > 0:
@@ -427,6 +587,7 @@ class RedisStore:
         self.on_failure = on_failure
         self.prefix = prefix
         self.max_events = max_events
+        self.max_event_bytes = max_event_bytes
         self.ttl_seconds = ttl_seconds
         self.timeout_seconds = timeout_seconds
         self._url = url
@@ -436,6 +597,7 @@ class RedisStore:
         self._noscript = redis.exceptions.NoScriptError
         self._posted: dict[str, _Posted] = {}  # by engagement id, oldest first (see post)
         self._aposted: dict[str, _APosted] = {}
+        self._gapped: dict[str, int] = {}  # engagement id -> the life an append found behind a gap
         self._max = str(max_events)
         self._ttl = str(int(ttl_seconds * 1000))
         self._lock = threading.Lock()
@@ -547,15 +709,33 @@ class RedisStore:
             f"is not a journal's (something else wrote its keys?): {exc}"
         ) from exc
 
-    def _append_args(self, since: int, events: Sequence[str], total: int, exclusive: bool) -> list[_Arg]:
+    def _append_args(
+        self, engagement_id: str, since: int, events: Sequence[str], total: int, exclusive: bool
+    ) -> list[_Arg]:
         if type(since) is not int or since < 0:
             raise ValueError(f"since must be a version (an integer >= 0), not {since!r}")
-        args: list[_Arg] = [self._max, self._ttl, since, int(total), b"1" if exclusive else b"0"]
-        args += [event.encode("utf-8", "surrogatepass") for event in events]
+        life, n = divmod(since, _LIFE)
+        args: list[_Arg] = [self._max, self._ttl, life, n, int(total), b"1" if exclusive else b"0"]
+        args += [
+            self._bounded("append", engagement_id, event.encode("utf-8", "surrogatepass")) for event in events
+        ]
         return args
 
-    def _open_args(self, meta: Mapping[str, Any]) -> list[_Arg]:
-        return [self._max, self._ttl, encode_event(["meta", dict(meta)]).encode("ascii")]
+    def _open_args(self, engagement_id: str, meta: Mapping[str, Any]) -> list[_Arg]:
+        life = secrets.randbelow(_LIFE) + 1  # kept only if this open creates the record: see the docstring
+        encoded = self._bounded("open", engagement_id, encode_event(["meta", dict(meta)]).encode("ascii"))
+        return [self._max, self._ttl, encoded, life]
+
+    def _bounded(self, operation: str, engagement_id: str, data: bytes) -> bytes:
+        """``data``, unless it is larger than ``max_event_bytes``: then nothing is sent (a huge tool input
+        or output would sit in Redis for the time to live, and be read by every worker that opens the
+        engagement) and the step fails as for a store that cannot record it."""
+        if len(data) > self.max_event_bytes:
+            raise StoreUnavailable(
+                f"Redis store {self._where}: {operation} of engagement {engagement_id!r:.80} refused: an event "
+                f"of {len(data)} bytes is larger than max_event_bytes ({self.max_event_bytes})"
+            )
+        return data
 
     def _claim_args(self, key: str, owner: str) -> list[_Arg]:
         return [b"", self._ttl, key.encode("utf-8", "surrogatepass"), owner.encode("utf-8", "surrogatepass")]
@@ -585,7 +765,7 @@ class RedisStore:
         sent again by redis-py's ``Script``, which loads it."""
         try:
             try:
-                return conn.read_response()
+                return self._read_answer(conn)
             except self._error_reply:
                 raise
             except BaseException:
@@ -595,6 +775,19 @@ class RedisStore:
                 pool.release(conn)
         except self._noscript:
             return self._sync()[script](self._keys(engagement_id), args)
+
+    def _read_answer(self, conn: Any) -> Any:
+        """``conn``'s answer, read within ``timeout_seconds`` in all (see :class:`_Deadlines`)."""
+        key = _DEADLINES.watch(conn, self.timeout_seconds)
+        try:
+            answer = conn.read_response()
+        except BaseException as exc:
+            if _DEADLINES.unwatch(key):
+                raise
+            raise TimeoutError(f"no whole answer within timeout_seconds ({self.timeout_seconds})") from exc
+        if not _DEADLINES.unwatch(key):
+            conn.disconnect()  # read in time after all, but its socket was shut
+        return answer
 
     async def _asend(self, script: int, engagement_id: str, args: list[_Arg]) -> tuple[Any, Any]:
         """:meth:`_send` with the async client."""
@@ -644,8 +837,24 @@ class RedisStore:
             raise self._unavailable(operation, engagement_id, exc) from exc
 
     def _append_reply(self, engagement_id: str, reply: Any) -> Appended:
-        """An append's answer; :class:`KeyError` when the engagement does not exist."""
-        return _present(self._read("append", engagement_id, _appended, reply), engagement_id)
+        """An append's answer; :class:`KeyError` when the engagement does not exist. After a gap the caller
+        loads the record: the life it had is kept for that load (see :meth:`_loaded`)."""
+        appended = _present(self._read("append", engagement_id, _appended, reply), engagement_id)
+        if appended.gap:
+            self._gapped[engagement_id] = appended.version // _LIFE
+        return appended
+
+    def _loaded(self, engagement_id: str, reply: Any) -> Snapshot | None:
+        """The load script's reply: ``None`` for no record (``False`` is RESP3's answer to the script's
+        false), and for a record of another life than the one an append of this store found behind a gap
+        just before: that caller is reloading, and must not pick up a record opened anew since."""
+        snapshot = (
+            None if reply is None or reply is False else self._read("load", engagement_id, _snapshot, reply)
+        )
+        life = self._gapped.pop(engagement_id, None)
+        if snapshot is not None and life is not None and snapshot.version // _LIFE != life:
+            return None
+        return snapshot
 
     def _read(self, operation: str, engagement_id: str, parse: Callable[[Any], _T], reply: Any) -> _T:
         """The script's reply parsed; anything that is not what the script returns fails closed."""
@@ -706,7 +915,7 @@ class RedisStore:
     def post(self, engagement_id: str, since: int, events: Sequence[str], total: int) -> Posted:
         """Send a non-exclusive :meth:`append` and return without its answer (see the module's docstring).
         Raises :class:`~agentguard.errors.StoreUnavailable` when it cannot be sent."""
-        args = self._append_args(since, events, total, False)
+        args = self._append_args(engagement_id, since, events, total, False)
         self._drain(engagement_id)
         try:
             pool, conn = self._send(2, engagement_id, args)
@@ -720,7 +929,7 @@ class RedisStore:
 
     async def apost(self, engagement_id: str, since: int, events: Sequence[str], total: int) -> Posted:
         """:meth:`post` with the async client."""
-        args = self._append_args(since, events, total, False)
+        args = self._append_args(engagement_id, since, events, total, False)
         await self._adrain(engagement_id)
         try:
             pool, conn = await self._asend(2, engagement_id, args)
@@ -737,20 +946,21 @@ class RedisStore:
 
     def open(self, engagement_id: str, meta: Mapping[str, Any]) -> Snapshot:
         """The engagement's record, created with ``meta`` if absent; refreshes its time to live."""
-        reply = self._run("open", engagement_id, 0, self._open_args(meta))
+        reply = self._run("open", engagement_id, 0, self._open_args(engagement_id, meta))
         return self._read("open", engagement_id, _snapshot, reply)
 
     def load(self, engagement_id: str) -> Snapshot | None:
         """The engagement's record, ``None`` if there is none (never opened, or expired)."""
-        reply = self._run("load", engagement_id, 1, [self._max])
-        return self._read("load", engagement_id, _loaded, reply)
+        return self._loaded(engagement_id, self._run("load", engagement_id, 1, [self._max]))
 
     def append(
         self, engagement_id: str, since: int, events: Sequence[str], total: int, *, exclusive: bool
     ) -> Appended:
         """Append ``events`` atomically (see :meth:`Journal.append` and the module's docstring: with
         ``gap``, ``missed`` is empty). Raises :class:`KeyError` when the engagement does not exist."""
-        reply = self._run("append", engagement_id, 2, self._append_args(since, events, total, exclusive))
+        reply = self._run(
+            "append", engagement_id, 2, self._append_args(engagement_id, since, events, total, exclusive)
+        )
         return self._append_reply(engagement_id, reply)
 
     def claim(self, engagement_id: str, key: str, owner: str) -> str:
@@ -762,20 +972,19 @@ class RedisStore:
 
     async def aopen(self, engagement_id: str, meta: Mapping[str, Any]) -> Snapshot:
         """:meth:`open` with the async client."""
-        reply = await self._arun("open", engagement_id, 0, self._open_args(meta))
+        reply = await self._arun("open", engagement_id, 0, self._open_args(engagement_id, meta))
         return self._read("open", engagement_id, _snapshot, reply)
 
     async def aload(self, engagement_id: str) -> Snapshot | None:
         """:meth:`load` with the async client."""
-        reply = await self._arun("load", engagement_id, 1, [self._max])
-        return self._read("load", engagement_id, _loaded, reply)
+        return self._loaded(engagement_id, await self._arun("load", engagement_id, 1, [self._max]))
 
     async def aappend(
         self, engagement_id: str, since: int, events: Sequence[str], total: int, *, exclusive: bool
     ) -> Appended:
         """:meth:`append` with the async client."""
         reply = await self._arun(
-            "append", engagement_id, 2, self._append_args(since, events, total, exclusive)
+            "append", engagement_id, 2, self._append_args(engagement_id, since, events, total, exclusive)
         )
         return self._append_reply(engagement_id, reply)
 
@@ -783,11 +992,6 @@ class RedisStore:
         """:meth:`claim` with the async client."""
         reply = await self._arun("claim", engagement_id, 3, self._claim_args(key, owner))
         return self._read("claim", engagement_id, _holder, reply)
-
-
-def _loaded(reply: Any) -> Snapshot | None:
-    """The load script's reply: nothing (``None``; ``False`` is RESP3's answer to the script's false)."""
-    return None if reply is None or reply is False else _snapshot(reply)
 
 
 def _present(appended: Appended | None, engagement_id: str) -> Appended:

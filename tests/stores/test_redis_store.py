@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from agentguard.errors import ConfigurationError, StoreUnavailable
 from agentguard.record import Appended, Snapshot, decode_event, encode_event
 from agentguard.record import Journal as JournalProtocol
 from agentguard.stores import RedisStore
-from agentguard.stores._redis import _tag
+from agentguard.stores._redis import _LIFE, _tag
 from tests.redis_support import RedisServer, start_redis
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,12 +36,23 @@ def ev(*items: Any) -> str:
 
 class Journal:
     """One face for both halves of the store: ``mode`` "sync" calls the methods, "async" runs their
-    ``a``-twins to completion on a loop of its own (so each test runs twice, once per client)."""
+    ``a``-twins to completion on a loop of its own (so each test runs twice, once per client).
+
+    Versions are counted from the life of the engagement this face last opened or loaded (the store's are
+    ``life * _LIFE + n``): ``since`` 3 is the third event of that life, and so are the versions it answers.
+    The tests of lives (``-- lives --``) use the store's own numbers."""
 
     def __init__(self, store: RedisStore, mode: str) -> None:
         self.store = store
         self.mode = mode
         self.loop = asyncio.new_event_loop() if mode == "async" else None
+        self.life: dict[str, int] = {}
+
+    def _seen(self, engagement_id: str, snapshot: Snapshot | None) -> Snapshot | None:
+        if snapshot is None:
+            return None
+        self.life[engagement_id], n = divmod(snapshot.version, _LIFE)
+        return replace(snapshot, version=n)
 
     def _run(self, name: str, *args: Any, **kwargs: Any) -> Any:
         if self.loop is None:
@@ -49,15 +61,21 @@ class Journal:
         return self.loop.run_until_complete(coroutine)
 
     def open(self, engagement_id: str, meta: dict[str, Any] | None = None) -> Snapshot:
-        return self._run("open", engagement_id, meta or {})  # type: ignore[no-any-return]
+        snapshot = self._seen(engagement_id, self._run("open", engagement_id, meta or {}))
+        assert snapshot is not None
+        return snapshot
 
     def load(self, engagement_id: str) -> Snapshot | None:
-        return self._run("load", engagement_id)  # type: ignore[no-any-return]
+        return self._seen(engagement_id, self._run("load", engagement_id))
 
     def append(
         self, engagement_id: str, since: int, events: list[str], total: int = 0, *, exclusive: bool = False
     ) -> Appended:
-        return self._run("append", engagement_id, since, events, total, exclusive=exclusive)  # type: ignore[no-any-return]
+        life = self.life.get(engagement_id, 0) * _LIFE
+        appended: Appended = self._run(
+            "append", engagement_id, since + life if since >= 0 else since, events, total, exclusive=exclusive
+        )
+        return replace(appended, version=appended.version - life)
 
     def claim(self, engagement_id: str, key: str, owner: str) -> str:
         return self._run("claim", engagement_id, key, owner)  # type: ignore[no-any-return]
@@ -157,6 +175,7 @@ def test_append_returns_what_others_appended_since(make: Callable[..., Journal])
 def test_exclusive_append_only_at_the_version_seen(make: Callable[..., Journal]) -> None:
     one, two = make(), make()
     one.open("e", {})
+    two.open("e", {})
     assert one.append("e", 0, [ev("b", 1)], 1, exclusive=True).ok
     refused = two.append("e", 0, [ev("b", 2)], 1, exclusive=True)
     assert refused == Appended(ok=False, version=1, total=1, missed=[ev("b", 1)])
@@ -482,7 +501,7 @@ def test_the_password_is_never_shown(tmp_path: Path, mode: str) -> None:
 
 SPOILED = {
     # how the keys were spoiled: the operations that must fail (the others do not touch the spoiled part)
-    "meta is a string": {"open", "load", "append"},
+    "meta is a string": {"open", "load", "append", "claim"},
     "log is a string": {"open", "load", "append"},
     "claims is a list": {"claim"},
     "version is not a number": {"open", "load", "append"},
@@ -563,6 +582,10 @@ def test_someone_elses_data_in_our_keys_fails_closed(journal: Journal, raw: redi
         [b"m", b"1", b"0", []],
         [[], [], [], []],
         [b'["meta",{}]', b"1", b"0", [b"a", b"b"]],
+        [b'["meta",{}]', b"7", b"1", b"0", [b"a", b"b"]],  # more events than versions
+        [b'["meta",{}]', b"0", b"0", b"0", []],  # no life
+        [1, b"0", 1, 1, 0, []],
+        [1, b"7", b"-1", 1, 0, []],  # a version before the first
     ],
 )
 def test_a_reply_that_is_not_the_scripts_fails_closed(
@@ -613,6 +636,7 @@ def test_other_redis_errors_become_store_unavailable(redis_url: str, monkeypatch
         ({"url": "http://x"}, "schemes"),
         ({"url": "redis://x", "on_failure": "maybe"}, "on_failure"),
         ({"url": "redis://x", "max_events": 0}, "max_events"),
+        ({"url": "redis://x", "max_event_bytes": 0}, "max_event_bytes"),
         ({"url": "redis://x", "ttl_seconds": 0}, "ttl_seconds"),
         ({"url": "redis://x", "ttl_seconds": -1}, "ttl_seconds"),
         ({"url": "redis://x", "timeout_seconds": 0}, "timeout_seconds"),
@@ -654,8 +678,8 @@ async def test_given_clients_are_used_and_left_open(redis_url: str) -> None:
 
 def test_one_store_serves_several_event_loops(redis_url: str) -> None:
     store = RedisStore(redis_url)
-    assert asyncio.run(store.aopen("e", {})).version == 0
-    assert asyncio.run(store.aappend("e", 0, [ev("a", 1)], 1, exclusive=True)).ok
+    version = asyncio.run(store.aopen("e", {})).version
+    assert asyncio.run(store.aappend("e", version, [ev("a", 1)], 1, exclusive=True)).ok
 
     async def last() -> Snapshot | None:
         try:
