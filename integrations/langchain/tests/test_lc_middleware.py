@@ -266,7 +266,7 @@ def test_a_rewritten_answer_is_its_new_text_alone(
 ) -> None:
     """What the checks took out of the text must not stay beside it: a final answer they rewrote loses its
     reasoning block, the provider's extra fields and the logprobs (which list the text's tokens), and keeps
-    the model's name and why it stopped. One the checks let through is delivered as it came."""
+    the model's name and why it stopped (one they passed: tests/test_lc_attacks.py)."""
     monkeypatch.setattr(Engagement, "check_output", lambda self, text: text.replace("4111", "[card]"))
     secret = {"type": "reasoning", "reasoning": "the card is 4111"}
     written = AIMessage(
@@ -274,18 +274,12 @@ def test_a_rewritten_answer_is_its_new_text_alone(
         additional_kwargs={"refusal": "4111", "reasoning_content": "4111"},
         response_metadata={"model_name": "m-1", "finish_reason": "stop", "logprobs": {"content": ["4111"]}},
     )
-    kept = AIMessage(
-        content=[secret, {"type": "text", "text": "Nothing to hide."}], additional_kwargs={"a": 1}
-    )
     h = build_agent([written])
     result = h.agent.invoke(user_says("my card?"), config())
     delivered = result["messages"][-1]
     assert delivered.content == "Your card [card] is on file."
     assert "4111" not in delivered.model_dump_json()
     assert delivered.response_metadata == {"model_name": "m-1", "finish_reason": "stop"}
-    h = build_agent([kept])
-    delivered = h.agent.invoke(user_says("anything?"), config())["messages"][-1]
-    assert (delivered.content, delivered.additional_kwargs) == (kept.content, kept.additional_kwargs)
 
 
 def test_rejects_a_bad_on_denied() -> None:

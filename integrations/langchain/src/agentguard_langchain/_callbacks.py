@@ -123,12 +123,14 @@ class AgentGuardCallbackHandler(BaseCallbackHandler):
                 if not is_user_message(message):
                     continue
                 text = message_text(message)
-                # A message is new once per engagement, and again when its id comes back with other text.
+                # A message is new once per engagement, and again when its id comes back with other text. It
+                # is seen once checked: one a guardian denied (the engagement goes on) is checked again when a
+                # model is next given it, and so are the messages after it, which the denial left unchecked.
                 key = (engagement_id, message.id, text)
                 if key in self._seen:
                     continue
-                self._seen.add(key)
                 self._guard("user message", functools.partial(self._user_message, text))
+                self._seen.add(key)
 
     def _user_message(self, text: str) -> None:
         eng = self.engagement

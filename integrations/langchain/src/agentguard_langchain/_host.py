@@ -31,6 +31,7 @@ try:
     from langchain_core.runnables import RunnableConfig
     from langchain_core.runnables.config import var_child_runnable_config
     from langchain_core.tools import BaseTool, tool
+    from langgraph._internal._constants import CONFIG_KEY_RUNTIME
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
     from langgraph.config import get_config
     from langgraph.constants import TAG_NOSTREAM
@@ -46,6 +47,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the host
     ) from exc
 
 __all__ = [
+    "CONFIG_KEY_RUNTIME",
     "TAG_NOSTREAM",
     "AIMessage",
     "AgentMiddleware",

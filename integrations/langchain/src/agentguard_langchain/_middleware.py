@@ -51,6 +51,7 @@ Limits worth knowing:
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -102,6 +103,7 @@ log = logging.getLogger("agentguard_langchain")
 
 ENGAGEMENT_KEY = "agentguard_engagement"
 HIDDEN_KEY = "agentguard_hidden"
+INPUTS_KEY = "agentguard_inputs"
 
 
 def _engagement_id(state: Mapping[str, Any]) -> str | None:
@@ -146,6 +148,10 @@ class AgentGuardState(AgentState[Any]):
     agentguard_hidden: NotRequired[Annotated[list[str], PrivateStateAttr]]
     """Ids of messages from earlier engagements the model must not see (``retain_memory: false``); kept in
     the checkpoint so a resumed run hides them too."""
+    agentguard_inputs: NotRequired[Annotated[dict[str, list[str | None]], PrivateStateAttr]]
+    """With a shared store: user message id -> [digest of the text the input guardrail checked, the text it
+    put in its place or ``None``]. The checkpoint is where every worker finds what the thread's other
+    workers checked (see :func:`_checked_inputs`)."""
 
 
 class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
@@ -361,11 +367,9 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
 
     def _continued_mid_run(self, session: Session, state: Mapping[str, Any]) -> None:
         """A run this worker did not start (resumed after an interrupt): with a shared store, its user
-        messages went through the input guardrail on the worker that started it."""
+        messages went through the input guardrail on the worker that started it, as the checkpoint says."""
         if self._shared:
-            session.checked.update(
-                (m.id, message_text(m)) for m in state.get("messages") or () if is_user_message(m) and m.id
-            )
+            _adopt_inputs(session, state)
 
     def _start_run(
         self, state: AgentGuardState, session: Session, previous: Session | None
@@ -380,9 +384,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             elif self._shared:
                 # The thread's earlier messages went through the input guardrail on whichever worker ran
                 # them; only this run's new input is new to the engagement.
-                session.checked.update(
-                    (m.id, message_text(m)) for m in _earlier_messages(state["messages"], session) if m.id
-                )
+                _adopt_inputs(session, state)
         session.engagement.new_turn()
         update: dict[str, Any] = {}
         if _engagement_id(state) != session.engagement.id:
@@ -481,19 +483,31 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         eng = session.engagement
         messages, pending = self._visible(request, session)
         if pending or session.replaced or messages is not request.messages:
-            checked = [eng.check_input(text) for _, text in pending]
+            checked: list[str] = []
+            try:
+                for _, text in pending:
+                    checked.append(eng.check_input(text))
+            except Exception as exc:
+                _stopped_inputs(session, messages, pending, len(checked), exc)
+                raise
             request = self._with_inputs(request, session, messages, pending, checked)
         with Scope(), self._chat_span(eng, request), self._unstreamed():
             result: ModelResult = handler(request)
         answers, structured = _answers(result), _structured(result)
         if not answers and structured is None:  # only tool calls: nothing reaches the user
-            return result
+            return self._recorded(result, session, pending)
         # Text beside tool calls reaches the user too: it is guarded alike.
         guarded = [self._check_answer(eng, text) for _, text in answers]
         delivered = _with_answers(result, answers, guarded)
-        if structured is None:
-            return delivered
-        return _with_structured(delivered, result, structured, self._check_answer(eng, structured))
+        if structured is not None:
+            delivered = _with_structured(
+                delivered,
+                result,
+                _rewritten(answers, guarded),
+                structured,
+                self._check_answer(eng, structured),
+            )
+        return self._recorded(delivered, session, pending)
 
     async def awrap_model_call(
         self,
@@ -506,18 +520,48 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         eng = session.engagement
         messages, pending = self._visible(request, session)
         if pending or session.replaced or messages is not request.messages:
-            checked = [await eng.acheck_input(text) for _, text in pending]
+            checked: list[str] = []
+            try:
+                for _, text in pending:
+                    checked.append(await eng.acheck_input(text))
+            except Exception as exc:
+                _stopped_inputs(session, messages, pending, len(checked), exc)
+                raise
             request = self._with_inputs(request, session, messages, pending, checked)
         with Scope(), self._chat_span(eng, request), self._unstreamed():
             result: ModelResult = await handler(request)
         answers, structured = _answers(result), _structured(result)
         if not answers and structured is None:
-            return result
+            return self._recorded(result, session, pending)
         guarded = [await self._acheck_answer(eng, text) for _, text in answers]
         delivered = _with_answers(result, answers, guarded)
-        if structured is None:
-            return delivered
-        return _with_structured(delivered, result, structured, await self._acheck_answer(eng, structured))
+        if structured is not None:
+            delivered = _with_structured(
+                delivered,
+                result,
+                _rewritten(answers, guarded),
+                structured,
+                await self._acheck_answer(eng, structured),
+            )
+        return self._recorded(delivered, session, pending)
+
+    def _recorded(self, result: ModelResult, session: Session, pending: Sequence[object]) -> ModelResult:
+        """``result``, and with a shared store, when user messages went through the input guardrail, what
+        was checked in the graph's state (:data:`INPUTS_KEY`), written as the model's node ends: the other
+        workers of the thread read it there, and re-check any message whose text is not the one checked.
+        """
+        if not (self._shared and pending):
+            return result
+        inputs = {
+            message_id: [_digest(text), session.replaced.get(message_id)]
+            for message_id, text in session.checked.items()
+        }
+        command: Command[Any] = Command(update={INPUTS_KEY: inputs})
+        if isinstance(result, AIMessage):
+            return ExtendedModelResponse(model_response=ModelResponse(result=[result]), command=command)
+        if isinstance(result, ExtendedModelResponse) and result.command is not None:
+            return result  # not from create_agent's handler, which gives a plain response; re-checked instead
+        return ExtendedModelResponse(model_response=_unwrapped(result), command=command)
 
     def _check_answer(self, eng: Engagement, text: str) -> str | GuardianDenied:
         """The output guardrail (and the guardian) on text the user gets as the agent's answer: the text to
@@ -572,7 +616,8 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         pending: Sequence[tuple[int, str]],
         guarded: Sequence[str],
     ) -> ModelRequest[Any]:
-        """The request with guarded user text in place of the original (now and at every later model call).
+        """The request with guarded user text in place of the original (now and at every later model call); a
+        rewritten message is its new text alone.
 
         Needed only when there were new user messages, a guardrail replaced text before, or messages are
         hidden: the model hooks skip it otherwise (most model calls of a run).
@@ -595,7 +640,9 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                 if edit is None and message.id is not None:
                     edit = replaced.get(message.id)
                 if edit is not None and message_text(message) != edit:
-                    messages[index] = with_text(message, edit)
+                    # The new text alone: the message's images and files went through no check, and may show
+                    # what the guardrail took out of the text (a photo of the card it redacted).
+                    messages[index] = message.model_copy(update={"content": edit})
                     changed = True
         return request.override(messages=messages) if changed else request
 
@@ -638,10 +685,13 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                     call.adopt()
                 result = call.finish(output)
         if call.stored is not None:  # only a result kept in the graph's store has anything to release
-            call.release()
+            call.release()  # before an error ends the run too: a withheld output must not stay stored
+        if not isinstance(result, ToolMessage):  # the denial ends the run (on_denied="raise")
+            raise result
         if call.ends_run(result):  # the run's answer (return_direct): no model call, no guardrail after it
             text = message_text(result)
-            return _guarded_tool_answer(result, text, self._check_answer(session.engagement, text))
+            result = _guarded_tool_answer(result, text, self._check_answer(session.engagement, text))
+        call.release_writes(result)  # what the tool wrote to the "custom" stream, if its message is let out
         return result
 
     async def awrap_tool_call(
@@ -678,10 +728,63 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                 result = call.finish(output)
         if call.stored is not None:
             await call.arelease()
+        if not isinstance(result, ToolMessage):
+            raise result
         if call.ends_run(result):
             text = message_text(result)
-            return _guarded_tool_answer(result, text, await self._acheck_answer(session.engagement, text))
+            result = _guarded_tool_answer(result, text, await self._acheck_answer(session.engagement, text))
+        call.release_writes(result)
         return result
+
+
+def _stopped_inputs(
+    session: Session,
+    messages: Sequence[BaseMessage],
+    pending: Sequence[tuple[int, str]],
+    stopped: int,
+    exc: Exception,
+) -> None:
+    """The input guardrail stopped the run at the user message ``pending[stopped]``.
+
+    The messages after it went through no check: they are no longer marked as checked, so the thread's next
+    run checks them. A message a guardian denied stays in the thread's state, and the engagement goes on:
+    the model reads a notice in its place from then on (it read the message itself at the next run).
+    """
+    for index, _ in pending[stopped + 1 :]:
+        message_id = messages[index].id
+        if message_id is not None:
+            session.checked.pop(message_id, None)
+    denied = messages[pending[stopped][0]].id
+    if isinstance(exc, GuardianDenied) and denied is not None:
+        session.replaced[denied] = f"The user's message was blocked by agentguard: {exc}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _adopt_inputs(session: Session, state: Mapping[str, Any]) -> None:
+    """With a shared store: take into ``session`` the user messages of ``state`` that another worker's input
+    guardrail checked as they read now (and the text it put in their place), as the checkpoint records them.
+
+    Not every message that precedes the run's new input: LangGraph puts a user message sent under an earlier
+    message's id in that message's place, and its new text has been through no guardrail. A message the
+    record does not name, or names with another text, is checked again.
+    """
+    recorded = state.get(INPUTS_KEY)
+    if not isinstance(recorded, Mapping):
+        return
+    for message in state.get("messages") or ():
+        entry = recorded.get(message.id) if is_user_message(message) and message.id else None
+        if not isinstance(entry, list | tuple) or len(entry) != 2:
+            continue
+        text = message_text(message)
+        if entry[0] == _digest(text):
+            session.checked[message.id] = text
+            if isinstance(entry[1], str):
+                session.replaced[message.id] = entry[1]
+            else:
+                session.replaced.pop(message.id, None)
 
 
 def _was_checked(checked: Mapping[str, str], message: BaseMessage) -> bool:
@@ -729,22 +832,27 @@ def _structured(result: ModelResult) -> str | None:
 
 
 def _with_structured(
-    delivered: ModelResult, result: ModelResult, text: str, new: str | GuardianDenied
+    delivered: ModelResult, result: ModelResult, rewritten: bool, text: str, new: str | GuardianDenied
 ) -> ModelResult:
     """``delivered`` (the result as the checks of its text answers let it out) when its structured response
-    (its text ``text``) passed the output guardrail as it is and nothing else in it was rewritten; else one
-    message with the text the checks let out (``new``), or the notice of a denial, and no structured response.
+    (its text ``text``) passed the output guardrail as it is and none of its answers was ``rewritten``; else
+    one message with the text the checks let out (``new``), or the notice of a denial, and no structured
+    response.
 
     A structured response cannot carry rewritten text, and one the model gave as text (``ProviderStrategy``)
     was parsed from what the checks rewrote. A message without tool calls also ends the run.
     """
-    if new == text and delivered is result:
-        return result
+    if new == text and not rewritten:
+        return delivered
     first = next((m for m in _ai_messages(result) if isinstance(m, AIMessage)), None)
     content = _notice(new) if isinstance(new, GuardianDenied) else new
     return _rewrapped(
         result, ModelResponse(result=[AIMessage(content=content, id=first.id if first else None)])
     )
+
+
+def _rewritten(answers: Sequence[tuple[int, str]], guarded: Sequence[str | GuardianDenied]) -> bool:
+    return any(new != text for (_, text), new in zip(answers, guarded, strict=True))
 
 
 def _answers(result: ModelResult) -> list[tuple[int, str]]:
@@ -809,8 +917,8 @@ def _guarded_tool_answer(message: ToolMessage, text: str, new: str | GuardianDen
 
     It stays the answer to the model's tool call (a chat model rejects a tool call left without one, at the
     thread's next run). A denied one becomes a notice (status ``error``, as a withheld tool result). A
-    rewritten one keeps no artifact: the guardrail saw the text only, and the artifact may hold what it took
-    out of it.
+    rewritten one is its new text alone, as a rewritten answer of the model is: the guardrail saw the text
+    only, and the artifact or another block (an image) may hold what it took out of it.
     """
     if isinstance(new, GuardianDenied):
         return ToolMessage(
@@ -822,13 +930,43 @@ def _guarded_tool_answer(message: ToolMessage, text: str, new: str | GuardianDen
         )
     if new == text:
         return message
-    return with_text(message, new).model_copy(update={"artifact": None})
+    return message.model_copy(update={"content": new, "artifact": None})
+
+
+def _unchecked(message: AIMessage) -> bool:
+    """Whether a final answer carries more than the text the checks read: a reasoning or thinking block (which
+    some hosts show the user), an image, a text block's annotations, a provider's extra field (a refusal,
+    audio, reasoning content), a tool call whose arguments did not parse (their raw text)."""
+    if message.invalid_tool_calls or any(message.additional_kwargs.values()):
+        return True
+    content = message.content
+    return not isinstance(content, str) and not all(
+        isinstance(block, str)
+        or (
+            isinstance(block, dict)
+            and block.get("type") == "text"
+            and not any(value for key, value in block.items() if key not in _PLAIN_BLOCK)
+        )
+        for block in content
+    )
+
+
+_PLAIN_BLOCK = frozenset({"type", "text", "id", "index"})
+"""The fields of a text block that hold nothing but its text, and the text itself."""
 
 
 def _with_answers(
     result: ModelResult, answers: Sequence[tuple[int, str]], guarded: Sequence[str | GuardianDenied]
 ) -> ModelResult:
-    changes = {index: new for (index, text), new in zip(answers, guarded, strict=True) if new != text}
+    """``result`` with each answer as the checks let it out. A final answer they passed is delivered as it
+    came only when its text is all it carries; else as its text alone, as a rewritten one is: its reasoning,
+    images and extra fields went through no check. Text beside tool calls keeps the rest of its message."""
+    messages = _ai_messages(result)
+    changes = {
+        index: new
+        for (index, text), new in zip(answers, guarded, strict=True)
+        if new != text or (isinstance(m := messages[index], AIMessage) and not m.tool_calls and _unchecked(m))
+    }
     if not changes:
         return result
     if isinstance(result, AIMessage):

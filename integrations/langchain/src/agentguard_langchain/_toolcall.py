@@ -17,8 +17,12 @@ agent's answer to the user; the middleware puts it through the output guardrail 
 from __future__ import annotations
 
 import base64
+import dataclasses
+import hashlib
+import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Literal, cast
 
 from agentguard import (
@@ -28,6 +32,7 @@ from agentguard import (
 )
 from agentguard_langchain._content import encode_output, message_text, tool_output, with_output
 from agentguard_langchain._host import (
+    CONFIG_KEY_RUNTIME,
     TAG_NOSTREAM,
     AIMessage,
     BaseStore,
@@ -40,7 +45,15 @@ from agentguard_langchain._host import (
 from agentguard_langchain._scope import Scope
 from agentguard_langchain._sessions import HeldResult, Session
 
-__all__ = ["OnDenied", "StoredResult", "ToolCallTranslation", "ToolFailed", "ToolResolver", "UncheckedResult"]
+__all__ = [
+    "HeldWrites",
+    "OnDenied",
+    "StoredResult",
+    "ToolCallTranslation",
+    "ToolFailed",
+    "ToolResolver",
+    "UncheckedResult",
+]
 
 log = logging.getLogger("agentguard_langchain")
 
@@ -126,13 +139,27 @@ class StoredResult:
     NAMESPACE = "agentguard-held-results"
     _serde = JsonPlusSerializer()
 
-    def __init__(self, store: BaseStore, thread: str, call_id: str) -> None:
+    def __init__(
+        self, store: BaseStore, thread: str, call_id: str, call: tuple[str, Mapping[str, Any]]
+    ) -> None:
+        """``call``: the tool's name and the inputs the model gave it. A result is the one of that call only:
+        a call id comes from the model's provider, and one that numbers the calls of each response gives a
+        later call the id of one whose run was left paused (its result still stored), which would otherwise
+        get that result instead of running: another tool's, or the same tool's on other inputs."""
         self._store = store
         self._namespace = (self.NAMESPACE, thread)
         self._key = call_id
+        self._call = hashlib.sha256(
+            json.dumps([call[0], call[1]], sort_keys=True, default=repr).encode("utf-8", "surrogatepass")
+        ).hexdigest()
 
     def _load(self, value: Mapping[str, Any] | None) -> ToolResult | None:
         if value is None:
+            return None
+        if value.get("call") != self._call:
+            log.warning(
+                "agentguard: the result stored under tool call id %s is another call's; not used", self._key
+            )
             return None
         result: ToolResult = self._serde.loads_typed((value["type"], base64.b64decode(value["data"])))
         log.info("agentguard: tool call %s ran before the run paused; its stored result is used", self._key)
@@ -140,7 +167,7 @@ class StoredResult:
 
     def _dump(self, result: ToolResult) -> dict[str, str]:
         kind, data = self._serde.dumps_typed(result)
-        return {"type": kind, "data": base64.b64encode(data).decode()}
+        return {"type": kind, "data": base64.b64encode(data).decode(), "call": self._call}
 
     def get(self) -> ToolResult | None:
         item = self._store.get(self._namespace, self._key)
@@ -176,7 +203,9 @@ class ToolCallTranslation(Scope):
     __slots__ = (
         "_done",
         "_held",
+        "_let_out",
         "_ran",
+        "_writes",
         "capability",
         "inputs",
         "request",
@@ -208,6 +237,15 @@ class ToolCallTranslation(Scope):
             # making: streamed, they reached the caller before the checks of that output, which may withhold
             # it. The tool runs with LangGraph's nostream tag, which the model's run inherits.
             self.tool = cast(BaseTool, tool.with_config(tags=[TAG_NOSTREAM]))
+        self._writes: HeldWrites | None = None
+        writer = getattr(request.runtime, "stream_writer", None)
+        if writer is not None and not _silent(writer) and dataclasses.is_dataclass(request.runtime):
+            # The run streams "custom": what the tool writes to the stream is its output in the making too.
+            self._writes = HeldWrites(writer)
+            runtime = dataclasses.replace(request.runtime, stream_writer=self._writes.write)
+            self.request = request = dataclasses.replace(request, runtime=runtime)
+        self._let_out: ToolMessage | None = None
+        """The message of the tool's output as the pipeline let it out unchanged (see :meth:`release_writes`)."""
         self._held: HeldResult | None = None
         """The tool's result, once the pipeline has asked for it here."""
         self._done: HeldResult | None = None
@@ -219,7 +257,7 @@ class ToolCallTranslation(Scope):
         if self.capability in output_reviewed:
             store = request.runtime.store
             if store is not None and session.thread is not None and call_id is not None:
-                self.stored = StoredResult(store, session.thread, call_id)
+                self.stored = StoredResult(store, session.thread, call_id, (name, self.inputs))
 
     def reasoning(self) -> str | None:
         """The request's AOS ``reasoning`` (see :func:`_reasoning`), which ``guard.call`` asks for only when
@@ -245,7 +283,8 @@ class ToolCallTranslation(Scope):
             result = self.stored.get() if self.stored is not None else None
             if result is not None:  # the tool ran on another worker before the run paused
                 return self.accept(result, stored=True)
-            return self.accept(handler(self._request(inputs)))
+            with self._holding_writes():
+                return self.accept(handler(self._request(inputs)))
 
         return run
 
@@ -257,9 +296,43 @@ class ToolCallTranslation(Scope):
             result = await self.stored.aget() if self.stored is not None else None
             if result is not None:
                 return self.accept(result, stored=True)
-            return self.accept(await handler(self._request(inputs)))
+            with self._holding_writes():
+                return self.accept(await handler(self._request(inputs)))
 
         return run
+
+    @contextmanager
+    def _holding_writes(self) -> Iterator[None]:
+        """While the tool runs: ``get_stream_writer()`` in it gives the writer that holds what it writes.
+
+        The tool is invoked with the config of its ``ToolRuntime`` (one dict per tool call), and LangGraph's
+        ``get_stream_writer()`` reads the writer from that config's runtime: the dict gets the held writer's
+        runtime for the while. A ``ToolRuntime`` argument already has it (see ``__init__``).
+        """
+        writes = self._writes
+        config = getattr(self.request.runtime, "config", None)
+        configurable = config.get("configurable") if isinstance(config, dict) else None
+        runtime = configurable.get(CONFIG_KEY_RUNTIME) if isinstance(configurable, dict) else None
+        if writes is None or config is None or configurable is None or runtime is None:
+            yield
+            return
+        config["configurable"] = {
+            **configurable,
+            CONFIG_KEY_RUNTIME: runtime.override(stream_writer=writes.write),
+        }
+        try:
+            yield
+        finally:
+            config["configurable"] = configurable
+
+    def release_writes(self, delivered: ToolMessage) -> None:
+        """The call's message is ``delivered``: when that is the message of the tool's output as the pipeline
+        let it out unchanged, what the tool wrote to the "custom" stream goes out now; else (withheld,
+        replaced, an error, an answer the output guardrail rewrote, a run paused for review) it never does, as
+        it may hold what the checks kept back."""
+        writes = self._writes
+        if writes is not None and self._let_out is not None and delivered is self._let_out:
+            writes.release()
 
     def accept(self, result: object, *, stored: bool = False) -> Any:
         """The tool's output for the pipeline (:func:`~agentguard_langchain._content.tool_output` of the call's
@@ -368,12 +441,15 @@ class ToolCallTranslation(Scope):
         held = self._pop()
         if held is None:
             return ToolMessage(content=encode_output(output), name=self.name, tool_call_id=self.call_id or "")
-        if output is held.output:
-            return held.result
-        return with_output(held.result, output)
+        message = held.result if output is held.output else with_output(held.result, output)
+        self._let_out = message if _same(output, held.output) else None
+        return message
 
-    def fail(self, exc: BaseException, on_denied: OnDenied) -> ToolMessage:
-        """Translate an exception out of the pipeline: an error message for the model, or raise.
+    def fail(self, exc: Exception, on_denied: OnDenied) -> ToolMessage | Exception:
+        """Translate an exception out of the pipeline: an error message for the model, or the error that ends
+        the run. The caller raises it once the call's stored result is released (:meth:`release`): raised
+        here, it skipped the release, and a result withheld under ``on_denied="raise"`` stayed in the graph's
+        store for good.
 
         Not for LangGraph's control flow (an interrupt): a paused call keeps its held result for the re-run.
         """
@@ -384,7 +460,7 @@ class ToolCallTranslation(Scope):
             exc = exc.violation
         if on_denied == "message" and isinstance(exc, PolicyViolation) and exc.recoverable:
             return self.denial(exc)
-        raise exc
+        return exc
 
     def _new_id(self, message: ToolMessage) -> ToolMessage:
         """``message`` without an id that a message of the conversation already has.
@@ -451,6 +527,54 @@ class ToolCallTranslation(Scope):
         return done
 
 
+class HeldWrites:
+    """What a tool writes to LangGraph's "custom" stream (``get_stream_writer()``, a ``ToolRuntime``'s
+    ``stream_writer``) while it runs, held until the checks let its output out.
+
+    Streamed as written, it reached the caller before the checks of the output it is part of (the rows of
+    an export, the results of a search), which may withhold that output.
+    """
+
+    __slots__ = ("chunks", "writer")
+
+    def __init__(self, writer: Callable[[Any], None]) -> None:
+        self.writer = writer
+        self.chunks: list[Any] = []
+
+    def write(self, chunk: Any) -> None:
+        self.chunks.append(chunk)
+
+    def release(self) -> None:
+        chunks, self.chunks = self.chunks, []
+        for chunk in chunks:
+            self.writer(chunk)
+
+
+def _same(output: object, checked: object) -> bool:
+    """Whether the pipeline let ``checked``, the tool's output, out unchanged (it may give back a copy)."""
+    if output is checked:
+        return True
+    try:
+        return bool(output == checked)
+    except Exception:  # an output whose comparison fails (an array's) is not known to be the same
+        return False
+
+
+def _silent(writer: object) -> bool:
+    """Whether ``writer`` is a stream writer that writes nothing: a function without a closure whose body is
+    empty, as LangGraph's writer is when the run does not stream "custom". Anything else (LangGraph's
+    writer for that mode, a wrapper of it, a writer this check does not know) is held."""
+    code = getattr(writer, "__code__", None)
+    return code is not None and getattr(writer, "__closure__", None) is None and code.co_code == _EMPTY
+
+
+def _nothing(_: object) -> None:
+    pass
+
+
+_EMPTY = _nothing.__code__.co_code
+
+
 def _own_message(result: object, call_id: str | None) -> ToolMessage | None:
     """The call's ``ToolMessage`` when that is all ``result`` would put into the graph, else ``None``.
 
@@ -458,12 +582,21 @@ def _own_message(result: object, call_id: str | None) -> ToolMessage | None:
     the checks would not see as the message) is the same as that message. Its other updates would reach the
     graph state, and through it the model (a prompt that reads a key, an AI message no output guardrail saw)
     or the caller (``structured_response``), and a ``goto`` could run a node out of turn (this middleware's
-    ``after_agent``, ending a thread-less engagement mid-run).
+    ``after_agent``, ending a thread-less engagement mid-run). A message, returned or in a ``Command``, is the
+    call's only when it answers this call's id.
     """
     if isinstance(result, list) and len(result) == 1:  # ToolNode takes a list of results from one tool
         result = result[0]
-    if isinstance(result, ToolMessage):
-        return _checked_fields(result)
+    message = result if isinstance(result, ToolMessage) else _commanded_message(result)
+    if message is None or (call_id is not None and message.tool_call_id != call_id):
+        # A message for another call would answer it: a call the guard denied would read as a success to the
+        # model, and this call would go unanswered.
+        return None
+    return _checked_fields(message)
+
+
+def _commanded_message(result: object) -> ToolMessage | None:
+    """The one ``ToolMessage`` a ``Command`` carries when that is all it does."""
     if not isinstance(result, Command) or result.goto or result.graph is not None:
         return None
     update = result.update
@@ -473,9 +606,7 @@ def _own_message(result: object, call_id: str | None) -> ToolMessage | None:
     if not isinstance(messages, list | tuple) or len(messages) != 1:
         return None
     (message,) = messages
-    if isinstance(message, ToolMessage) and (call_id is None or message.tool_call_id == call_id):
-        return _checked_fields(message)
-    return None
+    return message if isinstance(message, ToolMessage) else None
 
 
 def _checked_fields(message: ToolMessage) -> ToolMessage:
@@ -505,6 +636,8 @@ def _shape(result: object) -> str:
     """What a refused result is, named without any of its content (the model reads the denial)."""
     if isinstance(result, list):
         return f"a list of {len(result)} results"
+    if isinstance(result, ToolMessage):
+        return "a ToolMessage for another tool call"
     if not isinstance(result, Command):
         return f"a {type(result).__name__}"
     update = result.update
