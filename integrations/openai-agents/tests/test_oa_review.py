@@ -146,7 +146,11 @@ async def test_a_call_decided_before_the_sdk_invoked_it_answers_no_other_call_of
     from agents.tool_context import ToolContext
 
     shop = Shop()
-    guarded = AgentGuard(make_guard(reviewers={"supervisor": lambda request: Approval(True, "fine")}))
+    guard = make_guard(reviewers={"supervisor": lambda request: Approval(True, "fine")})
+    guard.add_review_gate(
+        "billing", "gatekeeper"
+    )  # answered through the SDK: every call runs in needs_approval
+    guarded = AgentGuard(guard)
     agent = guarded.wrap(Agent(name="shop", model=ScriptedModel([]), tools=make_tools(shop)))
     tools = {t.name: t for t in agent.tools}
     refund, lookup = tools["refund"], tools["lookup_order"]

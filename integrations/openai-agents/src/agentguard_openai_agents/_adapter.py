@@ -53,6 +53,7 @@ from agentguard_openai_agents._host import (
     handoff,
 )
 from agentguard_openai_agents._messages import (
+    Shown,
     beside_answer,
     item_field,
     message_text,
@@ -62,14 +63,15 @@ from agentguard_openai_agents._messages import (
 from agentguard_openai_agents._sessions import GuardedSession
 from agentguard_openai_agents._streaming import CheckedModel
 from agentguard_openai_agents._tools import (
+    CallKey,
     GuardedHandoff,
     GuardedTool,
     Pending,
-    PrerunKey,
     ReviewPending,
     UnguardedTool,
     calling,
     sdk_reviewer,
+    spec_name,
     stopping,
 )
 from agentguard_openai_agents._withheld import OutputWithheld
@@ -90,15 +92,17 @@ class AgentGuard:
     def __init__(self, guard: Guard, *, names: Mapping[str, str] | None = None) -> None:
         self.guard = guard
         self.names = dict(names or {})
-        self.prerun: dict[PrerunKey, Any] = {}
+        self.prerun: dict[CallKey, Any] = {}
         """Outcomes of calls the pipeline decided in ``needs_approval``, by engagement id, SDK tool name and
         call id, until the SDK invokes."""
-        self.pending: dict[str, Pending] = {}
-        """Calls paused for the SDK's approval, by call id."""
+        self.pending: dict[CallKey, Pending] = {}
+        """Calls paused for the SDK's approval, by engagement id, SDK tool name and call id."""
         self._engagements: dict[str, Engagement] = {}
+        self._inputs_passed: weakref.WeakKeyDictionary[Engagement, set[str]] = weakref.WeakKeyDictionary()
+        """The user messages the input guardrail passed, by engagement: a session's history is not checked again."""
         self._answered: weakref.WeakKeyDictionary[Engagement, str] = weakref.WeakKeyDictionary()
         """The answer a streamed response was checked with, by engagement, until the output guardrail sees it."""
-        self._checked: weakref.WeakValueDictionary[int, ResponseOutputMessage] = weakref.WeakValueDictionary()
+        self._checked: weakref.WeakValueDictionary[int, Shown] = weakref.WeakValueDictionary()
         """Messages :meth:`check_message` passed, by ``id`` while they live: the hooks do not check them again."""
         self._reviews = _review_map(guard)
         guard.add_passthrough_exceptions(ReviewPending)
@@ -125,7 +129,17 @@ class AgentGuard:
         return name in self._reviews or "*" in self._reviews
 
     def reviews_output(self, name: str) -> bool:
-        return Phase.OUTPUT in self._reviews.get(name, ())
+        return any(phase is Phase.OUTPUT for phase, _ in self._reviews.get(name, ()))
+
+    def asks_sdk(self, name: str) -> bool:
+        """May a review of a call of ``name`` be answered through the SDK's approvals (a reviewer id nobody answers
+        on the Guard, now)? Only then must ``needs_approval`` run the call's pipeline, to learn whether the run
+        pauses; a review the Guard answers is asked when the SDK invokes the tool."""
+        for _, reviewer_id in (*self._reviews.get(name, ()), *self._reviews.get("*", ())):
+            reviewer, _ = self.guard.reviewer_for(reviewer_id)
+            if reviewer is None or hasattr(reviewer, "__agentguard_sdk_review__"):
+                return True
+        return False
 
     # -- wrapping ----------------------------------------------------------------------------------------
 
@@ -152,6 +166,7 @@ class AgentGuard:
         if agent.mcp_servers:
             _refuse(_mcp_servers(agent))
         tools = [self._guarded_tool(agent, tool) for tool in agent.tools]
+        self._one_to_one(agent.name, tools)
         clone = agent.clone(
             tools=tools,
             input_guardrails=[*agent.input_guardrails, self.input_guardrail],
@@ -187,6 +202,20 @@ class AgentGuard:
             _refuse(f"agent {agent.name!r}: {_unguardable(tool)}")
         self.check_reach(inner)
         return GuardedTool(self, tool, "agent").build(tool)
+
+    def _one_to_one(self, owner: str, tools: Iterable[FunctionTool]) -> None:
+        """Refuse two tools of one agent that stand for one capability (``send_email`` and ``Send Email`` both
+        ``send-email``): the second would run with the first's permission and restrictions, and share its loop
+        count and history. A name of ``names`` tells them apart (decision 29)."""
+        seen: dict[str, str] = {}
+        for tool in tools:
+            capability = spec_name(tool.name, self.names)
+            other = seen.setdefault(capability, tool.name)
+            if other != tool.name:
+                raise ValueError(
+                    f"agent {owner!r}: tools {other!r} and {tool.name!r} both stand for capability {capability!r}; "
+                    "map one of them to another spec name (AgentGuard(..., names={...})) or rename it"
+                )
 
     def _wrapped(self, agent: Agent[Any]) -> bool:
         """Did this adapter wrap ``agent`` (it has the adapter's input guardrail)?"""
@@ -246,7 +275,7 @@ class AgentGuard:
 
         An engagement the guard stopped (a loop) or failed (a guardrail) stays the session's, refusing every
         later run: a fresh one would hand the model a clean record (loop detector, ``history``) just for having
-        tripped a rule. Only one the app closed gives way to a new one.
+        tripped a rule. Only one the app closed (:meth:`close_session`) gives way to a new one.
         """
         key = session.session_id if session is not None else None
         with _lock:
@@ -260,6 +289,16 @@ class AgentGuard:
     def engagement_for(self, session_id: str) -> Engagement | None:
         """The engagement kept for an SDK session id (``None`` before its first run, or without memory)."""
         return self._engagements.get(session_id)
+
+    def close_session(self, session_id: str) -> None:
+        """End the engagement kept for ``session_id`` and let the session's next block start a fresh one: the app's
+        way to go on with a session the guard stopped (a loop) or failed (a guardrail). Closing the engagement
+        itself does not do it: a stopped or failed engagement keeps that status when closed, so the session would
+        go on refusing."""
+        with _lock:
+            eng = self._engagements.pop(session_id, None)
+        if eng is not None:
+            eng.close()
 
     def _engagement(self) -> Engagement:
         eng = self.guard.current_engagement()
@@ -276,7 +315,8 @@ class AgentGuard:
         self, ctx: RunContextWrapper[Any], agent: Agent[Any], data: str | list[TResponseInputItem]
     ) -> GuardrailFunctionOutput:
         """The input guardrail, blocking: run first, before any model call. It refuses an agent changed since
-        :meth:`wrap` (whatever the model), and checks the user's input, which starts a turn. An agent tool's own
+        :meth:`wrap` (whatever the model), and checks the user's input, which starts a turn: every user message the
+        model will read, the newest and the earlier ones this engagement has not passed. An agent tool's own
         run (inside a guarded call) is no user input: its input is the call's arguments, checked as the agent
         capability's inputs."""
         eng = self._engagement()
@@ -284,8 +324,18 @@ class AgentGuard:
         if calling():
             return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
         eng.new_turn()
-        violation = await _guardrail(eng, _last_user_text(data), Phase.INPUT)
-        return GuardrailFunctionOutput(output_info=violation, tripwire_triggered=violation is not None)
+        texts = _user_texts(data)
+        newest = texts.pop() if texts else ""
+        passed = self._inputs_passed.setdefault(eng, set())
+        # Earlier user messages of the input (a session's history, a list the app built) reach the model too: each
+        # is checked unless this engagement's guardrail passed that very text before. The newest starts the turn and
+        # is always checked.
+        for text in [*(t for t in dict.fromkeys(texts) if t not in passed), newest]:
+            violation = await _guardrail(eng, text, Phase.INPUT)
+            if violation is not None:
+                return GuardrailFunctionOutput(output_info=violation, tripwire_triggered=True)
+            passed.add(text)
+        return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
 
     async def _check_output(
         self, ctx: RunContextWrapper[Any], agent: Agent[Any], output: Any
@@ -322,11 +372,11 @@ class AgentGuard:
         if violation is not None:
             raise self.tripwire(agent, violation) from violation
 
-    async def check_message(self, agent: Agent[Any], message: ResponseOutputMessage) -> ResponseOutputMessage:
+    async def check_message(self, agent: Agent[Any], message: Shown) -> Shown:
         """Check a model message the output guardrail will not see (text beside tool calls, a message before the
-        answer, a refusal: see :mod:`agentguard_openai_agents._messages`) as the spec checks any model response
-        before the user sees it. Returns the message to pass on: itself, or a copy saying what a guardian's
-        ``modify`` put instead. A failed guardrail raises :class:`OutputWithheld` (the SDK's
+        answer, a refusal, a reasoning item: see :mod:`agentguard_openai_agents._messages`) as the spec checks any
+        model response before the user sees it. Returns the message to pass on: itself, or a copy saying what a
+        guardian's ``modify`` put instead. A failed guardrail raises :class:`OutputWithheld` (the SDK's
         ``OutputGuardrailTripwireTriggered``, as for the final answer), a guardian's denial
         :class:`~agentguard.GuardianDenied`: the run ends there, before any tool of the response runs."""
         eng = self._engagement()
@@ -344,7 +394,7 @@ class AgentGuard:
         without the output (see :mod:`agentguard_openai_agents._withheld`)."""
         return stopping(OutputWithheld(self.output_guardrail, agent, violation))
 
-    def was_checked(self, message: ResponseOutputMessage) -> bool:
+    def was_checked(self, message: Shown) -> bool:
         """Did :meth:`check_message` pass this very message (the model's response was checked on its way)?"""
         return self._checked.get(id(message)) is message
 
@@ -429,42 +479,46 @@ async def _guardrail(eng: Engagement, text: str, phase: Phase) -> GuardrailViola
     return None
 
 
-def _last_user_text(data: str | list[TResponseInputItem]) -> str:
-    """The newest user message of a run's input, as text (what the input guardrail checks). The SDK takes items
-    and their parts as mappings or as the OpenAI client's models: a message read as neither would be checked as
-    empty while the model reads it."""
+def _user_texts(data: str | list[TResponseInputItem]) -> list[str]:
+    """The user messages of a run's input, oldest first, as text (what the input guardrail checks). The SDK takes
+    items and their parts as mappings or as the OpenAI client's models: a message read as neither would be checked
+    as empty while the model reads it."""
     if isinstance(data, str):
-        return data
-    for item in reversed(data):
+        return [data]
+    texts: list[str] = []
+    for item in data:
         if item_field(item, "role") == "user":
             content = item_field(item, "content")
-            if isinstance(content, str):
-                return content
             parts = content if isinstance(content, list) else ()
-            return "\n".join(str(item_field(p, "text") or "") for p in parts)
-    return ""
+            texts.append(
+                content
+                if isinstance(content, str)
+                else "\n".join(str(item_field(p, "text") or "") for p in parts)
+            )
+    return texts
 
 
-def _review_map(guard: Guard) -> dict[str, frozenset[Phase]]:
-    """Capability → the phases the spec reviews; ``"*"`` when review gates added outside the spec exist
+def _review_map(guard: Guard) -> dict[str, frozenset[tuple[Phase, str]]]:
+    """Capability → the (phase, reviewer id) reviews the spec asks; ``"*"`` for review gates added outside the spec
     (the Guard does not say which capability a gate is on, so every call may need review)."""
-    reviews: dict[str, frozenset[Phase]] = {}
+    reviews: dict[str, frozenset[tuple[Phase, str]]] = {}
     named: set[str] = set()
     for name, cap in guard.spec.capabilities.items():
         if cap is None:
             continue
-        phases = set()
-        for phase, restriction in (
-            (Phase.INPUT, cap.input_restriction),
-            (Phase.OUTPUT, cap.output_restriction),
-        ):
-            if restriction is not None and restriction.require_review:
-                phases.add(phase)
-                named.add(restriction.require_review)
-        if phases:
-            reviews[name] = frozenset(phases)
-    if guard.required_reviewers() - named:
-        reviews["*"] = frozenset({Phase.INPUT})
+        asked = {
+            (phase, restriction.require_review)
+            for phase, restriction in (
+                (Phase.INPUT, cap.input_restriction),
+                (Phase.OUTPUT, cap.output_restriction),
+            )
+            if restriction is not None and restriction.require_review
+        }
+        named.update(reviewer_id for _, reviewer_id in asked)
+        if asked:
+            reviews[name] = frozenset(asked)
+    if gated := guard.required_reviewers() - named:
+        reviews["*"] = frozenset((Phase.INPUT, reviewer_id) for reviewer_id in gated)
     return reviews
 
 
@@ -493,9 +547,13 @@ class GuardHooks(RunHooks[Any]):
     ) -> None:
         self.adapter.check_reach(agent)
         pending = self.adapter.pending
-        for call_id, paused in list(pending.items()):
-            if not paused.answered and context.is_tool_approved(paused.tool.sdk_name, call_id) is False:
-                del pending[call_id]
+        eng = self.adapter.guard.current_engagement()
+        for key, paused in list(pending.items()):
+            engagement_id, name, call_id = key
+            if eng is None or engagement_id != eng.id or paused.answered:
+                continue  # another engagement's call, which this run's approvals do not answer
+            if context.is_tool_approved(name, call_id) is False:
+                del pending[key]
                 await paused.tool.settle(context, call_id, paused)
 
     async def on_llm_end(
@@ -513,9 +571,9 @@ class GuardHooks(RunHooks[Any]):
                 # Not made by a CheckedModel: checked now, before the SDK runs a tool or hands out the run's
                 # result. Its items hold this very message, so a guardian's replacement is put into it.
                 passed = await self.adapter.check_message(agent, message)
-                if passed is not message:
-                    message.content = passed.content
-            if beside:
+                for name in type(passed).model_fields if passed is not message else ():
+                    setattr(message, name, getattr(passed, name))
+            if any(isinstance(item, ResponseOutputMessage) for _, item in beside):
                 return  # each check recorded its message
         calls = [item.name for item in response.output if isinstance(item, ResponseFunctionToolCall)]
         if calls:

@@ -33,6 +33,7 @@ try:
     )
     from agents.items import TResponseOutputItem, TResponseStreamEvent
     from agents.memory import SessionSettings
+    from agents.tool import invoke_function_tool
     from agents.tool_context import ToolContext
     from openai.types.responses import (
         Response,
@@ -45,12 +46,14 @@ try:
         ResponseOutputMessage,
         ResponseOutputRefusal,
         ResponseOutputText,
+        ResponseReasoningItem,
         ResponseRefusalDeltaEvent,
         ResponseRefusalDoneEvent,
         ResponseTextDeltaEvent,
         ResponseTextDoneEvent,
     )
     from openai.types.responses.response_prompt_param import ResponsePromptParam
+    from openai.types.responses.response_reasoning_item import Summary as ReasoningSummary
 except ImportError as exc:  # pragma: no cover - exercised only without the host installed
     raise ImportError(
         f"agentguard-openai-agents needs openai-agents>=0.24 ({exc}): pip install agentguard-openai-agents"
@@ -75,6 +78,7 @@ __all__ = [
     "OutputGuardrail",
     "OutputGuardrailResult",
     "OutputGuardrailTripwireTriggered",
+    "ReasoningSummary",
     "Response",
     "ResponseCompletedEvent",
     "ResponseContentPartAddedEvent",
@@ -86,6 +90,7 @@ __all__ = [
     "ResponseOutputRefusal",
     "ResponseOutputText",
     "ResponsePromptParam",
+    "ResponseReasoningItem",
     "ResponseRefusalDeltaEvent",
     "ResponseRefusalDoneEvent",
     "ResponseTextDeltaEvent",
@@ -101,4 +106,5 @@ __all__ = [
     "Tool",
     "ToolContext",
     "handoff",
+    "invoke_function_tool",
 ]

@@ -5,9 +5,11 @@ run (no function or handoff call, no computer, shell or patch action, no approva
 refuses (the run then fails with ``ModelRefusalError``, carrying the refusal). Its output guardrail checks that
 output. Every other message of a response still reaches the caller, as a ``MessageOutputItem`` in
 ``result.new_items`` and as stream events: the text a model writes beside its tool calls, a message before the
-answer, a refusal. The spec checks "any generative model response" before the user sees it, so agentguard checks
-those too (:class:`~agentguard_openai_agents._streaming.CheckedModel`, and the run hooks for a model the adapter
-does not hold).
+answer, a refusal. So does a reasoning item's text (its summary, and the reasoning text some providers send), as a
+``ReasoningItem`` and as stream events that hosts show as the model's "thinking". The spec checks "any generative
+model response" before the user sees it, so agentguard checks those too
+(:class:`~agentguard_openai_agents._streaming.CheckedModel`, and the run hooks for a model the adapter does not
+hold).
 """
 
 from __future__ import annotations
@@ -16,14 +18,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from agentguard_openai_agents._host import (
+    ReasoningSummary,
     ResponseOutputMessage,
     ResponseOutputRefusal,
     ResponseOutputText,
+    ResponseReasoningItem,
     TResponseOutputItem,
 )
 
-__all__ = ["answer_message", "beside_answer", "item_field", "message_text", "provider_run", "with_text"]
+__all__ = [
+    "Shown",
+    "answer_message",
+    "beside_answer",
+    "item_field",
+    "message_text",
+    "provider_run",
+    "with_text",
+]
 
+Shown = ResponseOutputMessage | ResponseReasoningItem
+"""An output item whose text the SDK hands the caller: a message, or a reasoning item (its summary)."""
 _PROVIDER_RUN = frozenset(
     {
         "file_search_call",
@@ -75,22 +89,28 @@ def answer_message(output: Sequence[TResponseOutputItem]) -> ResponseOutputMessa
     return last
 
 
-def beside_answer(output: Sequence[TResponseOutputItem]) -> list[tuple[int, ResponseOutputMessage]]:
-    """``(position, message)`` of each message of a response that says something and that the output guardrail
-    will not check: text beside tool calls, messages before the answer, a refusal."""
+def beside_answer(output: Sequence[TResponseOutputItem]) -> list[tuple[int, Shown]]:
+    """``(position, item)`` of each item of a response that shows the caller some text and that the output
+    guardrail will not check: text beside tool calls, messages before the answer, a refusal, reasoning."""
     answer = answer_message(output)
     return [
         (index, item)
         for index, item in enumerate(output)
-        if isinstance(item, ResponseOutputMessage) and item is not answer and message_text(item)
+        if isinstance(item, Shown) and item is not answer and message_text(item)
     ]
 
 
-def message_text(message: ResponseOutputMessage) -> str:
-    """All a message shows the caller, as one text: its output text and refusal parts in order, joined without a
-    separator (as the SDK joins them), so that a word split across parts is still that word to the check."""
+def message_text(item: Shown) -> str:
+    """All a message or a reasoning item shows the caller, as one text: a message's output text and refusal parts,
+    a reasoning item's summary and reasoning text parts, in order, joined without a separator (as the SDK joins a
+    message's parts), so that a word split across parts is still that word to the check."""
+    parts: list[Any] = (
+        [*item.summary, *(item.content or ())]
+        if isinstance(item, ResponseReasoningItem)
+        else list(item.content)
+    )
     texts: list[str] = []
-    for part in message.content:
+    for part in parts:
         text = getattr(part, "text", None)
         if not isinstance(text, str):
             text = getattr(part, "refusal", None)
@@ -99,10 +119,15 @@ def message_text(message: ResponseOutputMessage) -> str:
     return "".join(texts)
 
 
-def with_text(message: ResponseOutputMessage, text: str) -> ResponseOutputMessage:
+def with_text(message: Shown, text: str) -> Shown:
     """A copy of ``message`` saying ``text`` (a guardian's replacement) as its one part: a refusal if the message
-    refused (so the SDK treats it as before), else output text. The original parts go, with their annotations
-    and log probabilities, which carry the replaced text too."""
+    refused (so the SDK treats it as before), else output text; for a reasoning item, one summary part, its
+    reasoning text gone. The original parts go, with their annotations and log probabilities, which carry the
+    replaced text too. (A reasoning item's ``encrypted_content`` stays: the provider reads it back, nobody
+    shows it.)"""
+    if isinstance(message, ResponseReasoningItem):
+        summary = [ReasoningSummary(type="summary_text", text=text)]
+        return message.model_copy(update={"summary": summary, "content": None})
     refused = any(isinstance(part, ResponseOutputRefusal) for part in message.content)
     part: ResponseOutputText | ResponseOutputRefusal = (
         ResponseOutputRefusal(type="refusal", refusal=text)

@@ -16,7 +16,7 @@ the SDK still hands the response out before its output guardrail runs (to the ru
 error carries), so ``get_response`` checks the answer the same way, before the SDK sees the response.
 
 Every other message of a response reaches the caller too, with no output guardrail ever run on it: the text a
-model writes beside its tool calls, a message before its answer, a refusal (see
+model writes beside its tool calls, a message before its answer, a refusal, a reasoning item's summary (see
 :mod:`agentguard_openai_agents._messages`). So ``stream_response`` and ``get_response`` (``Runner.run``,
 ``run_sync``) both check each such message before the SDK sees the response: before it makes items or events of
 it, and before it runs any of the response's tools. A failed check ends the run there (the SDK's output tripwire,
@@ -60,7 +60,7 @@ from agentguard_openai_agents._host import (
     TResponseOutputItem,
     TResponseStreamEvent,
 )
-from agentguard_openai_agents._messages import answer_message, beside_answer
+from agentguard_openai_agents._messages import Shown, answer_message, beside_answer
 from agentguard_openai_agents._tools import UnguardedTool
 from agentguard_openai_agents._withheld import OutputWithheld
 
@@ -200,11 +200,11 @@ class CheckedModel(Model):
 
     async def _check(
         self, output: list[TResponseOutputItem], output_schema: AgentOutputSchemaBase | None
-    ) -> dict[int, tuple[ResponseOutputMessage, ResponseOutputMessage]]:
+    ) -> dict[int, tuple[Shown, Shown]]:
         """Check one whole response before the SDK sees any of it: each message the output guardrail will not see,
         then the run's answer if the response is one (:class:`OutputWithheld` when it is stopped). Returns the
         messages a guardian's ``modify`` replaced, with their replacements, by position in ``output``."""
-        replaced: dict[int, tuple[ResponseOutputMessage, ResponseOutputMessage]] = {}
+        replaced: dict[int, tuple[Shown, Shown]] = {}
         for position, message in beside_answer(output):
             passed = await self.adapter.check_message(self.agent, message)
             if passed is not message:
@@ -272,14 +272,15 @@ def _without_output(event: TResponseStreamEvent) -> TResponseStreamEvent:
 
 def _with_replaced(
     held: list[TResponseStreamEvent],
-    replaced: dict[int, tuple[ResponseOutputMessage, ResponseOutputMessage]],
+    replaced: dict[int, tuple[Shown, Shown]],
     output: list[TResponseOutputItem],
 ) -> list[TResponseStreamEvent]:
     """A response's events with guardian replacements of messages, by output index, renumbered.
 
-    A replaced message's own events (text and refusal deltas, content parts, annotations: all carry its original
-    text) are dropped; its ``output_item`` events carry the replacement, whose text arrives as the events of one
-    content part just before its ``output_item.done``; every response an event carries holds the replacement.
+    A replaced item's own events (text, refusal and reasoning deltas, content and summary parts, annotations: all
+    carry its original text) are dropped; its ``output_item`` events carry the replacement, a message's text also
+    arriving as the events of one content part just before its ``output_item.done`` (a reasoning item's only in
+    that event); every response an event carries holds the replacement.
     An event is the message's by its output index, or by its item id where no other item has that id.
     """
     counts: dict[str, int] = {}
@@ -297,10 +298,10 @@ def _with_replaced(
         if index is not None:
             new = replaced[index][1]
             if isinstance(event, ResponseOutputItemAddedEvent):
-                started = new.model_copy(update={"content": [], "status": "in_progress"})
-                events.append(event.model_copy(update={"item": started}))
+                events.append(event.model_copy(update={"item": _started(new)}))
             elif isinstance(event, ResponseOutputItemDoneEvent):
-                events.extend(_part_events(new, event.output_index))
+                if isinstance(new, ResponseOutputMessage):
+                    events.extend(_part_events(new, event.output_index))
                 events.append(event.model_copy(update={"item": new}))
             continue  # one of the original text's events
         response = getattr(event, "response", None)
@@ -313,6 +314,14 @@ def _with_replaced(
         e.model_copy(update={"sequence_number": first + n}) if hasattr(e, "sequence_number") else e
         for n, e in enumerate(events)
     ]
+
+
+def _started(item: Shown) -> Shown:
+    """``item`` as its ``output_item.added`` event carries it: in progress, no text yet."""
+    empty: dict[str, Any] = (
+        {"content": []} if isinstance(item, ResponseOutputMessage) else {"summary": [], "content": None}
+    )
+    return item.model_copy(update={**empty, "status": "in_progress"})
 
 
 def _part_events(message: ResponseOutputMessage, output_index: int) -> list[TResponseStreamEvent]:

@@ -41,6 +41,7 @@ from agentguard_openai_agents._host import (
     OutputGuardrailTripwireTriggered,
     RunContextWrapper,
     ToolContext,
+    invoke_function_tool,
 )
 from agentguard_openai_agents._withheld import OutputWithheld
 
@@ -124,8 +125,10 @@ def denial_text(exc: PolicyViolation) -> str:
 # -- review through the SDK's approvals ---------------------------------------------------------------
 
 
-PrerunKey = tuple[str | None, str, str]
-"""(engagement id, SDK tool name, call id): where a call the pipeline decided in ``needs_approval`` waits."""
+CallKey = tuple[str | None, str, str]
+"""(engagement id, SDK tool name, call id): where a call the pipeline decided in ``needs_approval``, or a call
+paused for the SDK's approval, waits. A call id is the model's (or its provider's: some number calls ``call_0``,
+``call_1`` in every conversation) to write, so it names a call only within one engagement and tool."""
 
 
 @dataclass
@@ -175,7 +178,9 @@ def sdk_reviewer(reviewer_id: str) -> Callable[[ReviewRequest], Approval]:
     """A reviewer answered by ``RunState.approve`` / ``reject``: no decision yet raises :class:`ReviewPending`.
 
     The SDK approves a *call*, once. A call with both an input and an output review is asked once (input);
-    its output review then fails closed rather than reusing that answer for a result nobody saw.
+    its output review then fails closed rather than reusing that answer for a result nobody saw. An approval
+    counts only for a call this engagement paused, with the arguments it paused with: the SDK's approvals live
+    in a run state an app may carry anywhere (``to_json``), and a call approved "always" was never shown.
     """
 
     def review(request: ReviewRequest) -> Approval:
@@ -183,19 +188,28 @@ def sdk_reviewer(reviewer_id: str) -> Callable[[ReviewRequest], Approval]:
         if scope is None:
             return Approval(False, "no OpenAI Agents SDK run is asking for this review", reviewer_id)
         status = scope.context.is_tool_approved(scope.tool.sdk_name, scope.call_id)
-        pending = scope.adapter.pending.get(scope.call_id)
+        key = scope.tool.key(scope.call_id)
+        pending = scope.adapter.pending.get(key)
         if status is None:
-            scope.adapter.pending[scope.call_id] = Pending(scope.tool, scope.inputs, request.phase)
+            scope.adapter.pending[key] = Pending(scope.tool, scope.inputs, request.phase)
             raise ReviewPending(f"{request.capability!r} awaits approval by {reviewer_id!r}")
-        if pending is not None and (pending.phase is not request.phase or pending.answered):
+        if not status:
+            return Approval(False, "rejected through the SDK", reviewer_id)
+        if pending is None or pending.inputs != scope.inputs:
+            reason = (
+                f"approved through the SDK, but this engagement did not pause this call of {request.capability!r} "
+                "with these arguments (a run state from another engagement or process, changed since, or "
+                "approve(..., always_approve=True) for later calls): each call is approved on its own"
+            )
+            return Approval(False, reason, reviewer_id)
+        if pending.phase is not request.phase or pending.answered:
             reason = (
                 f"the SDK approves a call once; it was asked about the {pending.phase.value} of "
                 f"{request.capability!r}, not its {request.phase.value}"
             )
             return Approval(False, reason, reviewer_id)
-        if pending is not None:
-            pending.answered = True
-        return Approval(status, None if status else "rejected through the SDK", reviewer_id)
+        pending.answered = True
+        return Approval(True, None, reviewer_id)
 
     review.__agentguard_sdk_review__ = reviewer_id  # type: ignore[attr-defined]
     return review
@@ -213,6 +227,8 @@ class GuardedTool:
         self.name = spec_name(tool.name, adapter.names)
         self.kind = kind
         self._invoke = tool.on_invoke_tool
+        self._tool = tool
+        """The unwrapped tool: its invoker with its own timeout settings (see :meth:`guarded`)."""
         self.output_reviewed = adapter.reviews_output(self.name)
 
     def build(self, tool: FunctionTool) -> FunctionTool:
@@ -238,7 +254,7 @@ class GuardedTool:
 
     async def on_invoke_tool(self, ctx: ToolContext[Any], arguments: str) -> Any:
         """The SDK invokes the tool: hand over a decided pre-run outcome, or run the call through the guard."""
-        prerun = self.adapter.prerun.pop(self._prerun_key(ctx.tool_call_id), _NONE)
+        prerun = self.adapter.prerun.pop(self.key(ctx.tool_call_id), _NONE)
         if prerun is not _NONE:
             return prerun
         if self.output_reviewed and self._lost_review(ctx):
@@ -249,38 +265,50 @@ class GuardedTool:
         try:
             return await self.guarded(ctx, _inputs(arguments))
         finally:
-            self.adapter.pending.pop(ctx.tool_call_id, None)
+            self.adapter.pending.pop(self.key(ctx.tool_call_id), None)
 
     async def needs_approval(
         self, context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
     ) -> bool:
-        """Run the call through the pipeline before the SDK invokes it; ``True`` when a review must pause."""
+        """``True`` when a review must pause the run. Only a review the SDK may answer needs to know here, so
+        only then is the call run through the pipeline before the SDK invokes it (a review the Guard answers is
+        asked when the SDK invokes the tool: within the tool's timeout, after the run's ``on_tool_start`` hooks).
+        A call the pipeline runs here (an output review, or nothing to review after all) runs under the tool's
+        own timeout, as the SDK would invoke it."""
+        if not self.adapter.asks_sdk(self.name):
+            return False
         ctx = ToolContext.from_agent_context(
             context, call_id, tool_name=self.sdk_name, tool_arguments=json.dumps(params)
         )
         try:
-            self.adapter.prerun[self._prerun_key(call_id)] = await self.guarded(ctx, dict(params))
+            self.adapter.prerun[self.key(call_id)] = await self.guarded(ctx, dict(params), timed=True)
         except ReviewPending:
             return True
         return False
 
-    def _prerun_key(self, call_id: str) -> PrerunKey:
-        """Where a call's pre-run outcome waits for the SDK to invoke it: the engagement, the tool and the call
-        id. A call id is the model's to write, and an outcome the SDK never came to collect must not answer
-        a call of the same id in another engagement (another user's output) or of another tool, unchecked."""
+    def key(self, call_id: str) -> CallKey:
+        """Where a call's pre-run outcome waits for the SDK to invoke it, or the call waits for the SDK's approval:
+        the engagement, the tool and the call id. An outcome the SDK never came to collect must not answer a call
+        of the same id in another engagement (another user's output) or of another tool, unchecked; nor may a call
+        paused in one engagement take the place of (or settle) one of the same id paused in another."""
         engagement = self.adapter.guard.current_engagement()
         return (engagement.id if engagement is not None else None, self.sdk_name, call_id)
 
     def _lost_review(self, ctx: ToolContext[Any]) -> bool:
         status = ctx.is_tool_approved(self.sdk_name, ctx.tool_call_id)
-        return status is not None and ctx.tool_call_id not in self.adapter.pending
+        return status is not None and self.key(ctx.tool_call_id) not in self.adapter.pending
 
-    async def guarded(self, ctx: ToolContext[Any], inputs: dict[str, Any]) -> Any:
+    async def guarded(self, ctx: ToolContext[Any], inputs: dict[str, Any], *, timed: bool = False) -> Any:
         """``guard.acall`` with the SDK's invoker as the tool; denials become output, stops :class:`RunStopped`.
         The error that stopped a run made inside the call (an agent tool's own run), which the SDK hands back as
-        the call's output, is raised again here."""
+        the call's output, is raised again here. ``timed``: the SDK is not timing this invocation (it runs in
+        ``needs_approval``), so the tool's own ``timeout_seconds`` is applied here, as the SDK applies it."""
 
         async def run(**arguments: Any) -> Any:
+            if timed:
+                return await invoke_function_tool(
+                    function_tool=self._tool, context=ctx, arguments=json.dumps(arguments)
+                )
             return await self._invoke(ctx, json.dumps(arguments))
 
         scope = _Scope(self.adapter, ctx, self, ctx.tool_call_id, inputs)
@@ -338,13 +366,17 @@ class GuardedHandoff:
     async def on_invoke_handoff(self, ctx: RunContextWrapper[Any], arguments: str) -> Agent[Any]:
         targets: list[Agent[Any]] = []
 
+        asked = _inputs(arguments)
+
         async def run(**inputs: Any) -> dict[str, str]:
-            target = await self._invoke(ctx, json.dumps(inputs) if inputs else arguments)
+            # The inputs the guard let through, as JSON; the model's own text only when it asked for nothing and
+            # nothing was put in its place (a handoff without input_type may be given none).
+            target = await self._invoke(ctx, arguments if not (inputs or asked) else json.dumps(inputs))
             targets.append(self.adapter.wrap(target))
             return {"agent": target.name}  # the record names the agent; the Agent object stays out of it
 
         try:
-            await self.adapter.guard.acall(self.name, _inputs(arguments), run, kind="agent")
+            await self.adapter.guard.acall(self.name, asked, run, kind="agent")
         except PolicyViolation as exc:  # the SDK has no error output for a handoff: the run ends
             raise stopping(RunStopped(exc)) from exc
         return targets[0]
