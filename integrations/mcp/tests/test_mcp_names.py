@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from agentguard_mcp import GuardedClient, Names, guard_server
 from hypothesis import given
@@ -42,15 +43,16 @@ class Side:
 
 @contextlib.asynccontextmanager
 async def guarded(
-    side: str, listed: list[str], names: Mapping[str, str] | None = None
+    side: str, listed: list[str], names: Mapping[str, str] | None = None, **options: Any
 ) -> AsyncIterator[Side]:
+    """``options`` (``relist_interval``) go to the client or server side."""
     guard = Guard.from_file(SPEC)
     if side == "client":
         async with Client(make_server(listed)) as client, guard.engagement():
-            yield Side(GuardedClient(client, guard, names=names))
+            yield Side(GuardedClient(client, guard, names=names, **options))
     elif side == "server":
         server = make_server(listed)
-        guard_server(server, guard, names=names)
+        guard_server(server, guard, names=names, **options)
         async with Client(server) as client:
             yield Side(client)
     else:
@@ -107,9 +109,10 @@ async def test_a_tool_the_server_serves_but_does_not_list_is_not_run(side: str) 
 @pytest.mark.parametrize("side", ["client", "server"])
 async def test_a_call_before_any_listing_is_placed_against_a_fresh_one(side: str) -> None:
     listed = ["send_email"]
-    async with guarded(side, listed) as tools:
+    async with guarded(side, listed, relist_interval=0.01) as tools:
         first = await tools.call_tool("send_email", {})  # never listed by the host: the guard lists
         listed.append("SEND-EMAIL")  # the server adds a tool with the same capability name
+        await anyio.sleep(0.02)  # past relist_interval: the guard reads the list again for a name not in it
         added = await tools.call_tool("SEND-EMAIL", {})
         again = await tools.call_tool("send_email", {})
     assert text(first) == "ran send_email"

@@ -11,21 +11,34 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import anyio
 
 from agentguard import (
     Guard,
     GuardianDenied,
     Phase,
     PolicyViolation,
+    serving,
 )
 from agentguard.aos import unique_keys
 from agentguard.steps import MCP
-from agentguard_mcp._host import INTERNAL_ERROR, MCPError
+from agentguard_mcp._host import INTERNAL_ERROR, INVALID_PARAMS, MCPError
 
-__all__ = ["Catalog", "Names", "denial_result", "guarded_call", "report_message", "wire"]
+__all__ = [
+    "MAX_LISTING_PAGES",
+    "RELIST_INTERVAL",
+    "Catalog",
+    "Names",
+    "denial_result",
+    "guarded_call",
+    "report_message",
+    "wire",
+]
 
 """Denials of one call the model can recover from: they come back as a tool result with ``isError: true``.
 Everything else (a loop stop, a failed guardrail, a stopped engagement) ends the exchange with an error."""
@@ -75,7 +88,13 @@ class Names:
 
 MAX_LISTING_PAGES = 100
 """How many ``tools/list`` pages the guard reads to learn a server's tools before it gives up (and refuses the
-calls it could not place)."""
+calls it could not place); ``max_listing_pages``, the proxy's ``--max-listing-pages``."""
+
+RELIST_INTERVAL = 10.0
+"""Seconds after a complete listing of a server's tools during which a call to a tool not in it is refused
+against it rather than read again (``relist_interval``, the proxy's ``--relist-interval``). Without such a
+bound, a model that calls made-up tool names makes the guard list the server's tools (every page) once per
+call."""
 
 List = Callable[[str | None], Awaitable[tuple[list[str], str | None]]]
 """One ``tools/list`` page: given a cursor, the tool names and the next cursor."""
@@ -85,16 +104,33 @@ class Catalog:
     """The tools a server lists, each with the capability it stands for (see :meth:`Names.resolve`).
 
     A call is placed only against what the server lists: a tool name not seen in a listing makes the guard
-    list the server's tools itself (every page) before it decides, so a tool added since, or one the server
-    serves without listing it, is never run under another tool's capability. One catalog serves every
-    session of a client or server; a listing that differs by session makes the catalog the latest one's.
+    list the server's tools itself (every page, at most ``max_listing_pages``) before it decides, so a tool
+    added since, or one the server serves without listing it, is never run under another tool's capability.
+    It does so at most once every ``relist_interval`` seconds (a listing of the host's own counts too): within
+    that, such a call is refused against the latest listing, so calls to made-up names cannot make the guard
+    flood the server with listings. One catalog serves every session of a client or server; a listing that
+    differs by session makes the catalog the latest one's.
     """
 
-    def __init__(self, names: Names) -> None:
+    def __init__(
+        self,
+        names: Names,
+        *,
+        relist_interval: float = RELIST_INTERVAL,
+        max_listing_pages: int = MAX_LISTING_PAGES,
+    ) -> None:
+        serving.require_bounds(relist_interval=relist_interval, max_listing_pages=max_listing_pages)
+        if not isinstance(max_listing_pages, int):
+            raise ValueError(f"max_listing_pages must be a whole number, not {max_listing_pages!r}")
         self.names = names
+        self.relist_interval = relist_interval
+        self.max_listing_pages = max_listing_pages
         self._listed: set[str] = set()
         self._resolved: dict[str, str] = {}
         self._incomplete = False
+        self._read_at: float | None = None  # monotonic time of the latest complete listing, or attempt
+        self._relisting: anyio.Lock | None = None  # one listing at a time: concurrent calls wait for it
+        self._unread: str | None = None  # why the latest listing the guard asked for failed
 
     def learn(self, tools: Iterable[str], *, complete: bool) -> None:
         """Add the tools of one listing page; a ``complete`` listing (every page) replaces what was known."""
@@ -103,12 +139,21 @@ class Catalog:
         self._resolved = self.names.resolve(sorted(listed))
         if complete:
             self._incomplete = False
+            self._unread = None
+            self._read_at = time.monotonic()
+
+    def _fresh(self) -> bool:
+        """Was the server's list read (or an attempt made) within the last ``relist_interval`` seconds?"""
+        return self._read_at is not None and time.monotonic() - self._read_at < self.relist_interval
 
     async def relist(self, list_page: List) -> None:
-        """List every page of the server's tools (at most :data:`MAX_LISTING_PAGES`) and learn them."""
+        """List every page of the server's tools (at most ``max_listing_pages``) and learn them. The attempt
+        counts as a reading even when a page fails: a server that answers ``tools/list`` with an error is not
+        asked again for every call."""
+        self._read_at = time.monotonic()
         tools: list[str] = []
         cursor: str | None = None
-        for _ in range(MAX_LISTING_PAGES):
+        for _ in range(self.max_listing_pages):
             page, cursor = await list_page(cursor)
             tools.extend(page)
             if cursor is None:
@@ -127,20 +172,33 @@ class Catalog:
 
     async def place(self, tool: str, list_page: List) -> str | None:
         """The capability ``tool`` stands for (the mapping's, listed or not), after listing the server's tools
-        when ``tool`` was never listed; ``None``: the call is refused (:meth:`refusal` says why)."""
-        if tool not in self._listed and tool not in self.names.mapping:
-            await self.relist(list_page)
+        when ``tool`` was never listed and the list was not read within ``relist_interval`` seconds;
+        ``None``: the call is refused (:meth:`refusal` says why)."""
+        if tool not in self._listed and tool not in self.names.mapping and not self._fresh():
+            if self._relisting is None:
+                self._relisting = anyio.Lock()
+            async with self._relisting:
+                if tool not in self._listed and not self._fresh():  # not read while this call waited
+                    try:
+                        await self.relist(list_page)
+                    except Exception as exc:  # the call is refused, and recorded, as one it cannot place
+                        self._unread = f"the server's tool list could not be read ({type(exc).__name__})"
         return self._capability(tool)
 
     def refusal(self, tool: str) -> str:
         """Why ``tool`` stands for no capability (for a tool :meth:`place` gave ``None``)."""
         if tool not in self._listed:
+            if self._unread is not None:  # the type only: the server wrote the error's text
+                return self._unread
             if self._incomplete:
                 return (
-                    f"the server's tool list has more than {MAX_LISTING_PAGES} pages and {tool!r} is not in "
-                    "those read"
+                    f"the server's tool list has more than {self.max_listing_pages} pages and {tool!r} is not "
+                    "in those read"
                 )
-            return f"the server does not list a tool {tool!r}"
+            return (
+                f"the server does not list a tool {tool!r} (its list is read again at most every "
+                f"{self.relist_interval:g} s)"
+            )
         capability = self.names.spec_name(tool)
         sharing = sorted(t for t in self._listed if self.names.spec_name(t) == capability)
         return (
@@ -235,6 +293,28 @@ NOT_A_RESULT = (
 wrote all of it."""
 
 
+NOT_UNICODE = (
+    "agentguard withheld the server's answer to this tools/call: it holds text that is not valid Unicode (a "
+    "lone surrogate, which a JSON escape can carry), which no MCP message can pass on"
+)
+
+
+def _not_unicode(value: Any) -> bool:
+    """Does ``value`` hold a string that is not valid Unicode: a lone surrogate, which JSON's ``\\ud800``
+    escape carries? No UTF-8 message can hold it, so the SDK's transports fail to write a message with one:
+    the request it belongs to is never sent or never answered, and the host waits for ever. So such a call is
+    refused before it is run, and such an answer withheld."""
+    try:  # a host's own objects (a datetime) are the core's to convert: only their strings matter here
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (ValueError, RecursionError):  # a value that holds itself, or too deep: the core refuses it
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 class ToolFailed(Exception):
     """The server answered ``isError: true``: to the pipeline a tool that raised, its text an output to check."""
 
@@ -279,6 +359,12 @@ async def guarded_call(
     A recoverable denial becomes an ``isError`` result; a loop stop or failed guardrail raises the typed
     :class:`~agentguard.PolicyViolation` for the caller to turn into its own error.
     """
+    if _not_unicode(tool) or _not_unicode(arguments):
+        raise MCPError(
+            INVALID_PARAMS,
+            "agentguard refused this tools/call: its tool name or arguments hold text that is not valid Unicode "
+            "(a lone surrogate), which no MCP message can carry; nothing was run",
+        )
     capability = await catalog.place(tool, list_page)
     why = None if capability is not None else catalog.refusal(tool)
     received: list[tuple[Wire, Any]] = []
@@ -299,8 +385,12 @@ async def guarded_call(
         try:
             result = await send(inputs)
         except MCPError as exc:  # a JSON-RPC error: recorded as received, handed on as far as it is checked
+            if _not_unicode(exc.message):
+                raise MCPError(INTERNAL_ERROR, NOT_UNICODE) from None
             await report_message(guard, {"jsonrpc": "2.0", "id": message_id, "error": wire(exc.error)})
             raise MCPError(exc.code, exc.message) from None  # the checks read its message, not its data
+        if _not_unicode(result):
+            raise MCPError(INTERNAL_ERROR, NOT_UNICODE)
         await report_message(guard, {"jsonrpc": "2.0", "id": message_id, "result": result})
         if result.get("resultType", "complete") != "complete":
             # Checked as the (empty) text found in it, a question or a handle passed as the tool's output, and

@@ -8,7 +8,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentguard import Guard
-from agentguard_mcp._calls import Catalog, Names, guarded_call, report_message, wire
+from agentguard_mcp._calls import (
+    MAX_LISTING_PAGES,
+    RELIST_INTERVAL,
+    Catalog,
+    Names,
+    guarded_call,
+    report_message,
+    wire,
+)
 from agentguard_mcp._host import (
     CallToolResult,
     Client,
@@ -51,11 +59,10 @@ class GuardedClient:
             result = await tools.call_tool("get_current_time", {"timezone": "UTC"})
 
     The capability is the MCP tool name mapped by ``prefix`` / ``names`` (see :class:`Names`), among the tools
-    the server lists: a name not seen in a listing is looked up in a fresh one first (:class:`Catalog`). A
-    denial the
-    model can recover from comes back as a ``CallToolResult`` with ``is_error=True`` naming the rule; a loop
-    stop or failed guardrail raises agentguard's typed error. Each request and response is recorded as an AOS
-    ``protocols/MCP`` step.
+    the server lists: a name not seen in a listing is looked up in a fresh one first, unless the list was read
+    within ``relist_interval`` seconds (:class:`Catalog`). A denial the model can recover from comes back as a
+    ``CallToolResult`` with ``is_error=True`` naming the rule; a loop stop or failed guardrail raises
+    agentguard's typed error. Each request and response is recorded as an AOS ``protocols/MCP`` step.
     """
 
     def __init__(
@@ -65,10 +72,16 @@ class GuardedClient:
         *,
         prefix: str = "",
         names: Mapping[str, str] | None = None,
+        relist_interval: float = RELIST_INTERVAL,
+        max_listing_pages: int = MAX_LISTING_PAGES,
     ) -> None:
         self._client = client
         self.guard = guard
-        self.catalog = Catalog(Names(prefix, dict(names or {})))
+        self.catalog = Catalog(
+            Names(prefix, dict(names or {})),
+            relist_interval=relist_interval,
+            max_listing_pages=max_listing_pages,
+        )
 
     async def list_tools(self, **kwargs: Any) -> ListToolsResult:
         """The server's tools, less those that stand for no capability of the spec."""

@@ -14,13 +14,20 @@ try:
     from mcp.server.mcpserver import MCPServer
     from mcp.shared.dispatcher import ProgressFnT
     from mcp.shared.exceptions import MCPError, NoBackChannelError
-    from mcp_types import INTERNAL_ERROR, CallToolResult, ListToolsResult, PaginatedRequestParams
+    from mcp_types import (
+        INTERNAL_ERROR,
+        INVALID_PARAMS,
+        CallToolResult,
+        ListToolsResult,
+        PaginatedRequestParams,
+    )
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 except ImportError as exc:  # pragma: no cover - exercised only without the host installed
     raise ImportError(f"agentguard-mcp needs mcp>=2.3,<3 ({exc}): pip install agentguard-mcp") from exc
 
 __all__ = [
     "INTERNAL_ERROR",
+    "INVALID_PARAMS",
     "MODERN_PROTOCOL_VERSIONS",
     "CallNext",
     "CallToolResult",

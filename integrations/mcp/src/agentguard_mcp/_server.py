@@ -15,7 +15,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentguard import Approval, Engagement, Guard, PolicyViolation, Reviewer, ReviewRequest, User
-from agentguard_mcp._calls import Catalog, Names, Wire, guarded_call, report_message
+from agentguard_mcp._calls import (
+    MAX_LISTING_PAGES,
+    RELIST_INTERVAL,
+    Catalog,
+    Names,
+    Wire,
+    guarded_call,
+    report_message,
+)
 from agentguard_mcp._host import (
     MODERN_PROTOCOL_VERSIONS,
     CallNext,
@@ -142,6 +150,8 @@ class GuardMiddleware:
     ``require_review`` names a reviewer other than the caller (an agent host that accepts every elicitation would
     approve its own calls); turn it on when the client's user is the reviewer the spec means. Without it, an
     engagement does not start while a reviewer is missing (:meth:`agentguard.Guard.missing_configuration`).
+    A call to a tool the server's list does not hold makes the guard read the list again (at most
+    ``max_listing_pages`` pages), at most once every ``relist_interval`` seconds (:class:`Catalog`).
     """
 
     def __init__(
@@ -155,9 +165,15 @@ class GuardMiddleware:
         elicit_reviews: bool = False,
         max_engagements: int | None = 10_000,
         idle_timeout: float | None = None,
+        relist_interval: float = RELIST_INTERVAL,
+        max_listing_pages: int = MAX_LISTING_PAGES,
     ) -> None:
         self.guard = guard
-        self.catalog = Catalog(Names(prefix, dict(names or {})))
+        self.catalog = Catalog(
+            Names(prefix, dict(names or {})),
+            relist_interval=relist_interval,
+            max_listing_pages=max_listing_pages,
+        )
         self._user = user
         self._key = engagement_key or default_engagement_key
         self._by_session = engagement_key is None  # the default key: a session's engagement ends with it

@@ -30,6 +30,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from agentguard import Guard, serving
+from agentguard_mcp._calls import MAX_LISTING_PAGES, RELIST_INTERVAL
 from agentguard_mcp._host import (
     INTERNAL_ERROR,
     CallToolResult,
@@ -319,6 +320,22 @@ def _parser() -> argparse.ArgumentParser:
         help="the capability a server tool stands for, instead of its name lowercased (repeatable; "
         "chooses among tools whose names map to one capability)",
     )
+    parser.add_argument(
+        "--relist-interval",
+        type=float,
+        default=RELIST_INTERVAL,
+        metavar="SECONDS",
+        help="a call to a tool the upstream's list does not hold makes the proxy read the list again, at most "
+        f"once in this many seconds; within them such a call is refused (default {RELIST_INTERVAL:g})",
+    )
+    parser.add_argument(
+        "--max-listing-pages",
+        type=int,
+        default=MAX_LISTING_PAGES,
+        metavar="N",
+        help=f"the most tools/list pages read in one listing (default {MAX_LISTING_PAGES}); a tool beyond "
+        "them is refused",
+    )
     parser.add_argument("--guardian", metavar="URL", help="an AOS guardian asked about every step")
     parser.add_argument(
         "--elicit-reviews",
@@ -344,6 +361,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = "--name takes TOOL=CAPABILITY"
     if args.max_upstreams < 1:
         problem = "--max-upstreams must be at least 1"
+    try:
+        serving.require_bounds(
+            **{"--relist-interval": args.relist_interval, "--max-listing-pages": args.max_listing_pages}
+        )
+    except ValueError as exc:
+        problem = str(exc)
     if problem is not None:
         print(f"agentguard-mcp-proxy: {problem}", file=sys.stderr)
         return 2
@@ -360,6 +383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "elicit_reviews": args.elicit_reviews,
         "upstream_per_session": not args.shared_upstream,
         "max_upstreams": args.max_upstreams,
+        "relist_interval": args.relist_interval,
+        "max_listing_pages": args.max_listing_pages,
     }
     if args.shared_engagement:
         proxy_options["engagement_key"] = lambda ctx, user: "shared"
