@@ -427,6 +427,10 @@ def _watched(
         Observers.step_ended(watchers, state, step, tokens, error)
 
 
+UNKNOWN_NAME = "<a name the spec does not know>"
+"""How a short-circuit reason shows a tool or agent name that is no capability of the spec."""
+
+
 def short_circuit(
     ctx: Runtime,
     state: EngagementState,
@@ -452,9 +456,12 @@ def short_circuit(
                 allowed = ctx.allowed(Rule.SHORT_CIRCUIT, Phase.INPUT, NO_LOOP, name)
             ctx.allow(state, step, allowed)
         return False
-    loop = " -> ".join([*state.attempts(block - 1), name])
+    # The reason becomes the engagement's, quoted by every later step's denial and recorded with content
+    # capture off: a name the spec does not know is the model's text (any length, any characters), shown so.
+    knows = ctx.policy.knows
+    loop = " -> ".join(n if knows(n) else UNKNOWN_NAME for n in [*state.attempts(block - 1), name])
     reason = (
-        f"calling {name!r} would repeat [{loop}] {k} times in a row "
+        f"calling {repr(name) if knows(name) else UNKNOWN_NAME} would repeat [{loop}] {k} times in a row "
         f"(lifespan.short_circuit: {k}); the engagement is stopped"
     )
     error = ShortCircuitViolation(reason, capability=name, phase=Phase.INPUT)

@@ -193,6 +193,13 @@ class Policy:
             rule = self._bare.get(name)
         return rule if rule is not None else self._remote.get(name)
 
+    def knows(self, name: str) -> bool:
+        """Is ``name`` a capability of the spec (as a tool, an agent or a remote agent) or a guardrail tool? A
+        name the spec does not know is the caller's to write (often the model's): see ``short_circuit``."""
+        return (
+            name in self._bare or name in self._agents or name in self._remote or name in self.guardrail_tools
+        )
+
     def two_rules(self, name: str, kind: str, tool_names: Container[str]) -> bool:
         """Does the spec give agent ``name`` two capabilities? ``name`` and ``oagent://name`` both refer to the
         agent when no tool is named ``name``, and may restrict it differently. Which tools exist is known only

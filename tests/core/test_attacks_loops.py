@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from agentguard import (
+    CapabilityDenied,
     EngagementStatus,
     Guard,
     Outcome,
@@ -166,3 +167,28 @@ def test_a_tool_and_an_agent_of_one_name_are_one_loop() -> None:
         guard.call("x", {}, lambda: 1, kind="agent")
         with pytest.raises(ShortCircuitViolation):
             guard.call("x", {})
+
+
+@pytest.mark.parametrize("mode", ["allow", "observe", "deny"])
+def test_a_loop_reason_shows_no_name_the_spec_does_not_know(mode: str) -> None:
+    """The loop's reason is the engagement's from then on: every later denial quotes it, and it is recorded
+    (decisions, telemetry) with content capture off. The model writes the names of the tools it calls: one
+    the spec does not know is its text (any length, any characters), and is shown as such."""
+    guard = Guard.from_yaml(SPEC, unknown_capability=mode)
+    made_up = "EVIL\u202e" + "x" * 5000
+    with guard.engagement() as eng:
+        for _ in range(2):
+            guard.call("x", {}, lambda: 1)
+            with contextlib.suppress(CapabilityDenied):  # unknown_capability: deny refuses; it counts
+                guard.call(made_up, {}, lambda: 1)
+        guard.call("x", {}, lambda: 1)
+        with pytest.raises(ShortCircuitViolation) as loop:
+            guard.call(made_up, {}, lambda: 1)
+        with pytest.raises(PolicyViolation) as later:
+            guard.call("y", {}, lambda: 1)
+    # (A step's own decision about its name, e.g. "tool '...' is not a capability", is that step's: telemetry
+    # shows it without the name, docs/telemetry.md.)
+    loops = [d.reason for d in eng.decisions if d.rule is Rule.SHORT_CIRCUIT]
+    recorded = [*loops, eng.state.status_reason, later.value.reason]
+    assert "EVIL" not in repr(recorded) + str(later.value) + loop.value.reason
+    assert "[x -> <a name the spec does not know>]" in loop.value.reason
