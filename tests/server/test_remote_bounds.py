@@ -110,7 +110,8 @@ def test_an_alias_multiplied_definition_is_refused_quickly_and_the_agent_is_not_
     assert isinstance(info.value.__cause__, SpecError)
     assert "LoadLimits" in str(info.value)
     assert methods == ["GET"]  # never started
-    assert elapsed < 10  # refused while loading (about 2 s here), not by the call timeout
+    # Refused while loading (about 2 s here, 14 s on a loaded machine), not at the call timeout.
+    assert elapsed < 20
 
 
 def test_definition_limits_are_configurable() -> None:

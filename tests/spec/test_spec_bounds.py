@@ -1,8 +1,10 @@
 """Issue 13: loading has a budget (LoadLimits) -- a hostile spec file is refused quickly, naming the file and
 the limit, and a CEL expression repeated through YAML aliases is compiled once.
 
-Times are checked as "well within generous slack", never exactly; the unbounded loader took 37-122 s on
-these inputs.
+Times are checked as "well within generous slack", never exactly, and as the CPU time of this process
+(``time.process_time``), which a loaded machine's other work does not inflate (wall-clock time of one of
+these loads took 12 s on a 2-core machine busy with other test runs); the unbounded loader took 37-122 s
+on these inputs.
 """
 
 from __future__ import annotations
@@ -61,10 +63,10 @@ def _huge(kind: str, size: int) -> str:
 def test_a_50_mb_spec_file_is_refused_before_parsing(tmp_path: Path, kind: str, backend: CelBackend) -> None:
     path = tmp_path / "agent.yaml"
     path.write_text(_huge(kind, 50 * MIB))
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(SpecError) as error:
         load_spec(path, backend=backend)
-    assert time.monotonic() - started < SLACK
+    assert time.process_time() - started < SLACK
     assert _one_problem(error) == (
         f"{path}: <document>: the document is larger than the limit of {4 * MIB} bytes (LoadLimits.max_bytes)"
     )
@@ -76,10 +78,10 @@ def test_a_file_under_the_size_cap_with_too_many_nodes_stops_parsing_early(
 ) -> None:
     text = _huge(kind, 5 * MIB // 2)  # about 330 k / 1.3 M nodes; composing them all took 25-70 s
     assert len(text) < 4 * MIB
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(SpecError) as error:
         load_spec_text(text, backend=backend, source="agent.yaml")
-    assert time.monotonic() - started < SLACK
+    assert time.process_time() - started < SLACK
     assert "agent.yaml:1:1" in _one_problem(error)
     assert "more than 100000 YAML nodes (LoadLimits.max_nodes)" in _one_problem(error)
 
@@ -106,10 +108,10 @@ def _aliased(capabilities: int, assertion_length: int) -> str:
 def test_an_assertion_aliased_4000_times_is_refused_quickly(backend: CelBackend) -> None:
     text = _aliased(4000, 4500)
     assert len(text) < 200_000
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(SpecError) as error:
         load_spec_text(text, backend=backend, source="agent.yaml")
-    assert time.monotonic() - started < SLACK
+    assert time.process_time() - started < SLACK
     assert "agent.yaml" in _one_problem(error)
     assert "(LoadLimits.max_expanded_chars)" in _one_problem(error)
 
@@ -117,9 +119,9 @@ def test_an_assertion_aliased_4000_times_is_refused_quickly(backend: CelBackend)
 def test_an_aliased_assertion_is_compiled_once_and_shared(backend: CelBackend) -> None:
     counting = CountingBackend(backend)
     limits = LoadLimits(max_expanded_chars=100 * MIB)
-    started = time.monotonic()
+    started = time.process_time()
     compiled = load_spec_text(_aliased(4000, 4500), backend=counting, limits=limits)
-    assert time.monotonic() - started < SLACK  # 122 s when each alias was compiled again
+    assert time.process_time() - started < SLACK  # 122 s when each alias was compiled again
     assert len(counting.compiled) == 1
     programs = {id(program) for program in compiled.input_assertions.values()}
     assert len(compiled.input_assertions) == 4001
