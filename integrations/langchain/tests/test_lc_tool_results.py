@@ -16,6 +16,7 @@ from langchain.agents.middleware import AgentMiddleware, AgentState, ModelReques
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool, InjectedToolCallId, tool
+from langgraph.errors import ParentCommand
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import InjectedState
 from langgraph.types import Command
@@ -219,13 +220,19 @@ class HandoffState(MessagesState):
     notes: NotRequired[str]
 
 
-def test_an_update_of_the_parent_graph_is_refused(build_agent: BuildAgent) -> None:
+@pytest.mark.parametrize("how", ["returned", "raised"])
+def test_an_update_of_the_parent_graph_is_refused(build_agent: BuildAgent, how: str) -> None:
     """The agent runs as a node of a parent graph. Before, a tool's handoff (``graph=Command.PARENT``) put its
-    note into the parent's state, and the node it went to read it: no check had seen the note."""
+    note into the parent's state, and the node it went to read it: no check had seen the note. Raised as
+    LangGraph's ``ParentCommand`` (a ``GraphBubbleUp``, which the guard hands on as control flow for its
+    pauses), it went to the parent graph unchecked too."""
 
     def make(call_id: str) -> Command[Any]:
         update = {"messages": [ToolMessage("handed over", tool_call_id=call_id)], "notes": "SECRET-1"}
-        return Command(graph=Command.PARENT, goto="reader", update=update)
+        command = Command(graph=Command.PARENT, goto="reader", update=update)
+        if how == "raised":
+            raise ParentCommand(command)
+        return command
 
     h = build_agent(
         [calls(("save_note", {"text": "x"})), answer("I kept it.")],

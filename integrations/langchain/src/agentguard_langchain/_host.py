@@ -35,7 +35,7 @@ try:
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
     from langgraph.config import get_config
     from langgraph.constants import TAG_NOSTREAM
-    from langgraph.errors import GraphBubbleUp
+    from langgraph.errors import GraphBubbleUp, ParentCommand
     from langgraph.runtime import Runtime
     from langgraph.store.base import BaseStore, GetOp, Op, PutOp, Result, SearchOp
     from langgraph.types import Command, interrupt
@@ -71,6 +71,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "Op",
+    "ParentCommand",
     "PrivateStateAttr",
     "PutOp",
     "Result",

@@ -39,6 +39,7 @@ from agentguard_langchain._host import (
     BaseTool,
     Command,
     JsonPlusSerializer,
+    ParentCommand,
     ToolCallRequest,
     ToolMessage,
 )
@@ -284,7 +285,12 @@ class ToolCallTranslation(Scope):
             if result is not None:  # the tool ran on another worker before the run paused
                 return self.accept(result, stored=True)
             with self._holding_writes():
-                return self.accept(handler(self._request(inputs)))
+                returned: object
+                try:
+                    returned = handler(self._request(inputs))
+                except ParentCommand as raised:
+                    returned = _raised_command(raised)
+                return self.accept(returned)
 
         return run
 
@@ -297,7 +303,12 @@ class ToolCallTranslation(Scope):
             if result is not None:
                 return self.accept(result, stored=True)
             with self._holding_writes():
-                return self.accept(await handler(self._request(inputs)))
+                returned: object
+                try:
+                    returned = await handler(self._request(inputs))
+                except ParentCommand as raised:
+                    returned = _raised_command(raised)
+                return self.accept(returned)
 
         return run
 
@@ -630,6 +641,14 @@ def _checked_fields(message: ToolMessage) -> ToolMessage:
         status=message.status,
         id=message.id,
     )
+
+
+def _raised_command(raised: ParentCommand) -> object:
+    """The ``Command`` a tool raised for the parent graph (LangGraph's ``ParentCommand``): a result like the
+    one it could return, refused alike (:meth:`ToolCallTranslation.accept`). Raised on, the guard would hand
+    it on as control flow (it is a ``GraphBubbleUp``, which pauses pass through), and LangGraph would apply
+    its update -- messages no check saw -- to the parent graph."""
+    return raised.args[0] if raised.args else raised
 
 
 def _shape(result: object) -> str:
