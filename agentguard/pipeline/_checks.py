@@ -213,6 +213,33 @@ def _rule_flow(name: str, flow: Generator[Any, Any, Any]) -> Flow[Any]:
         return stop.value
 
 
+_RESULT_KEPT_ELSEWHERE = [
+    {"kind": "text", "text": "[the tool's output: in the engagement's history once its checks let it out]"}
+]
+
+
+def _as_recorded(request: dict[str, Any]) -> dict[str, Any]:
+    """What the step keeps of a request it sent the guardian: a ``steps/toolCallResult``'s outputs only once
+    every check let them out (:func:`let_out`). Steps are readable (``Engagement.steps``, audit reports) while
+    later checks still judge the output, and after one withheld it or the guardian replaced it."""
+    params = request.get("params")
+    if request.get("method") != "steps/toolCallResult" or not isinstance(params, dict):
+        return request
+    result = params.get("result")
+    if not isinstance(result, dict):
+        return request
+    return {**request, "params": {**params, "result": {**result, "outputs": _RESULT_KEPT_ELSEWHERE}}}
+
+
+def let_out(step: StepRecord, request: dict[str, Any]) -> None:
+    """Every check let out the result ``request`` carries: the step keeps it whole (:func:`_as_recorded`)."""
+    aos = step.aos
+    for index in range(len(aos) - 1, -1, -1):
+        if aos[index].get("id") == request.get("id"):
+            aos[index] = request
+            return
+
+
 def ask_guardian(
     ctx: Runtime,
     state: EngagementState,
@@ -230,7 +257,7 @@ def ask_guardian(
     client = ctx.guardian
     if client is None:
         return None
-    step.aos.append(request)
+    step.aos.append(_as_recorded(request))
     if client.mode == "observe":
         yield Observe(client, request)
         return None

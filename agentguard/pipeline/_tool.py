@@ -29,6 +29,7 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from types import FunctionType
 from typing import Any, Literal
 
 from agentguard._binding import Registered
@@ -51,6 +52,7 @@ from agentguard.pipeline._checks import (
     check,
     closed_error,
     deny,
+    let_out,
     observed,
     review,
     run_rules,
@@ -179,6 +181,7 @@ def _failed(
     except Exception:  # the tool's own __str__ failed: nothing of it is shown
         text = f"<{type(error).__name__}>"
     checked = False
+    sent: dict[str, Any] | None = None  # what the guardian was asked, which the step keeps if the text passes
     try:
         if rule is not None and rule.output_assertion is not None:
             checked = True
@@ -191,6 +194,7 @@ def _failed(
             params = yield from ask_guardian(ctx, state, held, request, name, Phase.OUTPUT)
             if params is not None:
                 undecided(ctx, state, held, "a failed call's error cannot be modified", name, Phase.OUTPUT)
+            sent = request
         if ctx.rules:
             checked = True
             yield from run_rules(ctx, state, state.step_of(step), name, Phase.OUTPUT, record.inputs, text)
@@ -207,7 +211,10 @@ def _failed(
         return violation
     described = f"{type(error).__name__}: {text}"
     state.withhold_call(record, reason=described, status="failed")
-    state.step_of(step).payload["error"] = described
+    held = state.step_of(step)
+    held.payload["error"] = described
+    if sent is not None:
+        let_out(held, sent)
     return _as_checked(error, text) if checked else error
 
 
@@ -224,24 +231,42 @@ def _as_checked(error: BaseException, text: str) -> BaseException:
     ``raise LookupFailed("no match") from db_error`` would carry the row the database error quoted past an
     output restriction that judged "no match". So the same object goes on without its chain and notes, its
     ``args`` reduced to the checked text when they hold anything else; its attributes stay (a host's code may
-    read them: nothing shows them). One whose class then shows something else than the checked text -- its
-    own ``repr``, a ``str()`` that read what was taken out -- goes on as a :class:`~agentguard.ToolError`.
-    The frames of its traceback stay: they show the tool's code, not its data.
+    read them: nothing shows them). It goes on as a :class:`~agentguard.ToolError` instead when its class
+    shows more than that or shows it by code of its own: an exception group (a traceback prints each
+    sub-exception), a ``SyntaxError`` (its source line), a class with notes of its own or a chain it will not
+    give up, a ``__str__`` or ``__repr__`` written in Python (it may show something else the next time, or
+    read what was taken out). The frames of its traceback stay: they show the tool's code.
     """
-    error.__cause__ = None
-    error.__context__ = None
-    vars(error).pop("__notes__", None)
-    if not all(_shown_in(arg, text) for arg in error.args):
-        error.args = (text,)
     try:
-        faithful = str(error) == text and repr(error) == BaseException.__repr__(error)
-    except Exception:  # its own __str__ or __repr__ failed on what is left
+        cls = type(error)
+        faithful = not issubclass(cls, _SHOWS_MORE) and not any(
+            isinstance(getattr(cls, method), FunctionType) for method in ("__str__", "__repr__")
+        )
+        if faithful:
+            error.__cause__ = None
+            error.__context__ = None
+            vars(error).pop("__notes__", None)
+            if not all(_shown_in(arg, text) for arg in error.args):
+                error.args = (text,)
+            faithful = (
+                error.__cause__ is None
+                and error.__context__ is None
+                and getattr(error, "__notes__", None) is None
+                and str(error) == text
+                and repr(error) == BaseException.__repr__(error)
+            )
+    except Exception:  # a class that resists (a property in the way, a __str__ that fails on what is left)
         faithful = False
     if faithful:
         return error
     replacement = ToolError(text, error_type=type(error).__name__)
     replacement.__traceback__ = error.__traceback__
     return replacement
+
+
+_SHOWS_MORE = (BaseExceptionGroup, SyntaxError)
+"""Errors whose traceback shows more than their ``str()`` and ``args``: each sub-exception of a group, the
+source line and file of a ``SyntaxError``."""
 
 
 def _shown_in(arg: object, text: str) -> bool:
@@ -796,7 +821,9 @@ def _invoke(
             if retry.on_retry is not None:
                 yield CallUser(retry.on_retry, (exc, attempt), "Retry.on_retry")
             delay = retry.delay(attempt)
-            reason = f"retry {attempt} of {retry.attempts} in {delay} ms after {type(exc).__name__}: {exc}"
+            # The error's type, not its text: the text is the tool's output, which no check has seen (a retry
+            # that fails for good has it checked then), and this reason is recorded and exported.
+            reason = f"retry {attempt} of {retry.attempts} in {delay} ms after {type(exc).__name__}"
             ctx.decide(state, step, Decision(Rule.RUN, Outcome.ALLOW, Phase.INPUT, reason, call.name))
             if delay:
                 yield Sleep(delay)
@@ -954,17 +981,20 @@ def _after_invoke(
 ) -> Flow[Any]:
     name = record.name
     rule = allows.rule if allows is not None else None
+    sent: dict[str, Any] | None = None  # the result the guardian was asked about, if it is what is let out
     if not resumed:
         output = _settle(ctx, state, step, record, allows, output, release=False)  # withholds what fails
     try:
         if resumed:
             if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
-                raise _cancelled(ctx, state, step, name)
+                raise _cancelled(ctx, state, step, name)  # before a reviewer is asked again
         else:
             if ctx.guardian is not None:
                 request = ctx.steps.tool_call_result(state, step, output, is_error=False)
                 params = yield from ask_guardian(ctx, state, step, request, name, Phase.OUTPUT)
-                if params is not None:
+                if params is None:
+                    sent = request
+                else:
                     found, new_output = _outputs_from(params, output)
                     if not found:
                         undecided(
@@ -984,11 +1014,16 @@ def _after_invoke(
                 if record.call_id:
                     state.await_review(record.call_id, (step, record, rule, output))
                 raise
+        # Cancelled at once while the checks judged (or the call waited, paused in review): not let out.
+        if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
+            raise _cancelled(ctx, state, step, name)
     except BaseException as exc:
         _withhold(state, record, rule, exc)
         raise
     if not resumed:
         state.release_call(record)  # every check let it out
+        if sent is not None:
+            let_out(step, sent)
     else:  # its record may have been rebuilt from the store meanwhile, without its copy: the held output
         state.release_call(record, to_plain(output) if rule is None or rule.collect_results else None)
     return output

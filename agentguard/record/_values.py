@@ -300,7 +300,8 @@ def plain_copies(value: Any, *, limits: ValueLimits = DEFAULT_LIMITS) -> tuple[A
             if type(item) not in _PRIMITIVE or type(key) is not str:
                 break
         else:
-            return dict(value), dict(value)
+            first = dict(value)  # the second from the first: the tool's dict is read once
+            return first, dict(first)
     elif cls in _PRIMITIVE:
         return value, value
     if _survey(value, limits, plain=True) is not None:
