@@ -69,7 +69,7 @@ decides as follows (the text wins over the schema, ARCHITECTURE decision 9):
 
 from ._base import JSONObject, JSONValue, Timestamp, WireModel, utc_timestamp
 from ._compat import normalize_request
-from ._json import AmbiguousJSON, strict_json, unique_keys
+from ._json import AmbiguousJSON, strict_json, unique_keys, valid_utf8
 from ._methods import (
     A2A_METHODS,
     METHODS,
@@ -105,6 +105,7 @@ from ._methods import (
     ToolCallRequestStep,
     ToolCallResultParams,
     ToolCallResultStep,
+    known_method,
 )
 from ._objects import (
     A2AAgent,
@@ -259,10 +260,12 @@ __all__ = [
     "User",
     "WireModel",
     "dump",
+    "known_method",
     "normalize_request",
     "parse_request",
     "parse_response",
     "strict_json",
     "unique_keys",
     "utc_timestamp",
+    "valid_utf8",
 ]

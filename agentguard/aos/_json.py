@@ -19,7 +19,7 @@ import json
 import math
 from typing import NoReturn
 
-__all__ = ["MAX_EXACT_INTEGER", "AmbiguousJSON", "strict_json", "unique_keys"]
+__all__ = ["MAX_EXACT_INTEGER", "AmbiguousJSON", "strict_json", "unique_keys", "valid_utf8"]
 
 
 class AmbiguousJSON(ValueError):
@@ -89,3 +89,19 @@ def strict_json(body: bytes | str) -> object:
     ``UnicodeDecodeError`` and ``AmbiguousJSON`` before ``ValueError`` to tell them apart.
     """
     return _DECODER.decode(body.decode("utf-8") if isinstance(body, bytes) else body)
+
+
+def valid_utf8(text: str) -> str:
+    """``text`` with each lone surrogate (what JSON's ``"\\ud800"`` reads as) made U+FFFD.
+
+    A string a model, a client or a peer wrote may hold one, and UTF-8 encoders refuse it: OpenTelemetry's
+    OTLP exporter drops an attribute holding one and fails the whole batch for one in a span's name or
+    status, so that one call id or message could keep every other span of the batch from the collector.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text

@@ -320,3 +320,19 @@ METHODS: dict[str, type[AOSParams]] = {name: _params_model(model) for name, mode
 
 A2A_METHODS: frozenset[str] = frozenset(name for name, params in METHODS.items() if params is A2AParams)
 """The A2A method names (§4.8.2); AOS uses the A2A method name itself."""
+
+OTHER_METHOD = "other"
+""":func:`known_method`'s word for a method AOS does not have."""
+
+
+def known_method(method: str) -> str:
+    """``method`` if it is an AOS method, else ``"other"``: what spans, metrics and logs may say of a step's
+    kind or a request's method.
+
+    A method is not always agentguard's choice: any client of the reference guardian writes the one it sends,
+    ``steps.A2A(a2a_method=...)`` is a ``Literal`` only to the type checker, and a host relaying a peer's
+    message passes the method the peer wrote. Recorded as it came, each new name was a new span name and a
+    new series of every metric (unbounded cardinality), and whatever text it held left the process with
+    content capture off.
+    """
+    return method if method in METHODS else OTHER_METHOD

@@ -14,6 +14,13 @@ Checked: ``type`` (one or a list; ``integer`` accepts ``1.0``, booleans are not 
 local ``$ref`` (``#/$defs/...``). ``format`` is an annotation, as JSON Schema 2020-12 says by default.
 
 A value that fails yields messages such as ``order_id: expected a string, got the number 5``.
+
+What a message quotes of the value was written by whoever wrote the value -- for a tool's arguments, often
+the model -- and the message becomes a recorded reason (decisions, telemetry, with content capture off) as
+well as the caller's error. So a member name of the value is quoted as ``repr`` does (control characters and
+lone surrogates escaped) and cut to 40 characters, like a string value; a number to 40 characters; a path to
+its last 200. A result's check (the output phase) quotes none of it: a result that fails is withheld, and its
+member names and values are that result.
 """
 
 from __future__ import annotations
@@ -63,10 +70,42 @@ _COUNTS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "m
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _MAX_REF_DEPTH = 64
 _MAX_MESSAGES = 3
+_MAX_QUOTED = 40
+_MAX_PATH = 200
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_$-]{1,40}")
 
 
 def _describe(value: object) -> str:
+    """``value`` as a message shows it (a string cut to 40 characters, a number too)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"the number {_cut(repr(value))}"
     return describe_value(value, json_terms=True)
+
+
+def _kind(value: object) -> str:
+    """What ``value`` is, without any of it: how the check of a withheld result names a value."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return describe_value(value, json_terms=True)  # null, an object, an array: no content
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _MAX_QUOTED else text[: _MAX_QUOTED - 3] + "..."
+
+
+def _quoted(name: str) -> str:
+    """A member name of the value, quoted as ``repr`` does (escaped: a NUL, a newline or a lone surrogate
+    would reach a log or fail an OTLP export) and cut to 40 characters: a model may invent one of megabytes."""
+    return repr(_cut(name))
+
+
+def _member(name: str) -> str:
+    """A member name of the value as a path step: as it is when plain (``order_id``), else :func:`_quoted`."""
+    return name if _PLAIN_NAME.fullmatch(name) else _quoted(name)
 
 
 def _is_type(name: str, value: object) -> bool:
@@ -97,20 +136,35 @@ def _equal(a: object, b: object) -> bool:
 
 
 def _where(path: str) -> str:
+    """Where a message is about; the last 200 characters of a deep path (each of its steps is bounded, not
+    their number)."""
+    if len(path) > _MAX_PATH:
+        return "..." + path[3 - _MAX_PATH :]
     return path or "value"
 
 
 def _child(path: str, key: str | int) -> str:
+    """The path of a member or item of the value at ``path``; ``key`` is a path step already (:func:`_member`)."""
     if isinstance(key, int):
         return f"{path}[{key}]"
     return f"{path}.{key}" if path else key
 
 
 class _Validator:
-    """Validates values against one root schema (the document ``$ref`` pointers resolve in)."""
+    """Validates values against one root schema (the document ``$ref`` pointers resolve in).
 
-    def __init__(self, root: Mapping[str, Any]) -> None:
+    ``values``: whether messages may quote the value (its strings, numbers and member names, bounded); false
+    for a result, which is withheld when it fails.
+    """
+
+    def __init__(self, root: Mapping[str, Any], values: bool = True) -> None:
         self.root = root
+        self.values = values
+        self._describe = _describe if values else _kind
+
+    def member(self, name: str) -> str:
+        """A member name the schema does not declare, as a path step (the value's writer chose it)."""
+        return _member(name) if self.values else "(a member)"
 
     def errors(self, schema: object, value: object, path: str, depth: int = 0) -> Iterator[str]:
         if schema is False:
@@ -126,9 +180,9 @@ class _Validator:
         yield from self._type(schema, value, path)
         if "enum" in schema and not any(_equal(value, option) for option in schema["enum"]):
             options = ", ".join(json.dumps(o) for o in schema["enum"][:8])
-            yield f"{_where(path)}: {_describe(value)} is not one of {options}"
+            yield f"{_where(path)}: {self._describe(value)} is not one of {options}"
         if "const" in schema and not _equal(value, schema["const"]):
-            yield f"{_where(path)}: must be {json.dumps(schema['const'])}, got {_describe(value)}"
+            yield f"{_where(path)}: must be {json.dumps(schema['const'])}, got {self._describe(value)}"
         if isinstance(value, str):
             yield from self._string(schema, value, path)
         elif isinstance(value, int | float) and not isinstance(value, bool):
@@ -156,7 +210,7 @@ class _Validator:
         if not any(_is_type(name, value) for name in names):
             expected = " or ".join(names)
             article = "an" if expected[0] in "aeiou" else "a"
-            yield f"{_where(path)}: expected {article} {expected}, got {_describe(value)}"
+            yield f"{_where(path)}: expected {article} {expected}, got {self._describe(value)}"
 
     def _string(self, schema: Mapping[str, Any], value: str, path: str) -> Iterator[str]:
         if "minLength" in schema and len(value) < schema["minLength"]:
@@ -164,7 +218,7 @@ class _Validator:
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             yield f"{_where(path)}: longer than {schema['maxLength']} characters"
         if "pattern" in schema and re.search(schema["pattern"], value) is None:
-            yield f"{_where(path)}: {_describe(value)} does not match the pattern {schema['pattern']!r}"
+            yield f"{_where(path)}: {self._describe(value)} does not match the pattern {schema['pattern']!r}"
 
     def _number(self, schema: Mapping[str, Any], value: float, path: str) -> Iterator[str]:
         checks: tuple[tuple[str, Callable[[float], bool], str], ...] = (
@@ -175,11 +229,11 @@ class _Validator:
         )
         for keyword, holds, failure in checks:
             if keyword in schema and not holds(schema[keyword]):
-                yield f"{_where(path)}: {value!r} is {failure} {schema[keyword]!r}"
+                yield f"{_where(path)}: {self._describe(value)} is {failure} {schema[keyword]!r}"
         if "multipleOf" in schema:
             quotient = value / schema["multipleOf"]
             if not math.isclose(quotient, round(quotient), rel_tol=0, abs_tol=1e-9):
-                yield f"{_where(path)}: {value!r} is not a multiple of {schema['multipleOf']!r}"
+                yield f"{_where(path)}: {self._describe(value)} is not a multiple of {schema['multipleOf']!r}"
 
     def _object(
         self, schema: Mapping[str, Any], value: Mapping[str, Any], path: str, depth: int
@@ -193,9 +247,10 @@ class _Validator:
             if key in properties:
                 yield from self.errors(properties[key], item, _child(path, key), depth)
             elif additional is False:
-                yield f"{_where(path)}: unexpected member {key!r}"
+                named = f" {_quoted(key)}" if self.values else ""
+                yield f"{_where(path)}: unexpected member{named}"
             else:
-                yield from self.errors(additional, item, _child(path, key), depth)
+                yield from self.errors(additional, item, _child(path, self.member(key)), depth)
         if "minProperties" in schema and len(value) < schema["minProperties"]:
             yield f"{_where(path)}: fewer than {schema['minProperties']} members"
         if "maxProperties" in schema and len(value) > schema["maxProperties"]:
@@ -222,13 +277,13 @@ class _Validator:
         for subschema in schema.get("allOf", ()):
             yield from self.errors(subschema, value, path, depth)
         if "anyOf" in schema and not any(self._valid(s, value, depth) for s in schema["anyOf"]):
-            yield f"{_where(path)}: {_describe(value)} matches none of the allowed schemas (anyOf)"
+            yield f"{_where(path)}: {self._describe(value)} matches none of the allowed schemas (anyOf)"
         if "oneOf" in schema:
             matching = sum(1 for s in schema["oneOf"] if self._valid(s, value, depth))
             if matching != 1:
-                yield f"{_where(path)}: {_describe(value)} matches {matching} of the oneOf schemas, not exactly 1"
+                yield f"{_where(path)}: {self._describe(value)} matches {matching} of the oneOf schemas, not exactly 1"
         if "not" in schema and self._valid(schema["not"], value, depth):
-            yield f"{_where(path)}: {_describe(value)} matches a schema it must not match (not)"
+            yield f"{_where(path)}: {self._describe(value)} matches a schema it must not match (not)"
 
     def _valid(self, schema: object, value: object, depth: int) -> bool:
         return next(self.errors(schema, value, "", depth), None) is None
@@ -327,16 +382,20 @@ class Schema(abc.ABC):
     """Something a JSON value can be checked against; :meth:`check` never raises."""
 
     @abc.abstractmethod
-    def errors(self, value: object) -> list[str]:
-        """Every reason ``value`` does not match, each prefixed with where in the value it is."""
+    def errors(self, value: object, *, values: bool = True) -> list[str]:
+        """Every reason ``value`` does not match, each prefixed with where in the value it is.
+
+        ``values``: whether a reason may quote the value (bounded and escaped); false for a withheld result.
+        """
 
     @abc.abstractmethod
     def json_schema(self) -> dict[str, Any]:
         """The equivalent JSON Schema (for ACP manifests and documentation)."""
 
-    def check(self, value: object, what: str) -> CheckResult:
-        """A :class:`CheckResult` naming ``what`` was checked and, on failure, the first few reasons."""
-        errors = self.errors(value)
+    def check(self, value: object, what: str, *, values: bool = True) -> CheckResult:
+        """A :class:`CheckResult` naming ``what`` was checked and, on failure, the first few reasons
+        (``values``: see :meth:`errors`)."""
+        errors = self.errors(value, values=values)
         if not errors:
             return CheckResult(True, f"schema check of {what} passed")
         shown = "; ".join(errors[:_MAX_MESSAGES])
@@ -350,8 +409,8 @@ class JSONSchema(Schema):
 
     schema: Mapping[str, Any]
 
-    def errors(self, value: object) -> list[str]:
-        return list(_Validator(self.schema).errors(self.schema, value, ""))
+    def errors(self, value: object, *, values: bool = True) -> list[str]:
+        return list(_Validator(self.schema, values).errors(self.schema, value, ""))
 
     def json_schema(self) -> dict[str, Any]:
         return dict(self.schema)
@@ -370,19 +429,21 @@ class ArgumentsSchema(Schema):
     required: frozenset[str] = field(default_factory=frozenset)
     additional: bool = False
 
-    def errors(self, value: object) -> list[str]:
+    def errors(self, value: object, *, values: bool = True) -> list[str]:
         if not isinstance(value, Mapping):
-            return [f"value: expected an object of named values, got {_describe(value)}"]
+            got = _describe(value) if values else _kind(value)
+            return [f"value: expected an object of named values, got {got}"]
         errors = [f"{name}: required, but missing" for name in sorted(self.required - value.keys())]
         for key, item in value.items():
             schema = self.properties.get(key)
             if schema is None:
                 if not self.additional:
+                    name = _member(key) if values else "a name"
                     errors.append(
-                        f"{key}: not a declared name (declared: {', '.join(self.properties) or 'none'})"
+                        f"{name}: not a declared name (declared: {', '.join(self.properties) or 'none'})"
                     )
                 continue
-            errors.extend(_Validator(schema).errors(schema, item, key))
+            errors.extend(_Validator(schema, values).errors(schema, item, key))
         return errors
 
     def json_schema(self) -> dict[str, Any]:
@@ -401,10 +462,11 @@ class OutputsSchema(Schema):
     name: str
     schema: Mapping[str, Any]
 
-    def errors(self, value: object) -> list[str]:
-        errors = list(_Validator(self.schema).errors(self.schema, value, ""))
+    def errors(self, value: object, *, values: bool = True) -> list[str]:
+        validator = _Validator(self.schema, values)
+        errors = list(validator.errors(self.schema, value, ""))
         if errors and isinstance(value, Mapping) and value.keys() == {self.name}:
-            return list(_Validator(self.schema).errors(self.schema, value[self.name], self.name))
+            return list(validator.errors(self.schema, value[self.name], self.name))
         return errors
 
     def json_schema(self) -> dict[str, Any]:
@@ -437,6 +499,9 @@ class SchemaRule:
         return Rule.SCHEMA
 
     def __call__(self, context: RuleContext) -> CheckResult:
+        """The check of the call's arguments, or of its result: that reason quotes nothing of the result, which
+        is withheld when it fails (a quoted value would reach the caller, often the model, all the same)."""
         if self.phase is Phase.INPUT:
             return self.schema.check(context.inputs, f"the arguments of {self.capability!r} ({self.origin})")
-        return self.schema.check(context.outputs, f"the result of {self.capability!r} ({self.origin})")
+        what = f"the result of {self.capability!r} ({self.origin})"
+        return self.schema.check(context.outputs, what, values=False)

@@ -34,12 +34,38 @@ from opentelemetry.trace import ProxyTracerProvider, Span, SpanKind, Status, Sta
 from opentelemetry.util.types import AttributeValue
 
 from agentguard._deadline import TooLarge
+from agentguard.aos import known_method, valid_utf8
 from agentguard.guardian._observe import RateLimitedLog
 
-__all__ = ["ClientSpan", "RequestTracing", "ServerSpan", "ServerTracing"]
+__all__ = ["MAX_RECORDED_ID", "ClientSpan", "RequestTracing", "ServerSpan", "ServerTracing"]
 
 _logger = logging.getLogger("agentguard.guardian")
 _failures = RateLimitedLog(_logger)
+
+MAX_RECORDED_ID = 128
+"""The most characters of a JSON-RPC request id a span records (``rpc.jsonrpc.request_id``); a longer one is
+recorded as its first ``MAX_RECORDED_ID`` characters and ``…``."""
+
+
+def _rpc_method(method: str) -> str:
+    """What a span may say of an AOS method (its name, ``rpc.method``): the method if AOS has it, else
+    ``other`` (:func:`~agentguard.aos.known_method`).
+
+    The method is its sender's to write: any client of the reference guardian, and for the client's own span
+    the peer whose A2A method a host relays. Recorded as it came, each new one was a new span name (unbounded
+    cardinality) and its text (a lone surrogate fails the whole OTLP batch) left the process.
+    """
+    return known_method(method)
+
+
+def _recorded_id(request_id: str | int) -> str:
+    """A request id as a span records it: valid UTF-8 and at most :data:`MAX_RECORDED_ID` characters (and the
+    ellipsis). Its sender chooses it, up to the guardian's whole body size (a megabyte), and it lands on every
+    span of the request, with content capture off."""
+    text = str(request_id)
+    if len(text) > MAX_RECORDED_ID:
+        text = text[:MAX_RECORDED_ID] + "\u2026"
+    return valid_utf8(text)
 
 
 def _shielded_failure(what: str) -> None:
@@ -132,6 +158,7 @@ class RequestTracing:
         """
         try:
             url = request.url
+            method = _rpc_method(method)
             attributes: dict[str, AttributeValue] = {
                 "rpc.system": "jsonrpc",
                 "rpc.method": method,
@@ -140,7 +167,7 @@ class RequestTracing:
                 "server.port": url.port or (443 if url.scheme == "https" else 80),
             }
             if request_id is not None:
-                attributes["rpc.jsonrpc.request_id"] = str(request_id)
+                attributes["rpc.jsonrpc.request_id"] = _recorded_id(request_id)
             span = self._tracer.start_span(method, kind=SpanKind.CLIENT, attributes=attributes)
         except Exception:
             _shielded_failure("client span")
@@ -159,7 +186,8 @@ class ServerSpan(_Traced):
     __slots__ = ()
 
     def describe(self, body: bytes) -> None:
-        """Name the span after the AOS method in ``body`` (read again only when the span is recorded)."""
+        """Name the span after the AOS method in ``body`` (read again only when the span is recorded): ``aos
+        {method}`` for a method AOS has, ``aos other`` for any other (:func:`_rpc_method`)."""
         span = self.span
         if span is None:
             return
@@ -172,12 +200,12 @@ class ServerSpan(_Traced):
                 return
             if not isinstance(payload, dict) or not isinstance(payload.get("method"), str):
                 return  # a batch or an invalid request: the dispatcher answers it; the span stays "aos"
-            method = payload["method"]
+            method = _rpc_method(payload["method"])
             span.update_name(f"aos {method}")
             span.set_attribute("rpc.method", method)
             request_id = payload.get("id")
             if isinstance(request_id, str | int) and not isinstance(request_id, bool):
-                span.set_attribute("rpc.jsonrpc.request_id", str(request_id))
+                span.set_attribute("rpc.jsonrpc.request_id", _recorded_id(request_id))
         except Exception:
             _shielded_failure("server span name")
 

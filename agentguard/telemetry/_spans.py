@@ -24,7 +24,9 @@ from typing import Any
 
 from opentelemetry.util.types import AttributeValue
 
-from agentguard.aos import A2A_METHODS, METHODS
+from agentguard.aos import A2A_METHODS
+from agentguard.aos import known_method as step_kind
+from agentguard.aos import valid_utf8 as utf8
 from agentguard.errors import Rule
 from agentguard.record import CallRecord, Decision, EngagementState, Outcome, StepRecord
 
@@ -49,7 +51,6 @@ __all__ = [
 
 TOOL_STEP = "steps/toolCallRequest"
 DECISION_EVENT = "agentguard.decision"
-OTHER_KIND = "other"
 
 UNKNOWN_TOOL = "_unknown"
 """What spans say of a tool (``gen_ai.tool.name``, the span's name) until a capability of the spec allows it.
@@ -71,17 +72,6 @@ _TARGETS = {
     "protocols/MCP": "mcp_message",
 }
 _MESSAGE_TARGETS = {"user": "llm_input", "agent": "llm_output"}
-
-
-def step_kind(kind: str) -> str:
-    """``kind`` if it is an AOS method, else ``"other"``: what spans and metrics may say of a step's kind.
-
-    A step's kind is not always agentguard's choice: ``steps.A2A(a2a_method=...)`` is a ``Literal`` only to
-    the type checker, and a host relaying a peer's message passes the method the peer wrote. Recorded as
-    is, each new name was a new span name and a new series of every metric (unbounded cardinality), and
-    whatever text the peer put there left the process with content capture off.
-    """
-    return kind if kind in METHODS else OTHER_KIND
 
 
 def names_tool(decision: Decision) -> bool:
@@ -209,21 +199,6 @@ def guardrail_decision(step: StepRecord, blocked: Decision | None) -> tuple[str,
 
 def _text(value: Any) -> str:
     return utf8(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str))
-
-
-def utf8(text: str) -> str:
-    """``text`` with each lone surrogate (what JSON's ``"\\ud800"`` reads as) made U+FFFD.
-
-    The OTLP exporter cannot encode one: in an attribute it drops the attribute, in a span's name or status
-    it fails the whole batch, so that one call id or guardian message a model or peer wrote could keep every
-    other span of the batch (the record of what it did) from the collector."""
-    if text.isascii():
-        return text
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text
 
 
 def clean(attributes: dict[str, AttributeValue]) -> dict[str, AttributeValue]:

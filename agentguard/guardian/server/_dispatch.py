@@ -9,6 +9,7 @@ layer around it only checks headers and limits. What it guarantees, for any byte
 - a value that is not a request object, or an empty batch -> ``-32600``;
 - a method AOS does not have -> ``-32601``; params that do not fit it -> ``-32602`` naming each field;
 - anything that goes wrong while deciding -> ``-32603`` (logged here; no detail leaves the server);
+- what the client wrote (an id, an unknown method) is logged bounded and escaped (:func:`._logged.logged`);
 - a notification (a valid request without ``id``) is decided and logged but never answered, even when
   it fails; a batch is answered by an array of the non-notification answers, or by nothing at all.
 
@@ -42,6 +43,7 @@ from agentguard.aos import (
 )
 
 from ._json import encode_json
+from ._logged import logged
 from ._rules import UNESCAPED_JSON, GuardianRules
 
 __all__ = ["Dispatcher", "error_body"]
@@ -100,8 +102,10 @@ class Dispatcher:
             wire = normalize_request(obj)
             request = parse_request(wire)
         except AOSRequestError as error:
-            # Debug only: the client is told why, and a flood of bad requests must not flood the log.
-            logger.debug("refused request (%s): %s", int(error.code), error.message)
+            # Debug only: the client is told why, and a flood of bad requests must not flood the log. The
+            # message may quote the client's method or member names: shown bounded, escaped.
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("refused request (%s): %s", int(error.code), logged(error.message))
             # A valid request without an id is a notification: never answered. An invalid one is answered.
             notification = isinstance(obj, dict) and "id" not in obj
             if notification and not isinstance(error, InvalidRequestError):
@@ -110,7 +114,7 @@ class Dispatcher:
         try:
             return self._answer(request, wire, unescaped)
         except Exception:
-            logger.exception("internal error while answering %s %r", request.method, request.id)
+            logger.exception("internal error while answering %s %s", request.method, logged(request.id))
             if request.id is None:
                 return None
             return _encode(_error(request.id, ErrorCode.INTERNAL_ERROR, "Internal error"))
@@ -118,7 +122,9 @@ class Dispatcher:
     def _answer(self, request: AOSRequest, wire: JSONObject, unescaped: bool) -> bytes | None:
         result = self._result(request, wire, unescaped)
         if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("%s %r decided: %s", request.method, request.id, result.decode("ascii"))
+            logger.debug(
+                "%s %s decided: %s", request.method, logged(request.id), logged(result.decode("ascii"))
+            )
         if request.id is None:
             return None
         # The envelope is written directly: its members are fixed and the result is JSON text already.

@@ -82,6 +82,7 @@ from agentguard.guardian._observe import RateLimitedLog
 from agentguard.spec import YamlDocument, dotted, in_file_order, locate, read_yaml, validation_reason
 
 from ._json import encode_json
+from ._logged import logged
 
 
 def _unchecked(variables: Mapping[str, Any], *, representable: Iterable[str] = ()) -> Mapping[str, Any]:
@@ -241,7 +242,10 @@ class GuardianRules:
             outcome.data.get("ruleErrors") if isinstance(outcome, AOSSuccessResult) and outcome.data else None
         )
         if failed:
-            self._failures.warning("guardian rules failed on a %s request: %s", request.method, failed)
+            # An error's text may carry the request's member names (an invalid modified request's path).
+            self._failures.warning(
+                "guardian rules failed on a %s request: %s", request.method, logged(failed)
+            )
         return outcome
 
     def _decide(self, request: AOSRequest, wire: JSONObject) -> AOSSuccessResult | _Settled:
@@ -299,7 +303,8 @@ def _evaluate(program: CelProgram, variables: Mapping[str, Any], field: str) -> 
     try:
         return program.evaluate(variables)
     except Exception as error:
-        logger.debug("guardian rule expression %s raised %s", field, error)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("guardian rule expression %s raised %s", field, logged(str(error)))
         raise _RuleError(field, f"evaluation error ({type(error).__name__})") from None
 
 
