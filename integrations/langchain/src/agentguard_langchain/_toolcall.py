@@ -284,15 +284,29 @@ class ToolCallTranslation(Scope):
             result = self.stored.get() if self.stored is not None else None
             if result is not None:  # the tool ran on another worker before the run paused
                 return self.accept(result, stored=True)
+            if self._writes is None:  # the run does not stream "custom": nothing to hold
+                return self.accept(self._returned(handler, inputs))
             with self._holding_writes():
-                returned: object
-                try:
-                    returned = handler(self._request(inputs))
-                except ParentCommand as raised:
-                    returned = _raised_command(raised)
-                return self.accept(returned)
+                return self.accept(self._returned(handler, inputs))
 
         return run
+
+    def _returned(
+        self, handler: Callable[[ToolCallRequest], ToolResult], inputs: Mapping[str, Any]
+    ) -> object:
+        """What the tool's run gave: its result, or the ``Command`` it raised for the parent graph."""
+        try:
+            return handler(self._request(inputs))
+        except ParentCommand as raised:
+            return _raised_command(raised)
+
+    async def _areturned(
+        self, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]], inputs: Mapping[str, Any]
+    ) -> object:
+        try:
+            return await handler(self._request(inputs))
+        except ParentCommand as raised:
+            return _raised_command(raised)
 
     def arunner(
         self, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]
@@ -302,13 +316,10 @@ class ToolCallTranslation(Scope):
             result = await self.stored.aget() if self.stored is not None else None
             if result is not None:
                 return self.accept(result, stored=True)
+            if self._writes is None:
+                return self.accept(await self._areturned(handler, inputs))
             with self._holding_writes():
-                returned: object
-                try:
-                    returned = await handler(self._request(inputs))
-                except ParentCommand as raised:
-                    returned = _raised_command(raised)
-                return self.accept(returned)
+                return self.accept(await self._areturned(handler, inputs))
 
         return run
 
@@ -452,8 +463,11 @@ class ToolCallTranslation(Scope):
         held = self._pop()
         if held is None:
             return ToolMessage(content=encode_output(output), name=self.name, tool_call_id=self.call_id or "")
-        message = held.result if output is held.output else with_output(held.result, output)
-        self._let_out = message if _same(output, held.output) else None
+        # The pipeline gives back a copy of what it checked (decision 22): the tool's own message stands for
+        # it when the two read alike, and only a replaced output is a message of its own (encoded anew).
+        same = _same(output, held.output)
+        message = held.result if same else with_output(held.result, output)
+        self._let_out = message if same else None
         return message
 
     def fail(self, exc: Exception, on_denied: OnDenied) -> ToolMessage | Exception:
