@@ -521,6 +521,9 @@ class Guard:
         any process opened (one round trip: use :meth:`aengagement` under asyncio). ``user`` and
         ``metadata`` are kept when the engagement is created; continuing someone else's engagement raises.
 
+        ``engagement_id`` may not be empty (``""`` raises :class:`~agentguard.ConfigurationError`: it is not
+        "no id", which is ``None``).
+
         Raises :class:`~agentguard.ConfigurationError` listing every :meth:`missing_configuration` piece,
         :class:`~agentguard.StoreUnavailable` when a shared store cannot answer, or its record of the
         engagement is malformed.
@@ -557,6 +560,12 @@ class Guard:
         self, user: User | None, engagement_id: str | None, metadata: Mapping[str, Any] | None
     ) -> tuple[EngagementState, MemoryStore | Journal]:
         self._check_configuration()
+        if engagement_id is not None and (not isinstance(engagement_id, str) or not engagement_id):
+            # "" is not "no id": each open of it would be a fresh engagement (loop count, history gone), as
+            # when a host's missing conversation id defaults to "". None asks for a new id.
+            raise ConfigurationError(
+                f"engagement_id must be a non-empty string or None (a new engagement), not {engagement_id!r:.80}"
+            )
         store = self.store
         if engagement_id is None and not isinstance(store, MemoryStore):
             engagement_id = secrets.token_hex(16)  # unique across processes, not only in this one

@@ -34,7 +34,7 @@ from agentguard.pipeline._effects import (
     T,
 )
 from agentguard.policy._identity import Credentials, reset_credentials, set_credentials
-from agentguard.record import Appended, EngagementState, Journal, Pipelined, Snapshot
+from agentguard.record import Appended, EngagementState, EventRefused, Journal, Pipelined, Snapshot
 
 __all__ = ["call_async", "call_sync", "run_async", "run_in_daemon_thread", "run_sync"]
 
@@ -171,8 +171,11 @@ def _perform_sync(effect: Effect) -> Any:
     if isinstance(effect, Commit):
         return _commit(effect)
     if isinstance(effect, Claim):
-        journal = _journal(effect.state)
-        return journal.claim(effect.state.id, effect.key, effect.owner)
+        state = effect.state
+        try:
+            return _journal(state).claim(state.id, effect.key, effect.owner, since=state.version)
+        except KeyError:
+            raise _expired(state) from None
     raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover - exhaustive over Effect
 
 
@@ -219,8 +222,11 @@ async def _perform_async(effect: Effect) -> Any:
     if isinstance(effect, Commit):
         return await _acommit(effect)
     if isinstance(effect, Claim):
-        journal = _journal(effect.state)
-        return await journal.aclaim(effect.state.id, effect.key, effect.owner)
+        state = effect.state
+        try:
+            return await _journal(state).aclaim(state.id, effect.key, effect.owner, since=state.version)
+        except KeyError:
+            raise _expired(state) from None
     raise TypeError(f"unknown effect {effect!r}")  # pragma: no cover - exhaustive over Effect
 
 
@@ -278,6 +284,9 @@ def _commit(effect: Commit) -> bool:
             snapshot = journal.load(state.id) if appended.gap else None
         except KeyError:
             raise _expired(state) from None
+        except EventRefused as exc:
+            state.refuse(exc.positions)
+            raise
         return _settled(state, len(events), appended, snapshot)
 
 
@@ -305,6 +314,9 @@ async def _acommit(effect: Commit) -> bool:
             snapshot = await journal.aload(state.id) if appended.gap else None
         except KeyError:
             raise _expired(state) from None
+        except EventRefused as exc:
+            state.refuse(exc.positions)
+            raise
         return _settled(state, len(events), appended, snapshot)
 
 
@@ -323,7 +335,9 @@ def _pipelined(journal: Journal) -> bool:
 def _confirm(state: EngagementState, journal: Journal) -> None:
     """Read the answer to the record's posted append, if any, and apply it. A failure fails the step that
     reads it, as any append's would: the posted events are still first in the outbox and go with the next
-    append (an event that did land after all is applied once)."""
+    append (an event that did land after all is applied once) -- but for events the store refused for good,
+    which are replaced there (:meth:`~agentguard.record.EngagementState.refuse`), so that only this step
+    fails, not every later one."""
     posted = state.posted
     if posted is None:
         return
@@ -334,6 +348,9 @@ def _confirm(state: EngagementState, journal: Journal) -> None:
         snapshot = journal.load(state.id) if appended.gap else None
     except KeyError:
         raise _expired(state) from None
+    except EventRefused as exc:
+        state.refuse(exc.positions)
+        raise
     _settled(state, sent, appended, snapshot)
 
 
@@ -348,6 +365,9 @@ async def _aconfirm(state: EngagementState, journal: Journal) -> None:
         snapshot = await journal.aload(state.id) if appended.gap else None
     except KeyError:
         raise _expired(state) from None
+    except EventRefused as exc:
+        state.refuse(exc.positions)
+        raise
     _settled(state, sent, appended, snapshot)
 
 

@@ -13,6 +13,11 @@ Only records with a journal come here: the default, in-process record pays nothi
 - A store that cannot answer follows its ``on_failure``: ``deny`` refuses the step (a recorded
   :class:`~agentguard.errors.StoreDenied`; an output already produced is withheld), ``allow`` records a
   warning and carries on with this process's copy, sending what the store missed with the next append.
+- Events the store refuses for good (:class:`~agentguard.record.EventRefused`: larger than it takes) deny
+  the step whatever ``on_failure`` says (a bound was hit); the record has replaced them in its outbox, so
+  the steps after it are appended as usual.
+- Resuming a paused review is claimed in the store (:func:`claim_resume`) with the version the record holds:
+  a record of an engagement that expired and was opened anew is refused, not let win the new one's claims.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from agentguard.errors import Phase, PolicyViolation, ReviewDenied, Rule, StoreD
 from agentguard.pipeline._checks import deny
 from agentguard.pipeline._effects import Claim, Commit, Flow, T
 from agentguard.pipeline._runtime import Runtime
-from agentguard.record import CallRecord, Decision, EngagementState, Outcome, StepRecord
+from agentguard.record import CallRecord, Decision, EngagementState, EventRefused, Outcome, StepRecord
 
 __all__ = ["begin_shared", "claim_resume", "commit", "flush_flow", "flushed", "shared"]
 
@@ -50,7 +55,8 @@ def commit(
         return appended
     except StoreUnavailable as exc:
         journal = state.journal
-        if journal is not None and journal.on_failure == "allow":
+        # Events the store refused for good (too large) are a bound hit, not a store down: always denied.
+        if journal is not None and journal.on_failure == "allow" and not isinstance(exc, EventRefused):
             reason = f"the engagement store failed ({exc}); carrying on with this process's record (on_failure: allow)"
             ctx.decide(state, step, Decision(Rule.STORE, Outcome.WARN, phase, reason, name))
             return True

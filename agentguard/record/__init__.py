@@ -16,6 +16,7 @@ Example::
 
 from agentguard.record._journal import (
     Appended,
+    EventRefused,
     Journal,
     Pipelined,
     Posted,
@@ -61,6 +62,7 @@ __all__ = [
     "DirectCallRecord",
     "EngagementState",
     "EngagementStatus",
+    "EventRefused",
     "Journal",
     "LoopDetector",
     "Outcome",

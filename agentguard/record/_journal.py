@@ -25,6 +25,14 @@ never both pass a short-circuit or a count assertion. Every other event is appen
 before (it records what happened; there is nothing left to check), in the same round trip as the events it
 missed.
 
+**Refused for good.** A store may refuse an event it will never accept whatever is retried (larger than it
+takes): it raises :class:`EventRefused` naming the events, having sent nothing. The record then replaces
+them in its outbox (:meth:`~agentguard.record.EngagementState.refuse`) -- a call's ``b`` becomes its ``a``
+(the attempt still counts for loop detection, the call does not), a ``c`` keeps the call's end without its
+output -- and the step is denied whatever the store's ``on_failure``; later steps are appended as usual.
+Left in the outbox, the event would be sent again, and refused again, by every later step of the
+engagement in that process: one oversized tool output would deny them all.
+
 A store implements :class:`Journal`: four methods, each with an ``a``-prefixed async twin, each one round
 trip. A store that can send a command without waiting for its answer also implements :class:`Pipelined`:
 then the events a guarded call ends with are *posted* -- sent before its output is handed on, their answer
@@ -46,9 +54,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from agentguard.errors import StoreUnavailable
+
 __all__ = [
     "Appended",
     "Event",
+    "EventRefused",
     "Journal",
     "Pipelined",
     "Posted",
@@ -95,6 +106,18 @@ class Appended:
     gap: bool = False
 
 
+class EventRefused(StoreUnavailable):
+    """The store refused events it will never accept (too large), and sent nothing: sending them again is
+    of no use. ``positions`` are their indices in the events given to the append (or post) that raised.
+
+    Distinct from a store that cannot answer now, whose events go again with the next append: these are
+    taken out of the record's outbox (see the module's docstring), or they would refuse every later step."""
+
+    def __init__(self, message: str, positions: Sequence[int]) -> None:
+        super().__init__(message)
+        self.positions = tuple(positions)
+
+
 @runtime_checkable
 class Journal(Protocol):
     """Where shared Engagement records live. Every method is one round trip; each raises
@@ -124,9 +147,12 @@ class Journal(Protocol):
         log is still at ``since``. Raises :class:`KeyError` when the engagement does not exist (expired)."""
         ...
 
-    def claim(self, engagement_id: str, key: str, owner: str) -> str:
+    def claim(self, engagement_id: str, key: str, owner: str, *, since: int) -> str:
         """Claim ``key`` for ``owner`` once and for all; returns the owner that holds it (``owner`` when this
-        call won). For what must happen exactly once across processes: resuming a paused review."""
+        call won). For what must happen exactly once across processes: resuming a paused review. ``since``
+        is the version the caller holds: as :meth:`append`, raises :class:`KeyError` when the engagement
+        does not exist, or is not the one that version is of (it expired and was opened anew: a claim won
+        in the new record's empty claims would resume a review the earlier one already resumed)."""
         ...
 
     async def aopen(self, engagement_id: str, meta: Mapping[str, Any]) -> Snapshot: ...
@@ -137,7 +163,7 @@ class Journal(Protocol):
         self, engagement_id: str, since: int, events: Sequence[str], total: int, *, exclusive: bool
     ) -> Appended: ...
 
-    async def aclaim(self, engagement_id: str, key: str, owner: str) -> str: ...
+    async def aclaim(self, engagement_id: str, key: str, owner: str, *, since: int) -> str: ...
 
 
 class Posted(Protocol):
@@ -237,8 +263,13 @@ def encode_event(event: Event) -> str:
 
 
 def decode_event(text: str | bytes) -> Event:
-    """An event as :func:`encode_event` wrote it. Raises :class:`ValueError` on anything else."""
-    event = untag(json.loads(text))
+    """An event as :func:`encode_event` wrote it. Raises :class:`ValueError` on anything else (also on one
+    nested too deep to decode, which another program may have written: a :class:`RecursionError` would
+    escape the store's failure handling)."""
+    try:
+        event = untag(json.loads(text))
+    except RecursionError:  # nested deeper than Python recurses: not what encode_event writes for a record
+        raise ValueError(f"not a journal event (nested too deep): {str(text)[:80]!r}") from None
     if type(event) is not list or not event or type(event[0]) is not str:
         raise ValueError(f"not a journal event: {str(text)[:80]!r}")
     return event

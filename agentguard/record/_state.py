@@ -54,6 +54,12 @@ from agentguard.record._view import QuickCheck, ViewPlan
 
 __all__ = ["EngagementState"]
 
+_SHORT_REASON = 500
+"""How much of a reason an ``r`` or ``s`` event the store refused as too large keeps (:meth:`refuse`)."""
+
+_REFUSED_OUTPUT = "its output was larger than the engagement store takes: not kept in the store"
+"""The error a ``c`` event the store refused as too large is sent again with, its output left out."""
+
 
 class EngagementState:
     """The Engagement record of one conversation with an agent, and its CEL view.
@@ -71,7 +77,10 @@ class EngagementState:
         metadata: Mapping[str, Any] | None = None,
         loop_window: int = 300,
     ) -> None:
-        self.id = engagement_id or new_id()
+        if engagement_id == "":
+            # Not "no id": every open of "" would be a fresh engagement, its loop count and history gone.
+            raise ValueError("engagement_id may not be empty (None: a new engagement of its own id)")
+        self.id = new_id() if engagement_id is None else engagement_id
         self.user = user
         self.started_at = started_at or datetime.now(UTC)
         self.metadata: dict[str, Any] = dict(metadata or {})
@@ -115,6 +124,7 @@ class EngagementState:
             tuple[int, CallRecord]
         ] = []  # (position in the outbox, call) of unsent ``b`` events
         self._forced: set[int] = set()  # ids of unsent calls that ran anyway (the store's on_failure: allow)
+        self._voided: set[str] = set()  # tokens of calls whose ``b`` the store refused for good (refuse)
         self._by_token: dict[str, CallRecord] = {}
         # A posted append (Pipelined.post): the outbox's first ``n`` events were sent, their answer not read yet.
         self.posted: tuple[Posted, int] | None = None
@@ -671,26 +681,35 @@ class EngagementState:
     def reload(self, snapshot: Snapshot) -> None:
         """Rebuild the view from ``snapshot`` (this process missed more events than the store keeps).
 
-        Calls this process has in flight keep their objects (matched by token), so that finishing them
-        updates the rebuilt view; steps, turns and credentials are this process's own and stay.
+        Calls this process has in flight, or whose output is still under check, keep their objects
+        (matched by token), so that finishing them updates the rebuilt view; steps, turns and credentials are
+        this process's own and stay. What this process changed that the store does not have yet (its
+        outbox: calls begun in other threads meanwhile, refused attempts, a stop) is applied after the
+        snapshot, as the store will have it: left out, this copy would count fewer calls and attempts than
+        it made, or take up again an engagement it stopped.
         """
         with self._lock:
             reviving = {
-                token: record for token, record in self._by_token.items() if id(record) in self._in_flight
+                token: record
+                for token, record in self._by_token.items()
+                if id(record) in self._in_flight or record.checking is not UNCHECKED
             }
             self._recent.clear()
             self._names.clear()
             self._history.clear()
             self._history.update({"_list": self._names, "_total": 0})
             self._loop = LoopDetector(self._loop.window)
-            self.calls = [record for record in self.calls if id(record) in self._in_flight]
+            self.calls = []  # each comes back with its ``b`` (listed twice before)
             self.awaiting_review = {}
             self.status, self.status_reason = EngagementStatus.ACTIVE, None
             self._by_token = {}
             self._apply_all(snapshot.events, reviving)
-            self._by_token.update(reviving)  # in flight, not in the snapshot yet: still ours
+            self._apply_all(self._outbox, reviving)
+            for token, record in reviving.items():  # its ``b`` older than what the store keeps: still ours
+                self._by_token[token] = record
+                self.calls.append(record)
             self.version = snapshot.version
-            self._offset = snapshot.total - len(self._names)
+            self._offset = snapshot.total + sum(self._deltas) - len(self._names)
 
     def _emit(self, event: Event, total: int = 0) -> None:
         self._outbox.append(encode_event(event))
@@ -702,8 +721,48 @@ class EngagementState:
         self._deltas[position] = 0
 
     def _journal_rollback(self, record: CallRecord, reason: str, attempted: bool) -> None:
-        # Also when its ``b`` is unsent: an append that timed out may have landed, and is sent again.
-        self._emit(["r", record.token, reason, attempted], -1)
+        # Also when its ``b`` is unsent: an append that timed out may have landed, and is sent again. Not
+        # when the store refused its ``b`` for good (refuse): it never began there.
+        token = record.token
+        if token in self._voided:
+            self._voided.discard(token)
+            return
+        self._emit(["r", token, reason, attempted], -1)
+
+    def refuse(self, positions: Sequence[int]) -> None:
+        """The store refused the outbox's events at ``positions`` for good (too large: see
+        :class:`~agentguard.record.EventRefused`); each is replaced in place by what can be kept of it, so
+        that the next append goes through instead of being refused again, and again. Call with
+        :attr:`commit_lock` held (the outbox's positions are those of the append that was refused).
+
+        A call's ``b`` becomes its ``a``: the attempt counts for loop detection on every worker, the call
+        (being denied) does not count in ``history``; a call that ran anyway (``on_failure: allow``) keeps its
+        ``b`` without its inputs. A ``c`` keeps the call's end without its output (when it was withheld for
+        this, the withheld ``c`` follows); an ``r`` or an ``s`` keeps its meaning with its reason cut short;
+        anything else is nothing.
+        """
+        with self._lock:
+            for position in sorted(set(positions)):
+                if not 0 <= position < len(self._outbox):
+                    continue
+                event = decode_event(self._outbox[position])
+                kind, token = event[0], _begun(event)
+                if token is not None:
+                    record = self._by_token.get(token)
+                    if record is not None and id(record) in self._forced and event[5] is not None:
+                        self._outbox[position] = encode_event([*event[:5], None, event[6]])
+                        continue
+                    self._void(position, ["a", event[2]])
+                    self._unsent = [(p, r) for p, r in self._unsent if p != position]
+                    self._uncount_rollback(token)
+                    self._voided.add(token)
+                elif kind == "c" and len(event) == 5 and event[2] is not None:
+                    self._void(position, ["c", event[1], None, event[3], _REFUSED_OUTPUT])
+                elif kind in ("r", "s") and len(event) > 2 and _long_text(event[2]):
+                    event[2] = event[2][:_SHORT_REASON] + "..."
+                    self._outbox[position] = encode_event(event)  # its change to history._total stays
+                else:
+                    self._void(position, ["x"])
 
     def unsent(self, record: CallRecord) -> bool:
         """Whether ``record``'s ``b`` event is still waiting to be appended."""
@@ -819,7 +878,8 @@ class EngagementState:
             self._loop.attempt(str(event[1]))
         elif kind == "r" and len(event) == 4:
             target = self._call(event[1])
-            if target is not None:
+            # Once: an ``r`` sent again (its append timed out, yet landed) must not take back a second attempt.
+            if target is not None and target.status not in ("denied", "recheck"):
                 self._take_back(target, str(event[2]), bool(event[3]))
         elif kind == "c" and len(event) == 5:
             target = self._call(event[1])
@@ -907,6 +967,11 @@ def _iso_time(value: object) -> datetime | None:
     except ValueError:
         return None
     return at if at.tzinfo is not None else None
+
+
+def _long_text(value: object) -> bool:
+    """Whether ``value`` is a text :meth:`EngagementState.refuse` would cut short."""
+    return type(value) is str and len(value) > _SHORT_REASON
 
 
 def _begun(event: Event) -> str | None:

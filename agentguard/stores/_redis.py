@@ -71,9 +71,11 @@ the time to live happen with nothing in between, which is what makes the exclusi
 * ``claim`` is ``HSETNX`` then ``HGET`` on the claims hash, and refreshes the time to live. Claims are fields
   of one hash rather than a key each so that every refresh (open, append, claim) keeps them alive as long as
   the engagement: a claim key with its own time to live could expire under a long-lived engagement and let
-  a paused review be resumed twice. Claiming does not need the engagement to exist; when an engagement is
-  opened anew, the old claims go with its old log. While it exists, its meta hash counts the claims, and a
-  claims hash that does not hold that many (evicted under ``maxmemory``, deleted) is refused as not a
+  a paused review be resumed twice. Like ``append``, it raises :class:`KeyError` when the meta hash is
+  missing or of another life than the caller's version (``since``): a worker holding the earlier life would
+  otherwise win a claim in the new life's empty claims hash, and resume a review that was resumed already.
+  When an engagement is opened anew, the old claims go with its old log. Its meta hash counts the claims,
+  and a claims hash that does not hold that many (evicted under ``maxmemory``, deleted) is refused as not a
   journal's: a claim it lost would be won again.
 
 **Failures.** Every fault of the store becomes :class:`~agentguard.errors.StoreUnavailable`, naming the store
@@ -88,10 +90,14 @@ the time to live happen with nothing in between, which is what makes the exclusi
   version that is not a number, more events than versions): the store does not guess;
 * an event (or meta) larger than ``max_event_bytes``: it is not sent (it would sit in Redis for the time to
   live and be read by every worker that opens the engagement); a call whose inputs are that large is
-  denied, one whose output is, withheld.
+  denied, one whose output is, withheld. For an append this is :class:`~agentguard.record.EventRefused`
+  (naming the events), as is the server refusing an argument larger than its ``proto-max-bulk-len``
+  (512 MB by default; then the append's largest event is the one refused): sent again, they would be
+  refused again, so the record replaces them in its outbox and only that step is denied.
 
-The pipeline turns ``StoreUnavailable`` into a denial or a warning by ``on_failure``. :class:`KeyError` (no
-such engagement) is the only other exception, and only from ``append``.
+The pipeline turns ``StoreUnavailable`` into a denial or a warning by ``on_failure`` (``EventRefused``:
+always a denial). :class:`KeyError` (no such engagement, or not the caller's life) is the only other
+exception, and only from ``append`` and ``claim``.
 
 Reconnecting is redis-py's job: the pool notices a connection the server closed before it sends on it, so
 the first call after the server comes back works (for the async client, once its event loop has run since
@@ -142,6 +148,7 @@ from urllib.parse import quote, urlsplit
 
 from agentguard.errors import ConfigurationError, StoreUnavailable
 from agentguard.record import Appended, Posted, Snapshot, decode_event, encode_event
+from agentguard.record._journal import EventRefused
 
 _T = TypeVar("_T")
 _H = TypeVar("_H", "_Posted", "_APosted")
@@ -242,16 +249,19 @@ return {1, m[2], version, total, gap, missed}
 """
 )
 
-# ARGV: (unused), ttl_ms, key, owner
-# The meta hash counts the claims (when the engagement exists): a claims hash evicted or deleted would let a
-# paused review be resumed a second time.
+# ARGV: life, ttl_ms, key, owner
+# Reply: false when there is no such engagement (or not the life the caller saw), else the holder. The meta
+# hash counts the claims: a claims hash evicted or deleted would let a paused review be resumed a second time.
 _CLAIM = (
     """
-local counted = redis.call('HGET', KEYS[1], 'claims')
-if counted and tonumber(counted) ~= redis.call('HLEN', KEYS[3]) then
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local m = redis.call('HMGET', KEYS[1], 'life', 'claims')
+local counted = tonumber(m[2])
+if not m[1] or not counted or counted ~= redis.call('HLEN', KEYS[3]) then
   return redis.error_reply('agentguard: not a journal: ' .. KEYS[3])
 end
-if redis.call('HSETNX', KEYS[3], ARGV[3], ARGV[4]) == 1 and counted then
+if m[1] ~= ARGV[1] then return false end
+if redis.call('HSETNX', KEYS[3], ARGV[3], ARGV[4]) == 1 then
   redis.call('HINCRBY', KEYS[1], 'claims', 1)
 end
 local holder = redis.call('HGET', KEYS[3], ARGV[3])
@@ -267,6 +277,12 @@ _Arg = bytes | str | int
 
 _POSTED_MAX = 64
 """Posted appends whose answer waits unread, at most per client (each holds a connection)."""
+
+_EVENTS = 6
+"""The append script's first argument that is an event (``ARGV[7]`` in Lua)."""
+
+_BULK_FLOOR = 1024 * 1024
+"""The least ``proto-max-bulk-len`` Redis may be configured with: the largest argument every server takes."""
 
 _NO_ENGAGEMENT = 0
 _APPENDED = 1
@@ -379,8 +395,9 @@ def _appended(reply: object) -> Appended | None:
     )
 
 
-def _holder(reply: object) -> str:
-    return _text(reply)
+def _holder(reply: object) -> str | None:
+    """The claim's holder, ``None`` when the engagement does not exist (or is not the caller's life)."""
+    return None if reply is None or reply is False else _text(reply)
 
 
 # -- posted appends ------------------------------------------------------------------------------------
@@ -594,6 +611,7 @@ class RedisStore:
         self._where = where
         self._faults: tuple[type[BaseException], ...] = (redis.exceptions.RedisError, OSError)
         self._error_reply = redis.exceptions.ResponseError
+        self._connection_lost = (redis.exceptions.ConnectionError, ConnectionError)
         self._noscript = redis.exceptions.NoScriptError
         self._posted: dict[str, _Posted] = {}  # by engagement id, oldest first (see post)
         self._aposted: dict[str, _APosted] = {}
@@ -716,10 +734,12 @@ class RedisStore:
             raise ValueError(f"since must be a version (an integer >= 0), not {since!r}")
         life, n = divmod(since, _LIFE)
         args: list[_Arg] = [self._max, self._ttl, life, n, int(total), b"1" if exclusive else b"0"]
-        args += [
-            self._bounded("append", engagement_id, event.encode("utf-8", "surrogatepass")) for event in events
-        ]
-        return args
+        encoded = [event.encode("utf-8", "surrogatepass") for event in events]
+        refused = [index for index, data in enumerate(encoded) if len(data) > self.max_event_bytes]
+        if refused:
+            largest = max(len(encoded[index]) for index in refused)
+            raise EventRefused(self._too_large("append", engagement_id, largest), refused)
+        return args + encoded
 
     def _open_args(self, engagement_id: str, meta: Mapping[str, Any]) -> list[_Arg]:
         life = secrets.randbelow(_LIFE) + 1  # kept only if this open creates the record: see the docstring
@@ -731,14 +751,44 @@ class RedisStore:
         or output would sit in Redis for the time to live, and be read by every worker that opens the
         engagement) and the step fails as for a store that cannot record it."""
         if len(data) > self.max_event_bytes:
-            raise StoreUnavailable(
-                f"Redis store {self._where}: {operation} of engagement {engagement_id!r:.80} refused: an event "
-                f"of {len(data)} bytes is larger than max_event_bytes ({self.max_event_bytes})"
-            )
+            raise StoreUnavailable(self._too_large(operation, engagement_id, len(data)))
         return data
 
-    def _claim_args(self, key: str, owner: str) -> list[_Arg]:
-        return [b"", self._ttl, key.encode("utf-8", "surrogatepass"), owner.encode("utf-8", "surrogatepass")]
+    def _too_large(self, operation: str, engagement_id: str, size: int) -> str:
+        return (
+            f"Redis store {self._where}: {operation} of engagement {engagement_id!r:.80} refused: an event of "
+            f"{size} bytes is larger than max_event_bytes ({self.max_event_bytes})"
+        )
+
+    def _failed(
+        self, operation: str, engagement_id: str, exc: BaseException, args: list[_Arg]
+    ) -> StoreUnavailable:
+        """What a fault of the store is. The server refusing an argument larger than it takes (its
+        ``proto-max-bulk-len``, 512 MB by default, set lower than ``max_event_bytes``) refuses the append's
+        largest event for good (:class:`~agentguard.record.EventRefused`): sent again it would be refused
+        again, by every later step. The server answers that with an error and closes the connection, often
+        while the argument is still being written: so a connection lost during an append that carries an
+        event larger than the least ``proto-max-bulk-len`` Redis allows (1 MiB) counts as that refusal too
+        (were it a network fault after all, the step is denied either way, and the event is replaced in the
+        outbox by what can be kept of it). Anything else may be over next time."""
+        if operation == "append" and len(args) > _EVENTS:
+            sizes = [len(arg) if type(arg) is bytes else 0 for arg in args[_EVENTS:]]
+            largest = max(range(len(sizes)), key=sizes.__getitem__)
+            refused = (isinstance(exc, self._error_reply) and "invalid bulk length" in str(exc)) or (
+                isinstance(exc, self._connection_lost) and sizes[largest] > _BULK_FLOOR
+            )
+            if refused:
+                why = (
+                    f"{self._unavailable(operation, engagement_id, exc)} (an event of {sizes[largest]} bytes)"
+                )
+                return EventRefused(why, [largest])
+        return self._unavailable(operation, engagement_id, exc)
+
+    def _claim_args(self, since: int, key: str, owner: str) -> list[_Arg]:
+        if type(since) is not int or since < 0:
+            raise ValueError(f"since must be a version (an integer >= 0), not {since!r}")
+        life = since // _LIFE
+        return [life, self._ttl, key.encode("utf-8", "surrogatepass"), owner.encode("utf-8", "surrogatepass")]
 
     # Commands go straight onto a connection of the client's pool -- packed here, the answer read by redis-py's
     # parser -- not through ``Script.__call__``/``execute_command``: those add about 30 µs of CPU a command
@@ -825,7 +875,7 @@ class RedisStore:
         try:
             return self._receive(*self._send(script, engagement_id, args), script, engagement_id, args)
         except self._faults as exc:
-            raise self._unavailable(operation, engagement_id, exc) from exc
+            raise self._failed(operation, engagement_id, exc, args) from exc
 
     async def _arun(self, operation: str, engagement_id: str, script: int, args: list[_Arg]) -> Any:
         """:meth:`_run` with the async client."""
@@ -834,7 +884,7 @@ class RedisStore:
             pool, conn = await self._asend(script, engagement_id, args)
             return await self._areceive(pool, conn, script, engagement_id, args)
         except self._faults as exc:
-            raise self._unavailable(operation, engagement_id, exc) from exc
+            raise self._failed(operation, engagement_id, exc, args) from exc
 
     def _append_reply(self, engagement_id: str, reply: Any) -> Appended:
         """An append's answer; :class:`KeyError` when the engagement does not exist. After a gap the caller
@@ -898,7 +948,7 @@ class RedisStore:
         try:
             return self._append_reply(engagement_id, self._receive(pool, conn, 2, engagement_id, args)), None
         except self._faults as exc:
-            return None, self._unavailable("append", engagement_id, exc)
+            return None, self._failed("append", engagement_id, exc, args)
         except (StoreUnavailable, KeyError) as exc:
             return None, exc
 
@@ -908,7 +958,7 @@ class RedisStore:
             reply = await self._areceive(pool, conn, 2, engagement_id, args)
             return self._append_reply(engagement_id, reply), None
         except self._faults as exc:
-            return None, self._unavailable("append", engagement_id, exc)
+            return None, self._failed("append", engagement_id, exc, args)
         except (StoreUnavailable, KeyError) as exc:
             return None, exc
 
@@ -920,7 +970,7 @@ class RedisStore:
         try:
             pool, conn = self._send(2, engagement_id, args)
         except self._faults as exc:
-            raise self._unavailable("append", engagement_id, exc) from exc
+            raise self._failed("append", engagement_id, exc, args) from exc
         handle = _Posted(self, engagement_id, args, pool, conn)
         oldest = self._park(self._posted, engagement_id, handle)
         if oldest is not None:
@@ -934,7 +984,7 @@ class RedisStore:
         try:
             pool, conn = await self._asend(2, engagement_id, args)
         except self._faults as exc:
-            raise self._unavailable("append", engagement_id, exc) from exc
+            raise self._failed("append", engagement_id, exc, args) from exc
         handle = _APosted(self, engagement_id, args, pool, conn)
         oldest = self._park(self._aposted, engagement_id, handle)
         if oldest is not None:
@@ -963,10 +1013,11 @@ class RedisStore:
         )
         return self._append_reply(engagement_id, reply)
 
-    def claim(self, engagement_id: str, key: str, owner: str) -> str:
-        """Claim ``key`` for ``owner`` once and for all; the owner that holds it."""
-        reply = self._run("claim", engagement_id, 3, self._claim_args(key, owner))
-        return self._read("claim", engagement_id, _holder, reply)
+    def claim(self, engagement_id: str, key: str, owner: str, *, since: int) -> str:
+        """Claim ``key`` for ``owner`` once and for all; the owner that holds it. Raises :class:`KeyError`
+        when the engagement does not exist, or is of another life than ``since``."""
+        reply = self._run("claim", engagement_id, 3, self._claim_args(since, key, owner))
+        return _present(self._read("claim", engagement_id, _holder, reply), engagement_id)
 
     # -- the journal, async ----------------------------------------------------------------------------
 
@@ -988,16 +1039,16 @@ class RedisStore:
         )
         return self._append_reply(engagement_id, reply)
 
-    async def aclaim(self, engagement_id: str, key: str, owner: str) -> str:
+    async def aclaim(self, engagement_id: str, key: str, owner: str, *, since: int) -> str:
         """:meth:`claim` with the async client."""
-        reply = await self._arun("claim", engagement_id, 3, self._claim_args(key, owner))
-        return self._read("claim", engagement_id, _holder, reply)
+        reply = await self._arun("claim", engagement_id, 3, self._claim_args(since, key, owner))
+        return _present(self._read("claim", engagement_id, _holder, reply), engagement_id)
 
 
-def _present(appended: Appended | None, engagement_id: str) -> Appended:
-    if appended is None:  # the script found no engagement
+def _present(answer: _T | None, engagement_id: str) -> _T:
+    if answer is None:  # the script found no engagement (of the caller's life)
         raise KeyError(engagement_id)
-    return appended
+    return answer
 
 
 def _register(client: redis.Redis) -> tuple[Script, Script, Script, Script]:

@@ -78,7 +78,8 @@ class Journal:
         return replace(appended, version=appended.version - life)
 
     def claim(self, engagement_id: str, key: str, owner: str) -> str:
-        return self._run("claim", engagement_id, key, owner)  # type: ignore[no-any-return]
+        since = self.life.get(engagement_id, 0) * _LIFE  # the life this face last saw
+        return self._run("claim", engagement_id, key, owner, since=since)  # type: ignore[no-any-return]
 
     def settle(self) -> None:
         """Let the loop run a moment, as a real program's does between two calls: it reads that the server
@@ -273,18 +274,20 @@ def test_claim_is_won_exactly_once(make: Callable[..., Journal]) -> None:
     assert journal.claim("e", "resume:c1", "w1") == "w1"
     assert journal.claim("e", "resume:c1", "w2") == "w1"
     assert journal.claim("e", "resume:c2", "w2") == "w2"
+    journal.open("other", {})
     assert journal.claim("other", "resume:c1", "w3") == "w3"  # claims are per engagement
 
 
 def test_claim_race_threads(redis_url: str) -> None:
     stores = [RedisStore(redis_url) for _ in range(8)]
+    since = stores[0].open("e", {}).version
     barrier = threading.Barrier(8)
     holders: list[str] = []
 
     def claimer(index: int) -> None:
         stores[index].load("warm-up")  # connect before the race
         barrier.wait()
-        holders.append(stores[index].claim("e", "resume:c1", f"worker-{index}"))
+        holders.append(stores[index].claim("e", "resume:c1", f"worker-{index}", since=since))
 
     threads = [threading.Thread(target=claimer, args=(i,)) for i in range(8)]
     for thread in threads:
@@ -301,7 +304,10 @@ def test_claim_race_threads(redis_url: str) -> None:
 async def test_claim_race_tasks(redis_url: str) -> None:
     stores = [RedisStore(redis_url) for _ in range(8)]
     await asyncio.gather(*(store.aload("warm-up") for store in stores))
-    holders = await asyncio.gather(*(s.aclaim("e", "resume:c1", f"w{i}") for i, s in enumerate(stores)))
+    since = (await stores[0].aopen("e", {})).version
+    holders = await asyncio.gather(
+        *(s.aclaim("e", "resume:c1", f"w{i}", since=since) for i, s in enumerate(stores))
+    )
     assert len(set(holders)) == 1
     for store in stores:
         await store.aclose()
@@ -508,7 +514,7 @@ SPOILED = {
     "total is not a number": {"open", "load", "append"},
     "meta is not json": {"open", "load"},
     "meta is an event": {"open", "load"},
-    "meta's fields are missing": {"open", "load", "append"},
+    "meta's fields are missing": {"open", "load", "append", "claim"},
     "more events than versions": {"open", "load", "append"},
 }
 
@@ -599,8 +605,8 @@ def test_a_reply_that_is_not_the_scripts_fails_closed(
         lambda: store.open("e", {}),
         lambda: store.append("e", 0, [], 0, exclusive=False),
     ]
-    if type(reply) is not bytes:  # any string is a holder
-        calls.append(lambda: store.claim("e", "k", "w"))
+    if type(reply) is not bytes and reply is not None:  # any string is a holder; None: no engagement
+        calls.append(lambda: store.claim("e", "k", "w", since=_LIFE))
     for call in calls:
         with pytest.raises(StoreUnavailable, match="not a journal's"):
             call()

@@ -277,11 +277,11 @@ def test_long_engagement_ids_are_not_kept_alive_by_the_store(store: RedisStore) 
 
 
 def test_a_claim_lost_with_its_hash_is_not_won_again(store: RedisStore, raw: redis.Redis) -> None:
-    store.open("e", {})
-    assert store.claim("e", "resume:c1", "w1") == "w1"
-    assert store.claim("e", "resume:c2", "w1") == "w1"
+    since = store.open("e", {}).version
+    assert store.claim("e", "resume:c1", "w1", since=since) == "w1"
+    assert store.claim("e", "resume:c2", "w1", since=since) == "w1"
     raw.delete(keys_of("e")[2])  # evicted under maxmemory, or deleted
     # The old code let w2 win "resume:c1" again: the paused call resumed twice, its tool run twice.
     with pytest.raises(StoreUnavailable, match="not a journal"):
-        store.claim("e", "resume:c1", "w2")
+        store.claim("e", "resume:c1", "w2", since=since)
     assert raw.exists(keys_of("e")[2]) == 0  # nothing was claimed

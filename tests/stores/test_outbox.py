@@ -1,0 +1,329 @@
+"""The record's outbox and its journal, attacked, against a real redis-server (tests/redis_support.py).
+
+- An event the store refuses for good (larger than ``max_event_bytes``, or than the server's
+  ``proto-max-bulk-len``) must deny its own step only: left first in the outbox it was sent again, and refused
+  again, by every later step of the engagement on that worker.
+- A claim names the life the worker holds: a worker holding an expired life must not win the new life's
+  empty claims.
+- An empty engagement id is not "no id".
+- A reload (the worker missed more than the store keeps) keeps what this worker did that the store does not
+  have yet, and lists each call once; an ``r`` seen twice takes back one attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from agentguard import ConfigurationError, EngagementStatus, Guard, Outcome, StoreDenied, StoreUnavailable
+from agentguard.record import EngagementState, decode_event, encode_event
+from agentguard.stores import RedisStore
+from agentguard.stores._redis import _tag
+from tests.stores.workers import USER, make_guard
+
+SPEC = (
+    "kind: openagentspec:v1/agent\nname: s\ndescription: d\nintent: i\nowner: o@corp.com\n"
+    "capabilities:\n  fetch:\n"
+)
+
+
+def keys_of(engagement_id: str) -> list[str]:
+    base = f"agentguard:{{{_tag(engagement_id)}}}:"
+    return [base + "meta", base + "log", base + "claims"]
+
+
+@pytest.fixture
+def raw(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    yield client
+    client.close()
+
+
+def logged(raw: redis.Redis, engagement_id: str) -> list[list[Any]]:
+    return [decode_event(text) for text in raw.lrange(keys_of(engagement_id)[1], 0, -1)]
+
+
+def fetch_guard(redis_url: str, ran: list[str], **settings: Any) -> Guard:
+    guard = Guard.from_yaml(SPEC, store=RedisStore(redis_url, **settings), telemetry=False)
+
+    def fetch(q: str, size: int = 0) -> str:
+        ran.append(q[:20])
+        return "secret " + "y" * size
+
+    guard.tool(name="fetch")(fetch)
+    return guard
+
+
+def call(guard: Guard, eng: Any, q: str, size: int = 0) -> Any:
+    with eng.activate():
+        return guard.call("fetch", {"q": q, "size": size})
+
+
+# -- events refused for good ---------------------------------------------------------------------------
+
+
+def test_an_oversized_output_is_withheld_and_the_next_steps_of_that_worker_still_run(
+    redis_url: str, raw: redis.Redis
+) -> None:
+    ran: list[str] = []
+    guard = fetch_guard(redis_url, ran, max_event_bytes=4096)
+    eng = guard.engagement(USER, engagement_id="poison-out")
+    with pytest.raises(StoreDenied, match="max_event_bytes"):
+        call(guard, eng, "huge", 10_000)
+    assert eng.state.calls[-1].status == "withheld"
+    # The old code sent the unsent 10 KB ``c`` again with every later step, and was refused every time.
+    for index in range(3):
+        assert call(guard, eng, f"small-{index}") == "secret "
+    assert ran == ["huge", "small-0", "small-1", "small-2"]
+    assert eng.steps[-1].outcome is Outcome.ALLOW
+    # Another worker sees the huge call withheld (no output), and the others completed.
+    other = fetch_guard(redis_url, []).engagement(USER, engagement_id="poison-out")
+    history = other.view()["history"]
+    assert history["_total"] == 4
+    assert [entry["outputs"] for entry in history["fetch"]] == [None, "secret ", "secret ", "secret "]
+    assert not any("y" * 100 in encode_event(event) for event in logged(raw, "poison-out"))
+
+
+def test_an_oversized_input_is_denied_still_counts_as_an_attempt_and_the_next_steps_run(
+    redis_url: str, raw: redis.Redis
+) -> None:
+    ran: list[str] = []
+    guard = fetch_guard(redis_url, ran, max_event_bytes=4096)
+    eng = guard.engagement(USER, engagement_id="poison-in")
+    with pytest.raises(StoreDenied, match="max_event_bytes"):
+        call(guard, eng, "x" * 10_000)
+    assert ran == []
+    assert call(guard, eng, "small") == "secret "
+    assert ran == ["small"]
+    events = logged(raw, "poison-in")
+    # The refused call's beginning went as its attempt (loop detection), with no take-back of a call that
+    # never began there; the store counts one call.
+    assert ["a", "fetch"] in events
+    assert not any(event[0] == "r" for event in events)
+    assert int(raw.hget(keys_of("poison-in")[0], "total") or 0) == 1
+    other = fetch_guard(redis_url, []).engagement(USER, engagement_id="poison-in")
+    assert other.view()["history"]["_total"] == 1
+    assert other.state.attempts(5) == ["fetch", "fetch"]
+    assert eng.view()["history"]["_total"] == 1
+
+
+def test_oversized_events_are_denied_under_on_failure_allow_too(redis_url: str) -> None:
+    ran: list[str] = []
+    guard = fetch_guard(redis_url, ran, max_event_bytes=4096, on_failure="allow")
+    eng = guard.engagement(USER, engagement_id="poison-allow")
+    # A bound hit is a recorded denial, not a store that is down: the call does not run on a warning.
+    with pytest.raises(StoreDenied, match="max_event_bytes"):
+        call(guard, eng, "x" * 10_000)
+    assert ran == []
+    assert call(guard, eng, "small") == "secret "
+
+
+@pytest.fixture
+def small_bulk(raw: redis.Redis) -> Iterator[None]:
+    """The server takes no argument past 1 MB (its proto-max-bulk-len; 512 MB by default)."""
+    before = raw.config_get("proto-max-bulk-len")["proto-max-bulk-len"]
+    raw.config_set("proto-max-bulk-len", 1024 * 1024)
+    try:
+        yield
+    finally:
+        raw.config_set("proto-max-bulk-len", before)
+
+
+@pytest.mark.usefixtures("small_bulk")
+def test_an_output_the_server_refuses_fails_one_step_not_every_later_one(
+    redis_url: str, raw: redis.Redis
+) -> None:
+    ran: list[str] = []
+    guard = fetch_guard(redis_url, ran)  # max_event_bytes 8 MiB: the server is the one to refuse
+    eng = guard.engagement(USER, engagement_id="bulk-out")
+    outcomes: list[str] = []
+    for q, size in (("huge", 2 * 1024 * 1024), ("next", 0)):
+        try:
+            call(guard, eng, q, size)
+            outcomes.append("ran")
+        except StoreDenied as denied:
+            outcomes.append("denied" if "bytes)" in str(denied) else str(denied))  # names the event's size
+    # The server closes the connection on the 2 MB argument: while it is sent (the post fails, the output
+    # is withheld) or after (its answer is the error, read by the next step, which is denied). Either way
+    # one step, and only one: the old code re-sent the 2 MB event with every later step, refused each time.
+    assert outcomes in (["denied", "ran"], ["ran", "denied"])
+    for index in range(3):
+        assert call(guard, eng, f"small-{index}") == "secret "
+    assert ran == ["huge", *(["next"] if outcomes[0] == "denied" else []), "small-0", "small-1", "small-2"]
+    ends = [event for event in logged(raw, "bulk-out") if event[0] == "c"]
+    assert ends[0][2] is None  # the huge call's end, without its output
+    assert [end[2] for end in ends[-3:]] == ["secret "] * 3
+    assert all(len(event) < 1024 * 1024 for event in raw.lrange(keys_of("bulk-out")[1], 0, -1))
+
+
+@pytest.mark.usefixtures("small_bulk")
+def test_inputs_the_server_refuses_are_denied_and_later_steps_run(redis_url: str, raw: redis.Redis) -> None:
+    ran: list[str] = []
+    guard = fetch_guard(redis_url, ran)
+    eng = guard.engagement(USER, engagement_id="bulk-in")
+    with pytest.raises(StoreDenied, match=r"an event of \d+ bytes"):
+        call(guard, eng, "x" * (2 * 1024 * 1024))
+    assert ran == []
+    assert call(guard, eng, "small") == "secret "
+    assert ["a", "fetch"] in logged(raw, "bulk-in")
+
+
+async def test_an_oversized_output_does_not_refuse_later_async_steps(redis_url: str) -> None:
+    ran: list[str] = []
+    guard = fetch_guard(redis_url, ran, max_event_bytes=4096)
+    eng = await guard.aengagement(USER, engagement_id="poison-async")
+    with eng.activate():
+        with pytest.raises(StoreDenied, match="max_event_bytes"):
+            await guard.acall("fetch", {"q": "huge", "size": 10_000})
+        for index in range(2):
+            assert await guard.acall("fetch", {"q": f"small-{index}", "size": 0}) == "secret "
+    assert ran == ["huge", "small-0", "small-1"]
+    await asyncio.sleep(0)
+
+
+# -- claims know the engagement's life -----------------------------------------------------------------
+
+
+def test_a_worker_holding_an_expired_life_cannot_win_the_new_lifes_claims(
+    redis_url: str, raw: redis.Redis
+) -> None:
+    store = RedisStore(redis_url)
+    old = store.open("e", {}).version
+    for key in keys_of("e"):
+        raw.delete(key)  # expired (or deleted)
+    new = store.open("e", {}).version
+    assert new // 10**15 != old // 10**15
+    # The old code let the earlier life win "resume:c1" in the new life's empty claims hash: a review the
+    # earlier life had resumed already could be resumed again.
+    with pytest.raises(KeyError):
+        store.claim("e", "resume:c1", "stale", since=old)
+    assert raw.hlen(keys_of("e")[2]) == 0
+    assert store.claim("e", "resume:c1", "fresh", since=new) == "fresh"
+    for key in keys_of("e"):
+        raw.delete(key)
+    with pytest.raises(KeyError):  # nor claim in an engagement that does not exist
+        store.claim("e", "resume:c1", "stale", since=new)
+    assert raw.exists(*keys_of("e")) == 0
+    store.close()
+
+
+async def test_an_async_claim_of_an_expired_life_is_refused(redis_url: str, raw: redis.Redis) -> None:
+    store = RedisStore(redis_url)
+    old = (await store.aopen("e", {})).version
+    for key in keys_of("e"):
+        raw.delete(key)
+    await store.aopen("e", {})
+    with pytest.raises(KeyError):
+        await store.aclaim("e", "resume:c1", "stale", since=old)
+    assert raw.hlen(keys_of("e")[2]) == 0
+    await store.aclose()
+
+
+# -- empty engagement ids ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_an_empty_engagement_id_is_refused_not_a_fresh_engagement_each_time(
+    redis_url: str, shared: bool
+) -> None:
+    guard = make_guard(redis_url) if shared else Guard.from_yaml(SPEC, telemetry=False)
+    # The old code opened a fresh, randomly named engagement for each "" (an app whose missing conversation
+    # id defaults to ""): no loop count, no history carried from one request to the next.
+    with pytest.raises(ConfigurationError, match="engagement_id"):
+        guard.engagement(USER, engagement_id="")
+    with pytest.raises(ConfigurationError, match="engagement_id"):
+        asyncio.run(guard.aengagement(USER, engagement_id=""))
+    assert guard.engagement(USER, engagement_id=None).id != guard.engagement(USER).id
+
+
+def test_an_engagement_record_refuses_an_empty_id() -> None:
+    with pytest.raises(ValueError, match="engagement_id"):
+        EngagementState(engagement_id="")
+
+
+# -- reloads -------------------------------------------------------------------------------------------
+
+
+def shared_state(store: RedisStore, engagement_id: str) -> EngagementState:
+    meta = EngagementState(engagement_id=engagement_id).meta()
+    return EngagementState.shared(engagement_id, store.open(engagement_id, meta), store)
+
+
+def test_a_reload_keeps_what_this_worker_did_that_the_store_does_not_have_yet(redis_url: str) -> None:
+    store = RedisStore(redis_url)
+    state = shared_state(store, "reload")
+    record = state.begin_call("lookup", {"q": 1})  # its ``b`` not appended yet (another thread's call)
+    state.attempted("ping")  # a refused attempt, not appended yet
+    state.stop(EngagementStatus.STOPPED, "a loop")  # stopped here, not appended yet
+    snapshot = store.load("reload")
+    assert snapshot is not None
+    state.reload(snapshot)
+    # The old code rebuilt only the store's events: the call gone from history (a count assertion passes
+    # one call short), the attempts gone (the loop count restarted), and the stopped engagement active again.
+    assert state.names == ["lookup"]
+    assert state.total == 1
+    assert state.attempts(5) == ["lookup", "ping"]
+    assert state.status is EngagementStatus.STOPPED
+    assert state.calls == [record]
+    store.close()
+
+
+def test_a_reload_lists_each_call_in_flight_once(redis_url: str) -> None:
+    store = RedisStore(redis_url)
+    state = shared_state(store, "reload-twice")
+    record = state.begin_call("lookup", {"q": 1})
+    batch = state.batch()
+    assert batch is not None
+    events, total = batch
+    state.settle(len(events), store.append("reload-twice", state.version, events, total, exclusive=True))
+    snapshot = store.load("reload-twice")
+    assert snapshot is not None
+    state.reload(snapshot)  # the call still in flight, its ``b`` in the store
+    assert state.calls == [record]  # the old code listed it twice
+    state.complete_call(record, {"ok": True})
+    assert state.view()["history"]["lookup"] == [{"inputs": {"q": 1}, "outputs": {"ok": True}}]
+    store.close()
+
+
+def test_a_take_back_seen_twice_takes_back_one_attempt(redis_url: str) -> None:
+    store = RedisStore(redis_url)
+    writer = shared_state(store, "twice")
+
+    def b(token: str) -> str:
+        return encode_event(["b", token, "ping", "tool", None, {}, 0.0])
+
+    paused = encode_event(["r", "t2", "paused for review", False])
+    # An append whose answer was lost is sent again: its ``r`` lands twice.
+    store.append("twice", writer.version, [b("t1"), b("t2"), paused, paused], 0, exclusive=False)
+    reader = shared_state(store, "twice")
+    # The old code took back two attempts for one pause: the loop detector forgot a real one.
+    assert reader.attempts(5) == ["ping"]
+    assert reader.names == ["ping"]
+    store.close()
+
+
+# -- events nobody should have written -----------------------------------------------------------------
+
+
+def test_an_event_nested_too_deep_to_decode_fails_closed_as_the_store_unavailable(
+    redis_url: str, raw: redis.Redis
+) -> None:
+    ran: list[str] = []
+    guard = fetch_guard(redis_url, ran)
+    eng = guard.engagement(USER, engagement_id="deep")
+    assert call(guard, eng, "first") == "secret "
+    # Another program (or a worker gone rogue) pushes an event nested deeper than Python recurses.
+    deep = '["c","t",' + "[" * 5000 + "]" * 5000 + ',"completed",null]'
+    raw.rpush(keys_of("deep")[1], deep)
+    raw.hincrby(keys_of("deep")[0], "version", 1)
+    # The old code let a RecursionError out of the store's failure handling: no recorded denial.
+    with pytest.raises(StoreDenied, match="not a journal"):
+        call(guard, eng, "second")
+    assert ran == ["first"]
+    assert eng.steps[-1].outcome is Outcome.DENY
+    with pytest.raises(StoreUnavailable, match="malformed"):
+        fetch_guard(redis_url, []).engagement(USER, engagement_id="deep")
