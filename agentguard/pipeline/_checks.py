@@ -168,7 +168,7 @@ def run_rules(
     rules = ctx.rules.for_call(capability, phase)
     if not rules:
         return
-    context = RuleContext(capability, phase, inputs, to_plain(outputs), state)
+    context = RuleContext(capability, phase, inputs, to_plain(outputs), state, step.call)
     for rule in rules:
         try:
             answer = yield CallUser(rule.fn, (context,), f"rule {rule.name!r}")

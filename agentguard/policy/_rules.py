@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentguard.errors import Phase, Rule
-from agentguard.record import EngagementState
+from agentguard.record import CallRecord, EngagementState
 
 __all__ = ["CheckResult", "RegisteredRule", "RuleContext", "RuleFunction", "Rules", "Severity", "SeverityMap"]
 
@@ -56,14 +56,18 @@ class RuleContext:
     inputs: Mapping[str, Any]
     outputs: Any
     state: EngagementState
+    record: CallRecord | None = None
+    """The call judged (a rule of a tool or agent call), whose own checks' view :meth:`view` gives."""
 
     @property
     def engagement_id(self) -> str:
         return self.state.id
 
     def view(self) -> dict[str, Any]:
-        """The Engagement view (as CEL sees it)."""
-        return self.state.view()
+        """The Engagement view as the call's checks see it (as CEL sees it): the call is the most recent of
+        its tool, and an output rule sees the output it judges there, which nobody else sees until the
+        output's checks let it out (decision 3)."""
+        return self.state.view(self.record)
 
 
 @dataclass(frozen=True)

@@ -143,17 +143,25 @@ class EngagementState:
         """``history._total``: every call invoked, also those older than what a store keeps."""
         return self._offset + len(self._names)
 
-    def view(self) -> dict[str, Any]:
-        """The Engagement exactly as CEL sees it (a snapshot: later calls do not change it)."""
+    def view(self, own: CallRecord | None = None) -> dict[str, Any]:
+        """The Engagement exactly as CEL sees it (a snapshot: later calls do not change it).
+
+        ``own``: as the checks of that call see it (:meth:`bindings`): its output, while they judge it, is its
+        ``outputs``, and it is the most recent call of its tool (a Python rule's view of the call it judges).
+        """
         with self._lock:
+            history_now, recent_now = self._history, self._recent
+            if own is not None:
+                entry = self._own_entry(own)
+                history_now, recent_now = self._own_history(own, entry), self._own_recent(own, entry)
             history: dict[str, Any] = {
                 "_list": list(self._names),
                 "_total": self.total,
             }
-            for name, entries in self._history.items():
+            for name, entries in history_now.items():
                 if not name.startswith("_"):
                     history[name] = [dict(e) for e in entries]
-            recent = {k: (dict(v) if isinstance(v, dict) else v) for k, v in self._recent.items()}
+            recent = {k: (dict(v) if isinstance(v, dict) else v) for k, v in recent_now.items()}
             return {
                 "started_at": self.started_at,
                 "user": dict(self._user_view),
@@ -537,7 +545,6 @@ class EngagementState:
             record.checking = outputs if collect else None
             record.status = "completed"
             record.ended_at = time.time()
-            self._settled(record)
             passed: bool | Exception = False
             if (
                 restriction is not None
@@ -572,6 +579,7 @@ class EngagementState:
         kept = record.checking
         record.checking = UNCHECKED
         record.entry["outputs"] = kept
+        self._settled(record)  # in flight until its output is let out (or withheld): a graceful cancel waits
         if self.journal is not None:
             self._emit(["c", record.token, kept, "completed", None])
 
@@ -779,6 +787,7 @@ class EngagementState:
         """A call paused in output review: its output is kept so that the resumed call does not run again,
         here or, through the store, in any other process."""
         with self._lock:
+            self._settled(held[1])  # it waits for the host to resume it, not for anything in this process
             self.awaiting_review[call_id] = held
             if self.journal is not None:
                 self._emit(["p", held[1].token, call_id, held[3]])

@@ -324,11 +324,6 @@ class _Late(Observer):
             self.recorded.set()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the late outcome of a timed-out sync tool is recorded as 'late result discarded ... (raised "
-    "<Error>: <str(error)>)': the error's text goes into the decisions without any output check",
-)
 def test_a_late_error_after_a_timeout_is_not_quoted_unchecked() -> None:
     late = _Late()
     guard = _guard(observers=[late])
@@ -741,12 +736,6 @@ def test_a_call_cancelled_while_its_output_is_reviewed_never_lets_it_out() -> No
     assert SSN not in repr(view) + exposed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="complete_call marks the call settled (out of in_flight) when its output is recorded, before its "
-    "rules, guardian and reviewer judge it: a graceful cancel's wait_idle returns at once and reports no call "
-    "running while one still has to deliver its output",
-)
 def test_a_call_whose_output_is_still_judged_is_in_flight() -> None:
     guard = _guard()
     in_flight: list[int] = []
@@ -762,13 +751,6 @@ def test_a_call_whose_output_is_still_judged_is_in_flight() -> None:
     assert in_flight == [1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="regression of 66c0dc1: a Python output rule is one of the call's own checks, but RuleContext.view() "
-    "is state.view(), which now shows the call's own output as null until its checks let it out; a rule over "
-    "history (a refund budget) misses the output it judges and lets the call that breaks the budget through "
-    "(the parent commit denied it)",
-)
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 def test_a_python_output_rule_sees_its_own_output_in_the_view(flavour: str) -> None:
     guard = _guard()
