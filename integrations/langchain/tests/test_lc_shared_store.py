@@ -27,6 +27,7 @@ from agentguard.record import Appended, Journal, Snapshot, encode_event
 from agentguard.stores import RedisStore
 from integrations.langchain.tests.conftest import Shop, config, make_guard, make_tools, user_says
 
+LIFE = 10**15  # a version is life * LIFE + n (see GraphStore's docstring)
 APPROVE = {"decisions": [{"type": "approve"}]}
 REJECT = {"decisions": [{"type": "reject", "message": "no"}]}
 A = ("lookup_order", {"order_id": "A-1"})
@@ -253,12 +254,15 @@ def test_graph_store_is_a_journal() -> None:
 def test_open_creates_once_and_keeps_the_first_meta(make: Callable[..., Face]) -> None:
     journal = make()
     meta = {"agent": "a", "at": datetime(2024, 5, 1, 12, tzinfo=UTC), "raw": b"\x00\xff"}
-    assert journal("open", "e1", meta) == Snapshot(meta=meta, version=0, total=0, events=[])
-    journal("append", "e1", 0, [ev("b", "t", "tool")], 1, exclusive=False)
+    v = journal("open", "e1", meta).version  # the life's first version: a random multiple of 10**15
+    assert journal("load", "e1") == Snapshot(meta=meta, version=v, total=0, events=[])
+    assert v % LIFE == 0
+    assert v >= LIFE
+    journal("append", "e1", v, [ev("b", "t", "tool")], 1, exclusive=False)
     again = journal("open", "e1", {"agent": "other"})
     assert (dict(again.meta), again.version, again.total, list(again.events)) == (
         meta,
-        1,
+        v + 1,
         1,
         [ev("b", "t", "tool")],
     )
@@ -268,40 +272,41 @@ def test_open_creates_once_and_keeps_the_first_meta(make: Callable[..., Face]) -
 
 def test_exclusive_append_conflict_returns_the_missed_events(make: Callable[..., Face]) -> None:
     one, two = make(), make()
-    one("open", "e", {})
-    assert one("append", "e", 0, [ev("a", "x"), ev("a", "y")], 2, exclusive=True) == Appended(
-        ok=True, version=2, total=2, missed=[]
+    v = one("open", "e", {}).version
+    assert one("append", "e", v, [ev("a", "x"), ev("a", "y")], 2, exclusive=True) == Appended(
+        ok=True, version=v + 2, total=2, missed=[]
     )
-    refused = two("append", "e", 0, [ev("b", 1)], 1, exclusive=True)
-    assert refused == Appended(ok=False, version=2, total=2, missed=[ev("a", "x"), ev("a", "y")])
-    retried = two("append", "e", 2, [ev("b", 1)], 1, exclusive=True)
-    assert retried == Appended(ok=True, version=3, total=3, missed=[])
-    late = one("append", "e", 2, [ev("a", "z")], 0, exclusive=False)  # not exclusive: after the others
-    assert late == Appended(ok=True, version=4, total=3, missed=[ev("b", 1)])
-    many = one("append", "e", 0, [], 0, exclusive=False)  # more missed than one read ahead covers
+    refused = two("append", "e", v, [ev("b", 1)], 1, exclusive=True)
+    assert refused == Appended(ok=False, version=v + 2, total=2, missed=[ev("a", "x"), ev("a", "y")])
+    retried = two("append", "e", v + 2, [ev("b", 1)], 1, exclusive=True)
+    assert retried == Appended(ok=True, version=v + 3, total=3, missed=[])
+    late = one("append", "e", v + 2, [ev("a", "z")], 0, exclusive=False)  # not exclusive: after the others
+    assert late == Appended(ok=True, version=v + 4, total=3, missed=[ev("b", 1)])
+    many = one("append", "e", v, [], 0, exclusive=False)  # more missed than one read ahead covers
     assert list(many.missed) == [ev("a", "x"), ev("a", "y"), ev("b", 1), ev("a", "z")]
     for n in range(20):
-        one("append", "e", 4 + n, [ev("n", n)], 0, exclusive=False)
-    assert len(one("append", "e", 1, [], 0, exclusive=False).missed) == 23
+        one("append", "e", v + 4 + n, [ev("n", n)], 0, exclusive=False)
+    assert len(one("append", "e", v + 1, [], 0, exclusive=False).missed) == 23
 
 
 def test_versions_and_total_stay_exact_beyond_the_cap(make: Callable[..., Face]) -> None:
     journal = make(max_events=5)
-    journal("open", "e", {})
+    v = journal("open", "e", {}).version
     for n in range(1, 21):
-        assert journal("append", "e", n - 1, [ev("a", n)], 2, exclusive=False).version == n
+        assert journal("append", "e", v + n - 1, [ev("a", n)], 2, exclusive=False).version == v + n
     snapshot = journal("load", "e")
-    assert (snapshot.version, snapshot.total) == (20, 40)
+    assert (snapshot.version, snapshot.total) == (v + 20, 40)
     assert list(snapshot.events) == [ev("a", n) for n in range(16, 21)]
-    assert journal("append", "e", 15, [], 0, exclusive=False).missed == [ev("a", n) for n in range(16, 21)]
-    gap = journal("append", "e", 14, [ev("a", 21)], 1, exclusive=False)
-    assert gap == Appended(ok=True, version=21, total=41, missed=[], gap=True)
-    refused = journal("append", "e", 3, [ev("a", 22)], 1, exclusive=True)
-    assert refused == Appended(ok=False, version=21, total=41, missed=[], gap=True)
-    ahead = journal("append", "e", 99, [], 0, exclusive=False)
-    assert (ahead.gap, list(ahead.missed), ahead.version) == (True, [], 21)
-    big = journal("append", "e", 21, [ev("b", n) for n in range(12)], 12, exclusive=True)
-    assert (big.version, big.total) == (33, 53)
+    missed = journal("append", "e", v + 15, [], 0, exclusive=False).missed
+    assert missed == [ev("a", n) for n in range(16, 21)]
+    gap = journal("append", "e", v + 14, [ev("a", 21)], 1, exclusive=False)
+    assert gap == Appended(ok=True, version=v + 21, total=41, missed=[], gap=True)
+    refused = journal("append", "e", v + 3, [ev("a", 22)], 1, exclusive=True)
+    assert refused == Appended(ok=False, version=v + 21, total=41, missed=[], gap=True)
+    ahead = journal("append", "e", v + 99, [], 0, exclusive=False)
+    assert (ahead.gap, list(ahead.missed), ahead.version) == (True, [], v + 21)
+    big = journal("append", "e", v + 21, [ev("b", n) for n in range(12)], 12, exclusive=True)
+    assert (big.version, big.total) == (v + 33, 53)
     assert list(journal("load", "e").events) == [ev("b", n) for n in range(7, 12)]
     # the store keeps only the newest five events: the trimmed ones are deleted
     kept = journal.store.store.search(("agentguard", "e", "log"), limit=100)
@@ -312,33 +317,35 @@ def test_claim_is_won_once_and_append_to_a_missing_engagement_is_a_key_error(
     make: Callable[..., Face],
 ) -> None:
     journal = make()
-    journal("open", "e", {})
-    assert journal("claim", "e", "resume:c1", "w1") == "w1"
-    assert journal("claim", "e", "resume:c1", "w2") == "w1"
-    assert journal("claim", "e", "resume:c2", "w2") == "w2"
-    assert journal("claim", "other", "resume:c1", "w3") == "w3"  # per engagement
+    v = journal("open", "e", {}).version
+    other = journal("open", "other", {}).version
+    assert journal("claim", "e", "resume:c1", "w1", since=v) == "w1"
+    assert journal("claim", "e", "resume:c1", "w2", since=v) == "w1"
+    assert journal("claim", "e", "resume:c2", "w2", since=v) == "w2"
+    assert journal("claim", "other", "resume:c1", "w3", since=other) == "w3"  # per engagement
     with pytest.raises(KeyError, match="never-opened"):
-        journal("append", "never-opened", 0, [ev("a", 1)], 0, exclusive=False)
+        journal("append", "never-opened", v, [ev("a", 1)], 0, exclusive=False)
     with pytest.raises(ValueError, match="since"):
         journal("append", "e", -1, [], 0, exclusive=False)
 
 
 def test_opening_anew_drops_the_claims_an_earlier_engagement_left(make: Callable[..., Face]) -> None:
     journal = make()
-    journal("open", "e", {"first": 1})
-    journal("claim", "e", "k", "old-owner")
+    v = journal("open", "e", {"first": 1}).version
+    journal("claim", "e", "k", "old-owner", since=v)
     journal.store.store.delete(("agentguard", "e"), "meta")  # expired, or deleted
     assert journal("load", "e") is None
-    assert journal("open", "e", {"second": 2}) == Snapshot(meta={"second": 2}, version=0, total=0, events=[])
-    assert journal("claim", "e", "k", "new-owner") == "new-owner"
+    again = journal("open", "e", {"second": 2})
+    assert (dict(again.meta), again.total, list(again.events)) == ({"second": 2}, 0, [])
+    assert journal("claim", "e", "k", "new-owner", since=again.version) == "new-owner"
 
 
 def test_no_id_reaches_another_engagements_items(make: Callable[..., Face]) -> None:
     journal = make()
     ids = ["", "%", ".", "a.b", "a%2Eb", "a%252Eb", "a/b", "\x00", "\ud800", "ünï", "x" * 2000]
     for index, engagement_id in enumerate(ids):
-        journal("open", engagement_id, {"i": index})
-        journal("append", engagement_id, 0, [ev("a", index)], index, exclusive=True)
+        v = journal("open", engagement_id, {"i": index}).version
+        journal("append", engagement_id, v, [ev("a", index)], index, exclusive=True)
     for index, engagement_id in enumerate(ids):
         snapshot = journal("load", engagement_id)
         assert (dict(snapshot.meta), snapshot.total, list(snapshot.events)) == (
@@ -366,7 +373,7 @@ def test_store_failures_and_foreign_items_are_store_unavailable(make: Callable[.
         ("append", ("e", 0, [], 0)),
         ("claim", ("e", "k", "w")),
     ]:
-        kwargs = {"exclusive": False} if name == "append" else {}
+        kwargs = {"exclusive": False} if name == "append" else {"since": 0} if name == "claim" else {}
         with pytest.raises(
             StoreUnavailable, match=f"Broken: {name} of engagement 'e' failed: ConnectionError"
         ):
@@ -375,26 +382,26 @@ def test_store_failures_and_foreign_items_are_store_unavailable(make: Callable[.
     journal.store.store.put(("agentguard", "x"), "meta", {"something": "else"})
     with pytest.raises(StoreUnavailable, match="not a journal's item"):
         journal("load", "x")
-    journal("open", "y", {})
-    journal("append", "y", 0, [ev("a", 1), ev("a", 2)], 0, exclusive=False)
+    v = journal("open", "y", {}).version
+    journal("append", "y", v, [ev("a", 1), ev("a", 2)], 0, exclusive=False)
     journal.store.store.delete(("agentguard", "y", "log"), f"{2:016d}")  # the newest event is gone
     with pytest.raises(StoreUnavailable, match="newest event"):
         journal("load", "y")
     journal.store.store.delete(("agentguard", "y", "log"), f"{1:016d}")
-    journal("append", "y", 1, [ev("a", 3)], 0, exclusive=False)  # version 2 missed, and gone: a gap
-    assert journal("append", "y", 1, [], 0, exclusive=False).gap is True
+    journal("append", "y", v + 1, [ev("a", 3)], 0, exclusive=False)  # version 2 missed, and gone: a gap
+    assert journal("append", "y", v + 1, [], 0, exclusive=False).gap is True
 
 
 def test_racing_threads_through_two_graph_stores_lose_nothing() -> None:
     backing = InMemoryStore()
     stores = [GraphStore(backing), GraphStore(backing)]
-    stores[0].open("race", {})
+    v = stores[0].open("race", {}).version
     barrier = threading.Barrier(8)
     won: list[int] = []
 
     def worker(index: int) -> None:
         store = stores[index % 2]
-        seen = 0
+        seen = v
         barrier.wait()
         for attempt in range(10):
             while True:
@@ -411,28 +418,28 @@ def test_racing_threads_through_two_graph_stores_lose_nothing() -> None:
         thread.join(30)
     snapshot = stores[1].load("race")
     assert snapshot is not None
-    assert (snapshot.version, snapshot.total, len(snapshot.events)) == (80, 80, 80)
-    assert sorted(won) == list(range(1, 81))  # every version won by exactly one append
+    assert (snapshot.version - v, snapshot.total, len(snapshot.events)) == (80, 80, 80)
+    assert sorted(won) == list(range(v + 1, v + 81))  # every version won by exactly one append
 
 
 async def test_async_tasks_and_a_thread_share_the_lock() -> None:
     store = GraphStore(InMemoryStore())
-    await store.aopen("e", {})
+    v = (await store.aopen("e", {})).version
 
     async def appender(index: int) -> None:
-        seen = 0
+        seen = v
         while not (answer := await store.aappend("e", seen, [ev("t", index)], 1, exclusive=True)).ok:
             seen = answer.version
 
     thread = threading.Thread(
-        target=lambda: [store.append("e", 0, [ev("s", n)], 1, exclusive=False) for n in range(20)]
+        target=lambda: [store.append("e", v, [ev("s", n)], 1, exclusive=False) for n in range(20)]
     )
     thread.start()
     await asyncio.gather(*(appender(i) for i in range(10)))
     thread.join(10)
     snapshot = await store.aload("e")
     assert snapshot is not None
-    assert (snapshot.version, snapshot.total) == (30, 30)
+    assert (snapshot.version - v, snapshot.total) == (30, 30)
 
 
 # -- agentguard's RedisStore behind the same two graphs --------------------------------------------------

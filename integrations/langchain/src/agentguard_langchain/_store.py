@@ -18,13 +18,34 @@ of its long-term memory, and runs nothing more.
 every character but ``A-Z a-z 0-9 _ - ~`` written ``%XX``, and ``%`` alone for the empty id: namespace labels
 may hold no ``.``, no NUL and not be empty, and no id can name another's items)::
 
-    (prefix, <id>)            "meta"              {"meta": ["meta", meta] encoded, "version": n, "total": n}
-    (prefix, <id>, "log")     "0000000000000042"  {"e": event}    one item per kept event, keyed by version
-    (prefix, <id>, "claims")  <key, encoded>      {"owner": owner}
+    (prefix, <id>)            "meta"              {"meta": ["meta", meta] encoded, "life": life,
+                                                   "version": n, "total": n}
+    (prefix, <id>, "log")     "0000000000000042"  {"e": event, "l": life}   one item per kept event, keyed by n
+    (prefix, <id>, "claims")  <key, encoded>      {"owner": owner, "l": life}
 
-The version is counted in the meta item, so it stays exact however many old events were trimmed (the log
+The count ``n`` is kept in the meta item, so it stays exact however many old events were trimmed (the log
 keeps the newest ``max_events``: each append deletes the items that fall out); ``total`` likewise. Items are
 written with ``index=False``: a store configured for semantic search does not embed them.
+
+**Lives.** An engagement whose items expired (or were deleted) and whose id is opened again is a new *life*
+of it, as in :class:`agentguard.stores.RedisStore`: ``life`` is a random number (1 to 10**15) written when the
+meta is created, and every version this journal answers with is ``life * 10**15 + n``. A worker still
+holding the earlier life appends with a version of it: the append compares the life with the meta's (in
+the same locked step as its write) and answers "no such engagement" (:class:`KeyError`, which the pipeline
+turns into a recorded denial), so the call does not run, and the worker neither merges its events into the
+new record nor reloads it as its own (its loop count restarted). A load that follows an append of this
+journal that found a gap is likewise ``None`` when the record is of another life by then. Each event and
+claim item carries its life: an event of another life where this life's should be (an earlier life's
+writer racing the new one, see below) is not a journal's item, and a claim an earlier life left is free
+again. A claim, like an append, is refused (:class:`KeyError`) when the meta is missing or of another life
+than the caller's version: a worker of the earlier life would otherwise win a claim in the new life's
+empty claims, and resume a review the earlier one already resumed. Metas written before lives
+existed (no ``life``) are refused as not a journal's: give an upgraded deployment a new ``prefix``.
+
+**Sizes.** An event (or the meta) larger than ``max_event_bytes`` (8 MiB) is not written: it would sit in
+the store and be read by every worker that opens the engagement. An append's are refused for good
+(:class:`~agentguard.record.EventRefused`, naming them; nothing is sent): a call whose inputs are that large
+is denied, one whose output is, withheld, and the record's later steps go on.
 
 **Round trips.** A ``BaseStore`` answers ``batch`` of gets, searches and puts, and nothing else: there is no
 compare-and-set and no transaction across a read and a write. So ``load`` and ``open`` are two round trips
@@ -32,7 +53,7 @@ compare-and-set and no transaction across a read and a write. So ``load`` and ``
 engagement of the same id left, then the new meta with those claims deleted); ``append`` is one read (the
 meta and the first few events after ``since``), a second only when more were missed, then one write (the
 new events, then the meta, then the trimmed events' deletions, in that order in one ``batch``); ``claim`` is
-a read, then a write when the key is free.
+a read (the meta and the key), then a write when the key is free.
 
 **What is atomic, and where.** Every method holds a lock of this process from its first read to its last
 write (one of 64 striped locks, chosen by the engagement's prefix and id, shared by every GraphStore of the
@@ -43,8 +64,15 @@ that is everything.
 
 Across processes sharing a ``PostgresStore`` (or any other store), nothing makes two writers of one
 engagement wait for each other: two appends at the same version would both succeed and one event would
-overwrite the other. What holds there is LangGraph's own rule: **one run per thread at a time** (LangGraph
-Platform's multitask strategies ``reject`` and ``enqueue``), and the adapter's engagement is the thread.
+overwrite the other. Likewise for lives: a worker of the earlier life that read the meta just before it
+expired and writes just after a new life was created overwrites the new meta with its own life (then the
+new life's workers are refused: "no such engagement") and the new life's events of the same counts (then
+whoever reads them finds an event of another life: not a journal's item); and two processes creating the
+same engagement at once each write a life, the later one wins, and the other's first append is refused.
+Each race ends in a refusal, never in two lives merged, but the refusal may fall on the wrong worker.
+
+What holds there is LangGraph's own rule: **one run per thread at a time** (LangGraph Platform's multitask
+strategies ``reject`` and ``enqueue``), and the adapter's engagement is the thread.
 Parallel tool calls of one run are in one process, under the lock. So on such a deployment one engagement is
 never appended to by two processes at once. Where that is not guaranteed -- the ``interrupt`` and
 ``rollback`` strategies (this journal does not know whether the cancelled run has stopped writing), or
@@ -63,12 +91,17 @@ the meta. Kept events that expired anyway count as trimmed (the record is rebuil
 event missing under its meta is a journal that cannot be trusted (:class:`~agentguard.StoreUnavailable`). A
 claim that expires while its review is still paused could be won again: give such a store a time to live
 longer than any review may wait. A meta that expired is an engagement that does not exist (``append`` raises
-:class:`KeyError`); opening it again starts afresh and deletes the claims the old one left.
+:class:`KeyError`); opening it again starts a new life (see above) and deletes the claims the old one left.
 
 **Failures.** Any exception of the store, and an item that is not the journal's (something else wrote the
 namespace), becomes :class:`~agentguard.StoreUnavailable`, naming the store's class and the operation; so
-does waiting more than ``timeout_seconds`` for the lock. :class:`KeyError` (no such engagement) is the only
-other exception, and only from ``append``. ``on_failure`` (``"deny"`` by default, or ``"allow"``) is read by
+does waiting more than ``timeout_seconds`` for the lock or for one batch's answer (a sync batch runs in a
+worker thread so that it can be waited for; a batch that overruns, or whose caller is cancelled, keeps the
+engagement's lock until it ends -- it may still write, and nothing else of the engagement may run in
+between -- so the engagement's next steps are refused as busy meanwhile), and an event larger than
+``max_event_bytes``.
+:class:`KeyError` (no such engagement, or another life of it) is the only other exception, and only from
+``append`` and ``claim``. ``on_failure`` (``"deny"`` by default, or ``"allow"``) is read by
 the pipeline, as for every journal.
 
 The async twins use the store's ``abatch`` (an ``AsyncPostgresStore`` answers only those: use the async
@@ -78,14 +111,18 @@ graph API with it), and wait for the lock without blocking the event loop.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import math
+import secrets
 import threading
 import time
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Literal
 from urllib.parse import quote
 
 from agentguard import StoreUnavailable
 from agentguard.record import Appended, Snapshot, decode_event, encode_event
+from agentguard.record._journal import EventRefused
 from agentguard_langchain._host import BaseStore, GetOp, Op, PutOp, Result, SearchOp
 
 __all__ = ["GraphStore"]
@@ -99,13 +136,47 @@ _AHEAD = 8
 _CLAIMS_PER_OPEN = 10_000
 """At most this many claims an earlier engagement of the same id left are deleted when it is opened anew."""
 
+_LIFE = 10**15
+"""A version is ``life * _LIFE + n``: the engagement's ``n``-th event in the life that ``life`` names."""
+
 _Plan = Generator[list[Op], list[Any], Any]
 """One method's work: yields the batches it sends, gets their results back (``Item | None`` for a get, a
 list of items for a search), returns the answer."""
 
 
-class _NotOurs(Exception):
+class _Refused(Exception):
+    """Why a plan stops: the driver raises :class:`~agentguard.StoreUnavailable` with ``why`` and the text."""
+
+    why = "refused"
+
+
+class _NotOurs(_Refused):
     """An item that is not what the journal writes."""
+
+    why = "not a journal's item"
+
+
+class _TooLarge(_Refused):
+    """An event (or meta) larger than ``max_event_bytes``: it is not written."""
+
+    why = "refused"
+
+
+_BATCHES = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="agentguard-graph-store")
+"""Where sync batches run, so that one can be waited for at most ``timeout_seconds`` (a store that hangs
+fills at most these threads; further batches queue, and their callers give up in time)."""
+
+
+def _releasing(lock: threading.Lock) -> Callable[[Any], None]:
+    """A done-callback that releases ``lock`` when a batch that overran ends (its error, if any, was the
+    caller's to see, and the caller has gone)."""
+
+    def release(done: Any) -> None:
+        if not done.cancelled():
+            done.exception()  # retrieved: an async task's error is not reported as never retrieved
+        lock.release()
+
+    return release
 
 
 def _tag(text: str) -> str:
@@ -129,6 +200,7 @@ class GraphStore:
         *,
         prefix: str = "agentguard",
         max_events: int = 10_000,
+        max_event_bytes: int = 8 * 1024 * 1024,
         timeout_seconds: float = 5.0,
         on_failure: Literal["deny", "allow"] = "deny",
     ) -> None:
@@ -138,8 +210,10 @@ class GraphStore:
             raise ValueError(f"on_failure must be 'deny' or 'allow', not {on_failure!r}")
         if type(max_events) is not int or max_events < 1:
             raise ValueError(f"max_events must be an integer of at least 1, not {max_events!r}")
-        if not timeout_seconds > 0:
-            raise ValueError(f"timeout_seconds must be positive, not {timeout_seconds!r}")
+        if type(max_event_bytes) is not int or max_event_bytes < 1:
+            raise ValueError(f"max_event_bytes must be an integer of at least 1, not {max_event_bytes!r}")
+        if not 0 < timeout_seconds < math.inf:  # an infinite wait is no bound (and the lock refuses it)
+            raise ValueError(f"timeout_seconds must be positive and finite, not {timeout_seconds!r}")
         if not prefix or "." in prefix or "\x00" in prefix or prefix == "langgraph":
             raise ValueError(
                 f"prefix must be a namespace label (not empty, no '.', not 'langgraph'): {prefix!r}"
@@ -147,8 +221,10 @@ class GraphStore:
         self.store = store
         self.prefix = prefix
         self.max_events = max_events
+        self.max_event_bytes = max_event_bytes
         self.timeout_seconds = timeout_seconds
         self.on_failure = on_failure
+        self._gapped: dict[str, int] = {}  # engagement id -> the life an append found behind a gap
 
     def __repr__(self) -> str:
         return (
@@ -161,120 +237,152 @@ class GraphStore:
         base = (self.prefix, _tag(engagement_id))
         return base, (*base, "log"), (*base, "claims")
 
-    def _meta(self, item: object) -> tuple[dict[str, Any], int, int]:
+    @staticmethod
+    def _meta(item: object) -> tuple[str, int, int, int]:
+        """The meta item's encoded meta, life, count of events and total (checked, not decoded)."""
         value = getattr(item, "value", None)
         if not isinstance(value, Mapping):
             raise _NotOurs(f"not an engagement's meta item: {item!r:.80}")
-        version, total, encoded = value.get("version"), value.get("total"), value.get("meta")
-        if type(version) is not int or version < 0 or type(total) is not int or type(encoded) is not str:
+        encoded, life, count, total = (value.get(k) for k in ("meta", "life", "version", "total"))
+        if (
+            type(encoded) is not str
+            or type(life) is not int
+            or not 1 <= life <= _LIFE
+            or type(count) is not int
+            or not 0 <= count < _LIFE
+            or type(total) is not int
+        ):
             raise _NotOurs(f"not an engagement's meta: {dict(value)!r:.80}")
+        return encoded, life, count, total
+
+    @staticmethod
+    def _body(encoded: str) -> dict[str, Any]:
         try:
             body = decode_event(encoded)
         except ValueError as exc:
             raise _NotOurs(str(exc)) from exc
         if len(body) != 2 or body[0] != "meta" or type(body[1]) is not dict:
             raise _NotOurs(f"not an engagement's meta: {encoded!r:.80}")
-        return body[1], version, total
+        return body[1]
 
     @staticmethod
-    def _event(item: object) -> str | None:
+    def _event(item: object, life: int) -> str | None:
+        """The event an item of the log holds, ``None`` for no item; an item that is not an event of this
+        life (another life's writer overwrote this one's, see the module's docstring) is not the journal's."""
         if item is None:
             return None
         value = getattr(item, "value", None)
-        event = value.get("e") if isinstance(value, Mapping) else None
-        if type(event) is not str:
+        event, its_life = (value.get("e"), value.get("l")) if isinstance(value, Mapping) else (None, None)
+        if type(event) is not str or type(its_life) is not int:
             raise _NotOurs(f"not a journal event item: {item!r:.80}")
+        if its_life != life:
+            raise _NotOurs(f"an event of another life of the engagement: {item!r:.80}")
         return event
 
-    def _events(self, log: tuple[str, ...], first: int, last: int) -> _Plan:
-        """The kept events of versions ``first`` to ``last``: the unbroken run that ends at ``last`` (older
+    def _events(self, log: tuple[str, ...], life: int, first: int, last: int) -> _Plan:
+        """The kept events ``first`` to ``last`` of ``life``: the unbroken run that ends at ``last`` (older
         ones missing count as trimmed; the newest missing is not a journal)."""
         if last < first:
             return []
-        results = yield [GetOp(log, _event_key(v)) for v in range(first, last + 1)]
+        results = yield [GetOp(log, _event_key(n)) for n in range(first, last + 1)]
         events: list[str] = []
         for item in reversed(results):
-            event = self._event(item)
+            event = self._event(item, life)
             if event is None:
                 break
             events.append(event)
         if not events:
-            raise _NotOurs(f"the newest event (version {last}) is missing")
+            raise _NotOurs(f"the newest event ({last}) is missing")
         events.reverse()
         return events
 
     def _snapshot(self, namespaces: tuple[tuple[str, ...], ...], item: object) -> _Plan:
-        meta, version, total = self._meta(item)
-        first = max(1, version - self.max_events + 1)
-        events = yield from self._events(namespaces[1], first, version)
-        return Snapshot(meta=meta, version=version, total=total, events=events)
+        encoded, life, count, total = self._meta(item)
+        meta = self._body(encoded)
+        first = max(1, count - self.max_events + 1)
+        events = yield from self._events(namespaces[1], life, first, count)
+        return Snapshot(meta=meta, version=life * _LIFE + count, total=total, events=events)
 
     def _open(self, engagement_id: str, meta: Mapping[str, Any]) -> _Plan:
         namespaces = self._namespaces(engagement_id)
         base, _, claims = namespaces
+        encoded = self._bounded(encode_event(["meta", dict(meta)]))
         (item,) = yield [GetOp(base, "meta")]
         if item is not None:
             return (yield from self._snapshot(namespaces, item))
         (left,) = yield [SearchOp(claims, limit=_CLAIMS_PER_OPEN)]
-        encoded = encode_event(["meta", dict(meta)])
-        writes: list[Op] = [PutOp(base, "meta", {"meta": encoded, "version": 0, "total": 0}, index=False)]
-        writes += [PutOp(claims, old.key, None) for old in left or ()]
+        life = secrets.randbelow(_LIFE) + 1
+        new = {"meta": encoded, "life": life, "version": 0, "total": 0}
+        writes: list[Op] = [PutOp(base, "meta", new, index=False)]
+        writes += [PutOp(claims, old.key, None) for old in left or ()]  # free anyway (another life's)
         yield writes
-        return Snapshot(meta=decode_event(encoded)[1], version=0, total=0, events=[])
+        return Snapshot(meta=self._body(encoded), version=life * _LIFE, total=0, events=[])
 
     def _load(self, engagement_id: str) -> _Plan:
         namespaces = self._namespaces(engagement_id)
         (item,) = yield [GetOp(namespaces[0], "meta")]
+        gapped = self._gapped.pop(engagement_id, None)
         if item is None:
             return None
-        return (yield from self._snapshot(namespaces, item))
+        snapshot: Snapshot = yield from self._snapshot(namespaces, item)
+        if gapped is not None and snapshot.version // _LIFE != gapped:
+            return None  # the caller is reloading the life it was behind in: that one is gone
+        return snapshot
 
     def _append(
         self, engagement_id: str, since: int, events: Sequence[str], total: int, exclusive: bool
     ) -> _Plan:
         base, log, _ = self._namespaces(engagement_id)
-        ahead = [GetOp(log, _event_key(v)) for v in range(since + 1, since + 1 + _AHEAD)]
+        life, since = divmod(since, _LIFE)
+        ahead = [GetOp(log, _event_key(n)) for n in range(since + 1, since + 1 + _AHEAD)]
         item, *read = yield [GetOp(base, "meta"), *ahead]
         if item is None:
             raise KeyError(engagement_id)
-        _, version, now = self._meta(item)
-        meta = item.value["meta"]  # kept as it is, encoded
+        meta, its_life, version, now = self._meta(item)
+        if its_life != life:  # an earlier (or unknown) life: that engagement does not exist any more
+            raise KeyError(engagement_id)
         kept_first = max(1, version - self.max_events + 1)
         gap = since > version or since < kept_first - 1
         missed: list[str] = []
         if not gap and since < version:
             if version > since + _AHEAD:
                 read += yield [GetOp(log, _event_key(v)) for v in range(since + 1 + _AHEAD, version + 1)]
-            found = [self._event(got) for got in read[: version - since]]
+            found = [self._event(got, life) for got in read[: version - since]]
             if None in found:  # expired in the store: as good as trimmed
                 gap = True
             else:
                 missed = [event for event in found if event is not None]
+        if gap:
+            self._gapped[engagement_id] = life
         if exclusive and since != version:
-            return Appended(ok=False, version=version, total=now, missed=missed, gap=gap)
+            return Appended(ok=False, version=life * _LIFE + version, total=now, missed=missed, gap=gap)
         new_version, new_total = version + len(events), now + int(total)
         if events or total:
             oldest = new_version - self.max_events + 1  # the oldest version kept after this append
             writes: list[Op] = [
-                PutOp(log, _event_key(v), {"e": events[v - version - 1]}, index=False)
-                for v in range(max(version + 1, oldest), new_version + 1)
+                PutOp(log, _event_key(n), {"e": events[n - version - 1], "l": life}, index=False)
+                for n in range(max(version + 1, oldest), new_version + 1)
             ]
-            writes.append(
-                PutOp(base, "meta", {"meta": meta, "version": new_version, "total": new_total}, index=False)
-            )
+            new = {"meta": meta, "life": life, "version": new_version, "total": new_total}
+            writes.append(PutOp(base, "meta", new, index=False))
             writes += [PutOp(log, _event_key(v), None) for v in range(kept_first, min(version + 1, oldest))]
             yield writes
-        return Appended(ok=True, version=new_version, total=new_total, missed=missed, gap=gap)
+        return Appended(ok=True, version=life * _LIFE + new_version, total=new_total, missed=missed, gap=gap)
 
-    def _claim(self, engagement_id: str, key: str, owner: str) -> _Plan:
-        claims = self._namespaces(engagement_id)[2]
-        (item,) = yield [GetOp(claims, _tag(key))]
+    def _claim(self, engagement_id: str, key: str, owner: str, since: int) -> _Plan:
+        base, _, claims = self._namespaces(engagement_id)
+        meta, item = yield [GetOp(base, "meta"), GetOp(claims, _tag(key))]
+        life = since // _LIFE
+        if meta is None or self._meta(meta)[1] != life:  # as for an append: no such engagement
+            raise KeyError(engagement_id)
         if item is not None:
-            holder = item.value.get("owner") if isinstance(item.value, Mapping) else None
-            if type(holder) is not str:
+            value = item.value
+            holder, its_life = (value.get("owner"), value.get("l")) if isinstance(value, Mapping) else (0, 0)
+            if type(holder) is not str or type(its_life) is not int:
                 raise _NotOurs(f"not a claim: {item!r:.80}")
-            return holder
-        yield [PutOp(claims, _tag(key), {"owner": owner}, index=False)]
+            if its_life == life:
+                return holder
+        yield [PutOp(claims, _tag(key), {"owner": owner, "l": life}, index=False)]
         return owner
 
     # -- the drivers -----------------------------------------------------------------------------------
@@ -282,11 +390,14 @@ class GraphStore:
     def _lock(self, engagement_id: str) -> threading.Lock:
         return _LOCKS[hash((self.prefix, engagement_id)) % len(_LOCKS)]
 
-    def _unavailable(self, operation: str, engagement_id: str, why: str) -> StoreUnavailable:
-        return StoreUnavailable(
+    def _says(self, operation: str, engagement_id: str, why: str) -> str:
+        return (
             f"LangGraph store {type(self.store).__name__}: {operation} of engagement {engagement_id!r:.80} "
             f"failed: {why}"
         )
+
+    def _unavailable(self, operation: str, engagement_id: str, why: str) -> StoreUnavailable:
+        return StoreUnavailable(self._says(operation, engagement_id, why))
 
     def _advance(
         self, operation: str, engagement_id: str, plan: _Plan, results: list[Result] | None
@@ -296,25 +407,42 @@ class GraphStore:
             return False, (plan.send(results) if results is not None else next(plan))
         except StopIteration as done:
             return True, done.value
-        except _NotOurs as exc:
-            raise self._unavailable(operation, engagement_id, f"not a journal's item: {exc}") from exc
+        except _Refused as exc:
+            raise self._unavailable(operation, engagement_id, f"{exc.why}: {exc}") from exc
+
+    def _late(self, operation: str, engagement_id: str) -> StoreUnavailable:
+        return self._unavailable(
+            operation,
+            engagement_id,
+            f"no answer within {self.timeout_seconds}s (the engagement stays busy until the store answers)",
+        )
 
     def _run(self, operation: str, engagement_id: str, plan: _Plan) -> Any:
+        """Run ``plan`` under the engagement's lock, each batch in a worker thread waited for at most
+        ``timeout_seconds``. A batch that overruns keeps the lock until it ends (it may still write: nothing
+        else of the engagement may run in between), and the caller gets :class:`StoreUnavailable` now."""
         lock = self._lock(engagement_id)
         if not lock.acquire(timeout=self.timeout_seconds):
             raise self._unavailable(operation, engagement_id, f"busy for {self.timeout_seconds}s")
+        held = True
         try:
             results: list[Result] | None = None
             while True:
                 done, value = self._advance(operation, engagement_id, plan, results)
                 if done:
                     return value
+                future = _BATCHES.submit(self.store.batch, value)
                 try:
-                    results = self.store.batch(value)
+                    results = future.result(timeout=self.timeout_seconds)
                 except Exception as exc:
+                    if not future.done():
+                        held = False
+                        future.add_done_callback(_releasing(lock))
+                        raise self._late(operation, engagement_id) from None
                     raise self._unavailable(operation, engagement_id, f"{type(exc).__name__}: {exc}") from exc
         finally:
-            lock.release()
+            if held:
+                lock.release()
 
     async def _arun(self, operation: str, engagement_id: str, plan: _Plan) -> Any:
         lock = self._lock(engagement_id)
@@ -325,18 +453,53 @@ class GraphStore:
                     raise self._unavailable(operation, engagement_id, f"busy for {self.timeout_seconds}s")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.01)
+        held = True
         try:
             results: list[Result] | None = None
             while True:
                 done, value = self._advance(operation, engagement_id, plan, results)
                 if done:
                     return value
+                task = asyncio.ensure_future(self.store.abatch(value))
                 try:
-                    results = await self.store.abatch(value)
+                    await asyncio.wait({task}, timeout=self.timeout_seconds)
+                finally:  # overran, or the caller was cancelled: the batch goes on, and keeps the lock
+                    if not task.done():
+                        held = False
+                        task.add_done_callback(_releasing(lock))
+                if not task.done():
+                    raise self._late(operation, engagement_id)
+                try:
+                    results = task.result()
                 except Exception as exc:
                     raise self._unavailable(operation, engagement_id, f"{type(exc).__name__}: {exc}") from exc
         finally:
-            lock.release()
+            if held:
+                lock.release()
+
+    @staticmethod
+    def _size(event: str) -> int:
+        return len(event) if event.isascii() else len(event.encode("utf-8", "surrogatepass"))
+
+    def _too_large(self, size: int) -> str:
+        return f"an event of {size} bytes is larger than max_event_bytes ({self.max_event_bytes})"
+
+    def _bounded(self, event: str) -> str:
+        """The meta ``event``, unless it is larger than ``max_event_bytes`` (see the module's docstring)."""
+        size = self._size(event)
+        if size > self.max_event_bytes:
+            raise _TooLarge(self._too_large(size))
+        return event
+
+    def _events_bounded(self, engagement_id: str, events: Sequence[str]) -> list[str]:
+        """``events`` as a list, unless some are larger than ``max_event_bytes``: then nothing is sent and they
+        are refused for good (:class:`~agentguard.record.EventRefused`, naming them)."""
+        sizes = [self._size(event) for event in events]
+        refused = [index for index, size in enumerate(sizes) if size > self.max_event_bytes]
+        if refused:
+            why = f"refused: {self._too_large(max(sizes[index] for index in refused))}"
+            raise EventRefused(self._says("append", engagement_id, why), refused)
+        return list(events)
 
     @staticmethod
     def _since(since: int) -> int:
@@ -361,13 +524,17 @@ class GraphStore:
     ) -> Appended:
         """Append ``events`` (see :meth:`agentguard.record.Journal.append`; with ``gap``, ``missed`` is
         empty). Raises :class:`KeyError` when the engagement does not exist."""
-        plan = self._append(engagement_id, self._since(since), list(events), total, exclusive)
+        plan = self._append(
+            engagement_id, self._since(since), self._events_bounded(engagement_id, events), total, exclusive
+        )
         appended: Appended = self._run("append", engagement_id, plan)
         return appended
 
-    def claim(self, engagement_id: str, key: str, owner: str) -> str:
-        """Claim ``key`` for ``owner`` once and for all (in this process; see the module's docstring)."""
-        holder: str = self._run("claim", engagement_id, self._claim(engagement_id, key, owner))
+    def claim(self, engagement_id: str, key: str, owner: str, *, since: int) -> str:
+        """Claim ``key`` for ``owner`` once and for all (in this process; see the module's docstring). Raises
+        :class:`KeyError` when the engagement does not exist, or is of another life than ``since``."""
+        plan = self._claim(engagement_id, key, owner, self._since(since))
+        holder: str = self._run("claim", engagement_id, plan)
         return holder
 
     async def aopen(self, engagement_id: str, meta: Mapping[str, Any]) -> Snapshot:
@@ -384,11 +551,14 @@ class GraphStore:
         self, engagement_id: str, since: int, events: Sequence[str], total: int, *, exclusive: bool
     ) -> Appended:
         """:meth:`append` through the store's ``abatch``."""
-        plan = self._append(engagement_id, self._since(since), list(events), total, exclusive)
+        plan = self._append(
+            engagement_id, self._since(since), self._events_bounded(engagement_id, events), total, exclusive
+        )
         appended: Appended = await self._arun("append", engagement_id, plan)
         return appended
 
-    async def aclaim(self, engagement_id: str, key: str, owner: str) -> str:
+    async def aclaim(self, engagement_id: str, key: str, owner: str, *, since: int) -> str:
         """:meth:`claim` through the store's ``abatch``."""
-        holder: str = await self._arun("claim", engagement_id, self._claim(engagement_id, key, owner))
+        plan = self._claim(engagement_id, key, owner, self._since(since))
+        holder: str = await self._arun("claim", engagement_id, plan)
         return holder
