@@ -40,7 +40,6 @@ from agentguard.record import Decision, EngagementState, StepRecord
 from agentguard.runs import Cancel, Retry, Timeout, ToolTimeout
 from agentguard.stores import RedisStore
 from tests.conftest import spec_text
-from tests.redis_support import RedisServer, start_redis
 
 SSN = "-".join(["123", "45", "6789"])  # built at run time: no source line a traceback quotes shows it
 """What the tool must not get past the output restriction."""
@@ -562,29 +561,6 @@ def test_an_output_judged_when_the_engagement_is_cancelled_at_once_is_withheld(j
 
 
 # -- a shared store ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A real redis-server for this module (tests/redis_support.py)."""
-    server = start_redis(tmp_path_factory.mktemp("redis"))
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def redis_url(redis_server: RedisServer) -> str:
-    """The module's server, emptied: what a test finds in it is its own."""
-    import redis
-
-    client = redis.Redis.from_url(redis_server.url, socket_timeout=5)
-    try:
-        client.flushall()
-    finally:
-        client.close()
-    return redis_server.url
 
 
 def _stored(url: str) -> str:

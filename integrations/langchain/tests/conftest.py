@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import textwrap
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -186,3 +187,15 @@ def config(thread: str = "t1") -> dict[str, Any]:
 
 def user_says(text: str) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": text}]}
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real redis-server (tests/redis_support.py) for the module's tests: each module that asks has its own."""
+    from tests.redis_support import start_redis
+
+    server = start_redis(Path(tmp_path_factory.mktemp("redis")))
+    try:
+        yield server.url
+    finally:
+        server.stop()

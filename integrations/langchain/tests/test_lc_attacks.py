@@ -7,7 +7,6 @@ import asyncio
 import hashlib
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -69,17 +68,6 @@ class Workers:
 
     def received_text(self) -> str:
         return "".join(str(m.content) for batch in self.model.received for m in batch)
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from tests.redis_support import start_redis
-
-    server = start_redis(Path(tmp_path_factory.mktemp("redis")))
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 @pytest.fixture(params=["graph-store", "redis"])

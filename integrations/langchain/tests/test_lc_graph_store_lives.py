@@ -11,7 +11,6 @@ import math
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,17 +38,6 @@ from integrations.langchain.tests.test_lc_shared_store import (
 
 make = shared.make  # the journal fixture (its sync and async faces)
 LOOP = [A, B] * 4  # short_circuit 3: the sixth call (index 5) is a loop
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from tests.redis_support import start_redis
-
-    server = start_redis(Path(tmp_path_factory.mktemp("redis")))
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 class Backend:

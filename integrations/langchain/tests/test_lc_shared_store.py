@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -443,17 +442,6 @@ async def test_async_tasks_and_a_thread_share_the_lock() -> None:
 
 
 # -- agentguard's RedisStore behind the same two graphs --------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from tests.redis_support import start_redis
-
-    server = start_redis(Path(tmp_path_factory.mktemp("redis")))
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 def test_two_workers_with_a_redis_store_continue_one_engagement(redis_url: str) -> None:
