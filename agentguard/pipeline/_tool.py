@@ -29,7 +29,6 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from types import FunctionType
 from typing import Any, Literal
 
 from agentguard._binding import Registered
@@ -231,17 +230,14 @@ def _as_checked(error: BaseException, text: str) -> BaseException:
     ``raise LookupFailed("no match") from db_error`` would carry the row the database error quoted past an
     output restriction that judged "no match". So the same object goes on without its chain and notes, its
     ``args`` reduced to the checked text when they hold anything else; its attributes stay (a host's code may
-    read them: nothing shows them). It goes on as a :class:`~agentguard.ToolError` instead when its class
-    shows more than that or shows it by code of its own: an exception group (a traceback prints each
-    sub-exception), a ``SyntaxError`` (its source line), a class with notes of its own or a chain it will not
-    give up, a ``__str__`` or ``__repr__`` written in Python (it may show something else the next time, or
-    read what was taken out). The frames of its traceback stay: they show the tool's code.
+    read them: nothing shows them; a library's own error keeps its class, which hosts catch it by). It goes on
+    as a :class:`~agentguard.ToolError` instead when its class shows more than that: an exception group (a
+    traceback prints each sub-exception), a ``SyntaxError`` (its source line), a class with notes of its own
+    or a chain it will not give up, a ``__repr__`` of its own, a ``__str__`` that reads what was taken out.
+    The frames of its traceback stay: they show the tool's code.
     """
     try:
-        cls = type(error)
-        faithful = not issubclass(cls, _SHOWS_MORE) and not any(
-            isinstance(getattr(cls, method), FunctionType) for method in ("__str__", "__repr__")
-        )
+        faithful = not isinstance(error, _SHOWS_MORE)
         if faithful:
             error.__cause__ = None
             error.__context__ = None
