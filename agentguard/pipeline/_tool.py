@@ -179,15 +179,14 @@ def _failed(
         text = str(error)
     except Exception:  # the tool's own __str__ failed: nothing of it is shown
         text = f"<{type(error).__name__}>"
-    checked = False
+    restriction = rule.output_assertion if rule is not None else None
+    checked = restriction is not None or ctx.guardian is not None or bool(ctx.rules)
     sent: dict[str, Any] | None = None  # what the guardian was asked, which the step keeps if the text passes
     try:
-        if rule is not None and rule.output_assertion is not None:
-            checked = True
+        if restriction is not None:
             record.checking = text  # what the assertion sees as this call's outputs, and nobody else
-            check(ctx, state, step, rule.output_assertion, name, Phase.OUTPUT)
+            check(ctx, state, step, restriction, name, Phase.OUTPUT)
         if ctx.guardian is not None:
-            checked = True
             held = state.step_of(step)
             request = ctx.steps.tool_call_result(state, held, text, is_error=True)
             params = yield from ask_guardian(ctx, state, held, request, name, Phase.OUTPUT)
@@ -195,7 +194,6 @@ def _failed(
                 undecided(ctx, state, held, "a failed call's error cannot be modified", name, Phase.OUTPUT)
             sent = request
         if ctx.rules:
-            checked = True
             yield from run_rules(ctx, state, state.step_of(step), name, Phase.OUTPUT, record.inputs, text)
         if rule is not None and rule.output_review:
             reason = (

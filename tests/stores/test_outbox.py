@@ -22,25 +22,13 @@ import redis
 from agentguard import ConfigurationError, EngagementStatus, Guard, Outcome, StoreDenied, StoreUnavailable
 from agentguard.record import EngagementState, decode_event, encode_event
 from agentguard.stores import RedisStore
-from agentguard.stores._redis import _tag
+from tests.stores.keys import keys_of
 from tests.stores.workers import USER, make_guard
 
 SPEC = (
     "kind: openagentspec:v1/agent\nname: s\ndescription: d\nintent: i\nowner: o@corp.com\n"
     "capabilities:\n  fetch:\n"
 )
-
-
-def keys_of(engagement_id: str) -> list[str]:
-    base = f"agentguard:{{{_tag(engagement_id)}}}:"
-    return [base + "meta", base + "log", base + "claims"]
-
-
-@pytest.fixture
-def raw(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, socket_timeout=5)
-    yield client
-    client.close()
 
 
 def logged(raw: redis.Redis, engagement_id: str) -> list[list[Any]]:

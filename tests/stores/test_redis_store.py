@@ -26,6 +26,7 @@ from agentguard.record import Journal as JournalProtocol
 from agentguard.stores import RedisStore
 from agentguard.stores._redis import _LIFE, _tag
 from tests.redis_support import RedisServer, start_redis
+from tests.stores.keys import keys_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,24 +122,11 @@ def journal(make: Callable[..., Journal]) -> Journal:
 
 
 @pytest.fixture
-def raw(redis_url: str) -> Iterator[redis.Redis]:
-    """A plain client on the same server, to look at (and spoil) the store's keys."""
-    client = redis.Redis.from_url(redis_url, socket_timeout=5)
-    yield client
-    client.close()
-
-
-@pytest.fixture
 def own_server(tmp_path: Path) -> Iterator[RedisServer]:
     """A server of the test's own, for the tests that stop, pause or restart it."""
     server = start_redis(tmp_path)
     yield server
     server.stop()
-
-
-def keys_of(engagement_id: str, prefix: str = "agentguard") -> tuple[str, str, str]:
-    base = f"{prefix}:{{{_tag(engagement_id)}}}:"
-    return base + "meta", base + "log", base + "claims"
 
 
 # -- the journal ---------------------------------------------------------------------------------------

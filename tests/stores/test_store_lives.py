@@ -18,7 +18,7 @@ import redis
 from agentguard import Guard, Outcome, ShortCircuitViolation, StoreDenied, StoreUnavailable
 from agentguard.record import Snapshot, encode_event
 from agentguard.stores import RedisStore
-from agentguard.stores._redis import _tag
+from tests.stores.keys import keys_of
 from tests.stores.workers import USER, make_guard
 
 LOOP = ["lookup", "ping"] * 6  # short_circuit 3 stops the 6th call (index 5)
@@ -26,18 +26,6 @@ LOOP = ["lookup", "ping"] * 6  # short_circuit 3 stops the 6th call (index 5)
 
 def ev(*items: Any) -> str:
     return encode_event(list(items))
-
-
-def keys_of(engagement_id: str) -> list[str]:
-    base = f"agentguard:{{{_tag(engagement_id)}}}:"
-    return [base + "meta", base + "log", base + "claims"]
-
-
-@pytest.fixture
-def raw(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, socket_timeout=5)
-    yield client
-    client.close()
 
 
 @pytest.fixture
