@@ -38,6 +38,7 @@ class Binder:
     __slots__ = (
         "_count",
         "_defaults",
+        "_exact",
         "_keywords",
         "_names",
         "_required",
@@ -58,6 +59,8 @@ class Binder:
         """The name of the ``**`` parameter, if any: its keywords are recorded flat."""
         # ``fn(**kwargs)`` alone (a host's runner): the inputs are its keywords, passed on as they are.
         self._spread = len(params) == 1 and self._keywords is not None
+        # Plain parameters without defaults: a call by keywords naming each once is bound as it is.
+        self._exact = self._required if self._simple and not self._defaults else None
 
     @classmethod
     def of(cls, fn: Callable[..., Any]) -> Binder:
@@ -88,6 +91,8 @@ class Binder:
         return binder
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if not args and kwargs.keys() == self._exact:  # the common call, in one comparison
+            return kwargs  # the wrapper's own ``**kwargs``: a fresh dict nobody else holds
         if self._spread and not args:
             return kwargs  # the wrapper's own ``**kwargs``: a fresh dict nobody else holds
         if not self._simple or len(args) > len(self._names):

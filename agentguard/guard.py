@@ -392,9 +392,15 @@ class Guard:
             async_wrapper.__agentguard__ = reg  # type: ignore[attr-defined]
             return async_wrapper  # type: ignore[return-value]
 
+        runtime, bind = self._runtime, reg.binder.bind
+        current = runtime.current
+
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return guard._call_registered(reg, reg.binder.bind(args, kwargs), None, None)
+            eng: Engagement | None = current.get()  # _call_registered, written out: a frame less per call
+            if eng is not None:
+                return run_tool_call(runtime, eng.state, reg, bind(args, kwargs))
+            return guard._call_own(reg, bind(args, kwargs), None, None)
 
         wrapper.__agentguard__ = reg  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
@@ -618,6 +624,12 @@ class Guard:
         eng: Engagement | None = self._runtime.current.get()
         if eng is not None:
             return run_tool_call(self._runtime, eng.state, reg, inputs, call_id, reasoning)
+        return self._call_own(reg, inputs, call_id, reasoning)
+
+    def _call_own(
+        self, reg: Registered, inputs: dict[str, Any], call_id: str | None, reasoning: Reasoning
+    ) -> Any:
+        """A call outside any open engagement, in one of its own."""
         eng = self._own_engagement(reg.name)
         try:
             return run_tool_call(self._runtime, eng.state, reg, inputs, call_id, reasoning)

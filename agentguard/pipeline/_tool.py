@@ -69,6 +69,7 @@ from agentguard.record import (
     NOT_PLAIN,
     CallRecord,
     Decision,
+    DirectCallRecord,
     EngagementState,
     EngagementStatus,
     Outcome,
@@ -551,7 +552,7 @@ def _direct(
     if rule is None or rule.input_review or rule.output_review or name in ctx.review_gates:
         return None
     allows = ctx.allows(rule, name)
-    plain = plain_copy(inputs, owned=True, limits=ctx.value_limits)
+    plain = plain_copy(inputs, True, ctx.value_limits)  # positional: keywords cost more, on every call
     direct = (
         None
         if plain is NOT_PLAIN
@@ -579,7 +580,8 @@ def _direct(
     try:
         if checked is not True:  # an exception the quick closure raised is no pass
             _checked_inputs(ctx, state, step, allows, record, inputs, checked)
-        credentials = _identity_credentials(state, rule)
+        held = state.rule_credentials.get(id(rule))  # _identity_credentials' look-up, written out
+        credentials = held[1] if held is not None and held[0] is rule else _identity_credentials(state, rule)
         if reg.needs_credentials and credentials is None:
             raise _no_credentials(ctx, state, step, name)
         args, kwargs = reg.binder.to_args(inputs)
@@ -901,18 +903,9 @@ def _record_output(
         return
     rule = allows.rule
     restriction = rule.output_assertion
-    direct = step is record  # the restriction is asked in complete_call, under the lock, for a direct call
-    passed = state.complete_call(
-        record,
-        kept,
-        collect=rule.collect_results,
-        restriction=restriction if direct else None,
-        held=allows.checked_in,
-        checked=allows.checked_out,
-        release=release and (direct or restriction is None),
-    )
-    if restriction is not None and passed is not True:
-        check(ctx, state, step, restriction, record.name, Phase.OUTPUT, allows.output, passed)
+    state.complete_call(record, kept, collect=rule.collect_results, release=release and restriction is None)
+    if restriction is not None:
+        check(ctx, state, step, restriction, record.name, Phase.OUTPUT, allows.output)
         if release:
             state.release_call(record)
 
@@ -951,11 +944,22 @@ def _settle(
     try:
         if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
             raise _cancelled(ctx, state, step, record.name)
-        delivered, kept = plain_copies(output, limits=ctx.value_limits)
+        delivered, kept = plain_copies(output, ctx.value_limits)  # positional, as in _direct
         if delivered is NOT_PLAIN:
             delivered = _deliverable(ctx, state, step, record.name, output)  # the guard's own conversion
             kept = to_plain(delivered)
-        _record_output(ctx, state, step, record, allows, delivered, kept, release=release)
+        if release and allows is not None and type(record) is DirectCallRecord:
+            # A direct call: its restriction asked under the record's lock, and the output let out, at once
+            rule = allows.rule
+            restriction = rule.output_assertion
+            passed = state.complete_direct(
+                record, kept, rule.collect_results, restriction, allows.checked_in, allows.checked_out
+            )
+            if passed is not True and restriction is not None:
+                check(ctx, state, step, restriction, record.name, Phase.OUTPUT, allows.output, passed)
+                state.release_call(record)
+        else:
+            _record_output(ctx, state, step, record, allows, delivered, kept, release=release)
     except BaseException as exc:
         _withhold(state, record, allows.rule if allows is not None else None, exc)
         raise

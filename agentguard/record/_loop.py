@@ -50,7 +50,7 @@ class LoopDetector:
     Not locked: the :class:`~agentguard.record.EngagementState` that owns it holds its lock around each use.
     """
 
-    __slots__ = ("_attempts", "_count", "_ids", "_lanes", "_runs", "_seen", "window")
+    __slots__ = ("_attempts", "_count", "_ids", "_lanes", "_running", "_runs", "_seen", "window")
 
     def __init__(self, window: int) -> None:
         # The attempted names, as a number per distinct name, oldest first (4 bytes each); the last ``window``
@@ -62,9 +62,10 @@ class LoopDetector:
         # The countdowns, for the (k, max_block) last asked about (None: rebuild them on the next question).
         self._lanes: _Lanes | None = None
         self._runs = 0
-        # Per name: (mask, count) -- lane j of mask all ones where the name was attempted j attempts before
-        # the count-th one (lanes 0 .. max_block).
-        self._seen: dict[str, tuple[int, int]] = {}
+        self._running = 0  # the top bit of every lane of _runs not at zero, kept for the next attempt
+        # Per name: (mask, count, number) -- lane j of mask all ones where the name was attempted j attempts
+        # before the count-th one (lanes 0 .. max_block); the name's number in _attempts.
+        self._seen: dict[str, tuple[int, int, int]] = {}
 
     def _id(self, name: str) -> int:
         number = self._ids.get(name)
@@ -130,16 +131,22 @@ class LoopDetector:
             mask |= (seen[0] << (width * gap)) & window  # older than max_block: nothing to keep
         # Lane L of mask is all ones where the attempt L before is this name: that countdown goes on (those
         # not at zero go down by one), every other starts again (lane 0, this attempt, holds none).
-        runs = self._runs
-        runs = ((runs - (((runs + low) & high) >> (width - 1))) & mask) | (reset ^ (reset & mask))
-        zero = high ^ ((runs + low) & high)  # the top bit of every lane at zero
+        runs = self._runs - (self._running >> (width - 1))
+        runs = reset ^ ((reset ^ runs) & mask)
+        running = (runs + low) & high
+        zero = high ^ running  # the top bit of every lane at zero
         block = ((zero & -zero).bit_length() - 1) // width if zero else None
         if mode == _ASK or (block is not None and mode != _ALWAYS):
             return block
         self._runs = runs
-        self._seen[name] = (mask, count + 1)
+        self._running = running
+        number = self._id(name) if seen is None else seen[2]
+        self._seen[name] = (mask, count + 1, number)
         self._count = count + 1
-        self._append(name)
+        attempts = self._attempts  # _append, written out
+        attempts.append(number)
+        if len(attempts) > self.window + 64:
+            del attempts[: len(attempts) - self.window]
         return block
 
     def _rebuild(self, k: int, max_block: int) -> _Lanes:
@@ -152,13 +159,14 @@ class LoopDetector:
         masks: dict[int, int] = {}
         for j, number in enumerate(sequence[: max_block + 1]):
             masks[number] = masks.get(number, 0) | (first << (width * j))
-        self._seen = {name: (masks[i], self._count) for name, i in self._ids.items() if i in masks}
+        self._seen = {name: (masks[i], self._count, i) for name, i in self._ids.items() if i in masks}
         # Every countdown starts full; a block shorter than the sequence may have counted down already (a new
         # engagement's first question has nothing to look at).
         runs = lanes[7]
         for block in range(1, min(max_block, len(sequence) - 1) + 1):
             runs -= _agreeing(sequence, block, min((k - 1) * block, len(sequence) - block)) << (width * block)
         self._runs = runs
+        self._running = (runs + lanes[5]) & lanes[6]
         return lanes
 
     def last(self, count: int) -> list[str]:

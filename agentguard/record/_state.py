@@ -46,6 +46,7 @@ from agentguard.record._types import (
     StepRef,
     Steps,
     User,
+    _Entry,
     chained,
     new_entry,
 )
@@ -304,14 +305,18 @@ class EngagementState:
         asked here (its ``quick`` closure) under the lock, once the call is the pending one (decision 2).
         Only its ``True`` passes: the step's decisions are then ``checked`` (the tuple the caller's chains
         share), and the answer says ``True``. Anything else records nothing, and the answer says ``False``, or
-        is the exception the closure raised (see :meth:`_holds`): the caller checks again the general way,
-        which records why (as when there is no ``quick``).
+        is the exception the closure raised: the caller checks again the general way, which records why (as
+        when there is no ``quick``).
 
         ``None``, with nothing recorded, when the call cannot begin this way: the engagement is not active,
         attempting ``name`` now would repeat a block ``short_circuit`` times (as :meth:`would_short_circuit`),
         or the record is shared through a store. The pipeline's general path then decides, and records why.
         """
-        entry = new_entry(inputs)
+        # The per-call path: new_entry and _add_call are written out here (a frame each saved).
+        holder = _Entry()
+        holder.inputs = inputs  # type: ignore[attr-defined]
+        holder.outputs = None  # type: ignore[attr-defined]
+        entry = holder.__dict__
         lock = self._lock
         lock.acquire()  # not `with`: its protocol costs as much again as the lock, on the per-call path
         try:
@@ -324,17 +329,31 @@ class EngagementState:
             record = DirectCallRecord(name, kind, call_id, entry, time.time())
             record.turn_id = self.turn_id
             record.held = decisions
-            self._add_call(record)
+            self._names.append(name)
+            history = self._history
+            entries = history.get(name)
+            if entries is None:
+                entries = history[name] = []
+            entries.append(entry)
+            recent = self._recent
+            recent[name] = entry
+            recent["_name"] = name
+            self.calls.append(record)
             self._in_flight.add(id(record))
             self.steps.append(record)
-            passed: bool | Exception
-            if restriction is None:
-                passed = True  # nothing to check
-            elif checked is None:
-                passed = False
-            else:
+            passed: bool | Exception = restriction is None  # else no pass unless asked here, and held
+            quick = None if restriction is None else restriction.quick
+            if quick is not None and checked is not None:
+                # The closure is given the whole view, live, not the parts :meth:`bindings` selects: plain
+                # Python reads only what the expression reads, and nothing changes the view while the lock is
+                # held. The call is the newest one, made so just above: the view is its own (_own_recent).
+                live = self._live
+                live["started_at"] = self.started_at
+                history["_total"] = self._offset + len(self._names)
                 try:
-                    passed = self._holds(restriction, record)
+                    passed = quick(live) is True
+                except Exception as exc:  # no pass; the caller checks the general way, which records why
+                    passed = exc
                 except BaseException as exc:  # KeyboardInterrupt, ...: the call never began
                     self._take_back(record, type(exc).__name__, True)
                     self._settled(record)
@@ -375,36 +394,6 @@ class EngagementState:
         if entry is original or own.name not in history:
             return history
         return {**history, own.name: [entry if e is original else e for e in history[own.name]]}
-
-    def _holds(self, restriction: QuickCheck, own: CallRecord) -> bool | Exception:
-        """Whether ``restriction``'s quick closure answers ``True`` on the record as it is now (under the lock):
-        ``True``, else ``False``, or the exception the closure raised, handed back for the caller to read (a
-        closure that raises has not passed; the record does not say what its exception means).
-
-        The closure is given the whole view, live, not the parts :meth:`bindings` selects: plain Python reads
-        only what the expression reads (the selection saves the engine converting the rest), and nothing
-        changes the view while the lock is held.
-        """
-        quick = restriction.quick
-        if quick is None:
-            return False
-        live = self._live
-        live["started_at"] = self.started_at
-        self._history["_total"] = self._offset + len(self._names)
-        recent, name, entry = self._recent, own.name, own.entry
-        output = own.checking
-        if output is not UNCHECKED:  # its output, which the view shows once its checks let it out
-            # _own_entry and _own_recent, written out: the per-call path of a direct call's output check
-            entry = {**entry, "outputs": output}
-            live = {**live, "recent": {**recent, name: entry, "_name": name}}
-            if restriction.plan.reads_history:
-                live["history"] = self._own_history(own, entry)
-        elif recent.get(name) is not entry or recent.get("_name") != name:  # calls in parallel
-            live = {**live, "recent": self._own_recent(own, entry)}
-        try:
-            return quick(live) is True
-        except Exception as exc:
-            return exc
 
     def add_shared(self, step: DirectCallRecord, decision: Decision, chains: Chains) -> None:
         """Record a shared allow ``decision`` on a direct call's step (under the lock: the step may be being
@@ -514,49 +503,73 @@ class EngagementState:
             self._recent.pop("_name", None)
 
     def complete_call(
-        self,
-        record: CallRecord,
-        outputs: Any,
-        *,
-        collect: bool = True,
-        restriction: QuickCheck | None = None,
-        held: tuple[Decision, ...] | None = None,
-        checked: tuple[Decision, ...] | None = None,
-        release: bool = True,
-    ) -> bool | Exception:
+        self, record: CallRecord, outputs: Any, *, collect: bool = True, release: bool = True
+    ) -> None:
         """Store a call's outputs (``null`` when ``collect_results`` is false).
 
         Decision 3: the output is checked before anyone else sees it. Until :meth:`release_call` lets it out,
         the view (``recent``, ``history``, ``exposes``, a store) shows the call's ``outputs`` as ``null``, and
         only the call's own checks see it (:meth:`bindings` with ``own``): a reader in another thread, or a
         parallel call's check, never sees an output its checks are still judging, or go on to withhold.
-        ``release``: nothing but ``restriction`` is left to judge the output; it is let out here, under the
-        same lock, when ``restriction`` is ``None`` or passes here.
+        ``release``: nothing is left to judge the output; it is let out here, under the same lock.
+        """
+        with self._lock:
+            record.checking = outputs if collect else None
+            record.status = "completed"
+            record.ended_at = time.time()
+            if release:
+                self._release(record)
 
-        For a direct call (:meth:`begin_direct`), its output ``restriction`` may be asked here, under the
-        lock, as :meth:`begin_direct` asks the input one: the step's decisions go from ``held`` to ``checked``
-        when it passes, and the answer says ``True``. ``False`` otherwise (not asked, not passed, or the step's
-        decisions were not ``held``, e.g. somebody read the step meanwhile), or the exception the closure
-        raised (:meth:`_holds`): the caller checks it the general way, then releases the output.
+    def complete_direct(
+        self,
+        record: DirectCallRecord,
+        outputs: Any,
+        collect: bool,
+        restriction: QuickCheck | None,
+        held: tuple[Decision, ...] | None,
+        checked: tuple[Decision, ...] | None,
+    ) -> bool | Exception:
+        """:meth:`complete_call` for a direct call (:meth:`begin_direct`), its output ``restriction`` asked
+        here, under the same lock, as :meth:`begin_direct` asks the input one: the step's decisions go from
+        ``held`` to ``checked`` when it passes, the output is let out, and the answer says ``True`` (also when
+        there is no restriction). ``False`` otherwise (nothing to ask it with, or the step's decisions were not
+        ``held``: somebody read the step meanwhile), or the exception the closure raised: the output is not let
+        out, and the caller checks it the general way (:meth:`release_call` then lets it out).
         """
         lock = self._lock
         lock.acquire()  # as in begin_direct
         try:
-            record.checking = outputs if collect else None
+            kept = record.checking = outputs if collect else None
             record.status = "completed"
             record.ended_at = time.time()
-            passed: bool | Exception = False
-            if (
-                restriction is not None
-                and checked is not None
-                and type(record) is DirectCallRecord
-                and record.held is held
-            ):
-                passed = self._holds(restriction, record)
-                if passed is True:
-                    record.held = checked
-            if release and (restriction is None or passed is True):
-                self._release(record)
+            passed: bool | Exception = True
+            if restriction is not None:
+                quick = restriction.quick
+                passed = False
+                if quick is not None and checked is not None and record.held is held:
+                    # The closure is given the whole view, live (as in begin_direct), with this call's entry
+                    # in it as its checks see it (_own_entry, _own_recent): with its output, which the view
+                    # shows as null until they let it out.
+                    name = record.name
+                    entry = {**record.entry, "outputs": kept}
+                    recent = {**self._recent, name: entry, "_name": name}
+                    live = {**self._live, "started_at": self.started_at, "recent": recent}
+                    self._history["_total"] = self._offset + len(self._names)
+                    if restriction.plan.reads_history:
+                        live["history"] = self._own_history(record, entry)
+                    try:
+                        passed = quick(live) is True
+                    except Exception as exc:  # no pass (see begin_direct)
+                        passed = exc
+                    if passed is True:
+                        record.held = checked
+            if passed is True:  # _release and _settled, written out (the record has no journal)
+                record.checking = UNCHECKED
+                record.entry["outputs"] = kept
+                in_flight = self._in_flight
+                in_flight.discard(id(record))
+                if self._idle_waiters and not in_flight:
+                    self._idle.notify_all()
             return passed
         finally:
             lock.release()

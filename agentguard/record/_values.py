@@ -265,7 +265,7 @@ NOT_PLAIN: Any = object()
 """:func:`plain_copy`'s answer for a value that is not JSON-like (``None`` is a JSON-like value)."""
 
 
-def plain_copy(value: Any, *, owned: bool = False, limits: ValueLimits = DEFAULT_LIMITS) -> Any:
+def plain_copy(value: Any, owned: bool = False, limits: ValueLimits = DEFAULT_LIMITS) -> Any:
     """What the record keeps of ``value`` when it is JSON-like within ``limits`` (:func:`is_plain`): a copy, or
     ``value`` itself when it is a flat dict the caller ``owned`` (built for this call, held by nobody else);
     else :data:`NOT_PLAIN` (then :func:`unfaithful` says whether it can be converted, and :func:`to_plain`,
@@ -287,7 +287,7 @@ def plain_copy(value: Any, *, owned: bool = False, limits: ValueLimits = DEFAULT
     return to_plain(value, owned=owned, limits=limits) if plain else NOT_PLAIN
 
 
-def plain_copies(value: Any, *, limits: ValueLimits = DEFAULT_LIMITS) -> tuple[Any, Any]:
+def plain_copies(value: Any, limits: ValueLimits = DEFAULT_LIMITS) -> tuple[Any, Any]:
     """Two copies of ``value`` when it is JSON-like within ``limits`` (:func:`plain_copy`), that share no
     container: one for the caller, one for the record, so that neither's changes reach the other (nor the
     changes of whoever holds ``value``). ``(NOT_PLAIN, NOT_PLAIN)`` otherwise.
