@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -233,7 +234,7 @@ def _as_checked(error: BaseException, text: str) -> BaseException:
     as a :class:`~agentguard.ToolError` instead when its class shows more than that: an exception group (a
     traceback prints each sub-exception), a ``SyntaxError`` (its source line), a class with notes of its own
     or a chain it will not give up, a ``__repr__`` of its own, a ``__str__`` that reads what was taken out.
-    The frames of its traceback stay: they show the tool's code.
+    The frames of its traceback stay: they show the tool's code, not its data (their locals are cleared).
     """
     try:
         faithful = not isinstance(error, _SHOWS_MORE)
@@ -252,6 +253,9 @@ def _as_checked(error: BaseException, text: str) -> BaseException:
             )
     except Exception:  # a class that resists (a property in the way, a __str__ that fails on what is left)
         faithful = False
+    # Its frames' local variables (what the tool read, and did not say) are data no check saw: a host that
+    # reports locals would send them. The frames still running (the pipeline's, where it was caught) stay.
+    traceback.clear_frames(error.__traceback__)
     if faithful:
         return error
     replacement = ToolError(text, error_type=type(error).__name__)
@@ -480,15 +484,24 @@ def run_tool_call(
     watchers = ctx.observers.stepping()
     direct = _direct(ctx, state, reg, inputs, call_id, watchers)
     if direct is None:
-        return run_sync(tool_call_flow(ctx, state, ToolCall.of(reg, inputs, call_id, reasoning), watchers))
+        try:
+            return run_sync(
+                tool_call_flow(ctx, state, ToolCall.of(reg, inputs, call_id, reasoning), watchers)
+            )
+        except PolicyViolation as denial:
+            raise denial.with_traceback(None) from denial.__cause__  # see _bare
     allows, step, record, args, kwargs, credentials = direct
     try:
         output = call_sync(reg.fn, args, kwargs, credentials)
     except BaseException as exc:
         error = run_sync(_failed(ctx, state, step, record, allows.rule, exc))  # no guardian: yields nothing
     else:
-        return _settle(ctx, state, step, record, allows, output)
-    raise error
+        try:
+            return _settle(ctx, state, step, record, allows, output)
+        except PolicyViolation as denial:
+            del output  # withheld: out of this frame before the denial leaves through it
+            raise denial.with_traceback(None) from denial.__cause__  # see _bare
+    raise _bare(error)
 
 
 async def arun_tool_call(
@@ -504,15 +517,33 @@ async def arun_tool_call(
     direct = _direct(ctx, state, reg, inputs, call_id, watchers)
     if direct is None:
         call = ToolCall.of(reg, inputs, call_id, reasoning)
-        return await run_async(tool_call_flow(ctx, state, call, watchers))
+        try:
+            return await run_async(tool_call_flow(ctx, state, call, watchers))
+        except PolicyViolation as denial:
+            raise denial.with_traceback(None) from denial.__cause__  # see _bare
     allows, step, record, args, kwargs, credentials = direct
     try:
         output = await call_async(reg.fn, args, kwargs, credentials)
     except BaseException as exc:
         error = run_sync(_failed(ctx, state, step, record, allows.rule, exc))
     else:
-        return _settle(ctx, state, step, record, allows, output)
-    raise error
+        try:
+            return _settle(ctx, state, step, record, allows, output)
+        except PolicyViolation as denial:
+            del output  # as in run_tool_call
+            raise denial.with_traceback(None) from denial.__cause__
+    raise _bare(error)
+
+
+def _bare(error: BaseException) -> BaseException:
+    """``error`` as a tool call raises it: a denial without the frames it was raised through.
+
+    They are the pipeline's, and their local variables hold what the checks withheld (the tool's output, an
+    error's text), which a host that reports locals with an error (Sentry does by default) would send on. A
+    denial says why in its reason; the traceback starts where the call raises it. Any other error (the tool's
+    own, its checks passed) keeps its traceback, the tool's code, its frames' data cleared (:func:`_as_checked`).
+    """
+    return error.with_traceback(None) if isinstance(error, PolicyViolation) else error
 
 
 _Begun = tuple[Allows, StepRef, CallRecord, tuple[Any, ...], dict[str, Any], Credentials | None]
