@@ -11,7 +11,10 @@ Prints a table and writes ``benchmarks/results/core.json``. Four measurements pe
    pending call visible in ``recent``/``history``, both assertions, rollback on denial, outputs withheld on
    failure. Both run in the same process, interleaved round by round. Target: <= 1.5x. ``vs hand-inc``: the
    same against a :class:`HandWritten` that checks for loops with the guard's own incremental detector
-   rather than the regex (most of the first one's cost at a full window).
+   rather than the regex (most of the first one's cost at a full window). ``vs hand-safe``: against one
+   with the guarantees the guard gained since the target was set (a lock around the record, the output out
+   of the view until checked, copies of the output for the caller and the record): not the target, it says
+   how much of the gap those guarantees are.
 3. ``recent/user at 10k``: the same call with 10,000 earlier calls in the engagement, divided by the cost at
    10 earlier calls. Target: <= 1.5x.
 4. ``history._total at 10k``: as 3, with the input assertion on ``history._total``. Target: <= 3x.
@@ -29,9 +32,11 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 from _common import RECENT, print_table, spec_text, thue_morse, tool_a, tool_b, write_results
@@ -41,6 +46,7 @@ from agentguard.cel import available_backends
 from agentguard.record import LoopDetector, repeated_block
 
 HISTORY = "history._total < 1000000"
+_PLAIN = (str, int, float, bool, type(None))
 
 
 def build(backend: str, assertion: str, **options: Any) -> tuple[Guard, dict[str, Callable[..., Any]]]:
@@ -53,13 +59,27 @@ class HandWritten:
     reviews or identity would write around the two tools, with the guard's own compiled CEL programs."""
 
     def __init__(
-        self, guard: Guard, tools: dict[str, Callable[..., Any]], user: User, *, incremental: bool = False
+        self,
+        guard: Guard,
+        tools: dict[str, Callable[..., Any]],
+        user: User,
+        *,
+        incremental: bool = False,
+        safe: bool = False,
     ) -> None:
         """``incremental``: check for loops with the guard's own :class:`~agentguard.record.LoopDetector`
         (packed countdowns, updated per attempt) rather than matching the window against the regex
         :func:`~agentguard.record.repeated_block`, which is what the guard did until it had that detector and
-        what this baseline has always done (``core_instructions.py`` counts both)."""
+        what this baseline has always done (``core_instructions.py`` counts both).
+
+        ``safe``: with the guarantees the guard gained since the target was set, which the baseline lacks:
+        the record changed under a lock (hosts run tool calls in parallel), the output kept out of the view
+        until its check passed (decision 3: the view shows ``null`` meanwhile, the check sees the output), and
+        the caller and the record each given a copy of a JSON-like output, any other refused (decision 22).
+        Not the target's denominator: it tells how much of the gap to the plain baseline those guarantees are.
+        """
         self.tools = tools
+        self.lock = threading.Lock() if safe else None
         self.detector = LoopDetector(1) if incremental else None
         self.user = {"id": user.id, "email": user.email}
         self.short_circuit = guard.policy.short_circuit or 0
@@ -88,23 +108,35 @@ class HandWritten:
                 raise RuntimeError("loop")
         inputs = {"x": x}
         entry: dict[str, Any] = {"inputs": inputs, "outputs": None}
-        self.names.append(name)
-        self.history.setdefault(name, []).append(entry)
-        previous = self.recent.get(name)
-        self.recent[name] = entry
-        self.recent["_name"] = name
+        lock = self.lock
         check_in, check_out = self.rules[name]
-        if check_in.evaluate({"recent": {name: {"inputs": inputs}}, "user": self.user}) is not True:
-            self.names.pop()
-            self.history[name].pop()
-            self.recent[name] = previous
-            raise PermissionError("input restriction")
+        with lock or nullcontext():
+            self.names.append(name)
+            self.history.setdefault(name, []).append(entry)
+            previous = self.recent.get(name)
+            self.recent[name] = entry
+            self.recent["_name"] = name
+            if check_in.evaluate({"recent": {name: {"inputs": inputs}}, "user": self.user}) is not True:
+                self.names.pop()
+                self.history[name].pop()
+                self.recent[name] = previous
+                raise PermissionError("input restriction")
         output = self.tools[name](x=x)
-        entry["outputs"] = dict(output)
-        if check_out.evaluate({"recent": {name: entry}}) is not True:
-            entry["outputs"] = None
-            raise PermissionError("output restriction")
-        return output
+        if lock is None:
+            entry["outputs"] = dict(output)
+            if check_out.evaluate({"recent": {name: entry}}) is not True:
+                entry["outputs"] = None
+                raise PermissionError("output restriction")
+            return output
+        if type(output) is not dict or any(type(v) not in _PLAIN for v in output.values()):
+            raise PermissionError("not a JSON-like output")
+        delivered = dict(output)
+        kept = dict(delivered)
+        with lock:
+            if check_out.evaluate({"recent": {name: {**entry, "outputs": kept}}}) is not True:
+                raise PermissionError("output restriction")
+            entry["outputs"] = kept
+        return delivered
 
 
 def denied_us(guard: Guard, tools: dict[str, Callable[..., Any]], earlier: int, rounds: int) -> float:
@@ -144,14 +176,14 @@ def bytes_per_call(guard: Guard, tools: dict[str, Callable[..., Any]], calls: in
 
 
 def hand_written_us(
-    guard: Guard, earlier: int, calls: int, rounds: int, *, incremental: bool = False
+    guard: Guard, earlier: int, calls: int, rounds: int, *, incremental: bool = False, safe: bool = False
 ) -> float:
     """Median microseconds of a :class:`HandWritten` call, filled like :func:`per_call_us`."""
     samples: list[int] = []
     sequence = thue_morse(earlier + calls)
     for _ in range(rounds):
         tables = {"tool-a": tool_a, "tool-b": tool_b}
-        hand = HandWritten(guard, tables, User(id="u1"), incremental=incremental)
+        hand = HandWritten(guard, tables, User(id="u1"), incremental=incremental, safe=safe)
         for name in sequence[:earlier]:
             hand.call(name, 1)
         for name in sequence[earlier:]:
@@ -161,19 +193,21 @@ def hand_written_us(
     return statistics.median(samples) / 1000
 
 
-def versus_hand_written(
-    guard: Guard, tools: dict[str, Callable[..., Any]], rounds: int
-) -> tuple[float, float, float]:
-    """(guarded, hand-written, hand-written with the incremental loop detector) medians, measured in
-    alternating rounds so machine noise hits them alike."""
-    guarded: list[float] = []
-    hand: list[float] = []
-    incremental: list[float] = []
+def versus_hand_written(guard: Guard, tools: dict[str, Callable[..., Any]], rounds: int) -> dict[str, float]:
+    """Medians of the guarded call and of each :class:`HandWritten` baseline (``hand``: the target's;
+    ``incremental``: its loops found by the guard's detector; ``safe``: with the guard's later guarantees),
+    measured in alternating rounds so machine noise hits them alike."""
+    baselines: dict[str, dict[str, bool]] = {
+        "hand": {},
+        "incremental": {"incremental": True},
+        "safe": {"safe": True},
+    }
+    samples: dict[str, list[float]] = {"guarded": [], **{name: [] for name in baselines}}
     for _ in range(rounds):
-        guarded.append(per_call_us(guard, tools, 10, 200, 1))
-        hand.append(hand_written_us(guard, 10, 200, 1))
-        incremental.append(hand_written_us(guard, 10, 200, 1, incremental=True))
-    return statistics.median(guarded), statistics.median(hand), statistics.median(incremental)
+        samples["guarded"].append(per_call_us(guard, tools, 10, 200, 1))
+        for name, options in baselines.items():
+            samples[name].append(hand_written_us(guard, 10, 200, 1, **options))
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def timed(fn: Callable[..., Any], x: int) -> int:
@@ -207,7 +241,9 @@ def measure(backend: str, calls: int) -> dict[str, Any]:
     per_call_us(guard, tools, 10, 200, 2)  # warm up
     hand_written_us(guard, 10, 200, 2)
     hand_written_us(guard, 10, 200, 2, incremental=True)
-    versus_guarded, hand, incremental = versus_hand_written(guard, tools, max(3, calls // 200))
+    hand_written_us(guard, 10, 200, 2, safe=True)
+    versus = versus_hand_written(guard, tools, max(3, calls // 200))
+    versus_guarded, hand, incremental, safe = (versus[k] for k in ("guarded", "hand", "incremental", "safe"))
     bare = bare_us(calls * 4)
     at10 = per_call_us(guard, tools, 10, 20, max(1, calls // 20))
     at10k = per_call_us(guard, tools, 10_000, 20, max(1, calls // 400))
@@ -229,6 +265,8 @@ def measure(backend: str, calls: int) -> dict[str, Any]:
         "ratio_vs_hand_written": round(versus_guarded / hand, 3),
         "hand_written_incremental_us": round(incremental, 3),
         "ratio_vs_hand_written_incremental": round(versus_guarded / incremental, 3),
+        "hand_written_safe_us": round(safe, 3),
+        "ratio_vs_hand_written_safe": round(versus_guarded / safe, 3),
         "recent_user_10_us": round(at10, 3),
         "recent_user_10k_us": round(at10k, 3),
         "recent_user_ratio": round(at10k / at10, 3),
@@ -267,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             ("hand µs", ">9"),
             ("vs hand", ">9"),
             ("vs hand-inc", ">12"),
+            ("vs hand-safe", ">13"),
             ("recent 10k/10", ">15"),
             ("_total 10k/10", ">15"),
             ("denied 10k/10", ">15"),
@@ -281,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['hand_written_us']:.2f}",
                 f"{r['ratio_vs_hand_written']:.2f}x",
                 f"{r['ratio_vs_hand_written_incremental']:.2f}x",
+                f"{r['ratio_vs_hand_written_safe']:.2f}x",
                 f"{r['recent_user_ratio']:.2f}x",
                 f"{r['history_total_ratio']:.2f}x",
                 f"{r['denied_ratio']:.2f}x",
