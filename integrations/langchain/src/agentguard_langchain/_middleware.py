@@ -84,7 +84,7 @@ from agentguard_langchain._host import (
     var_child_runnable_config,
 )
 from agentguard_langchain._review import install_interrupt_reviewers, replay_interrupts
-from agentguard_langchain._scope import Scope
+from agentguard_langchain._scope import CURRENT, Scope
 from agentguard_langchain._sessions import (
     EngagementKey,
     Session,
@@ -356,7 +356,8 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         """The run's session when this worker has it open, as at almost every tool call: the rest of
         :meth:`_session` is for the other cases (two calls more on every tool call, and under asyncio
         awaiting :meth:`_asession` costs a coroutine)."""
-        return self._sessions.get(_engagement_id(state))
+        engagement_id = state.get(ENGAGEMENT_KEY)  # _engagement_id, written out: a frame less per call
+        return self._sessions.get(engagement_id) if isinstance(engagement_id, str) else None
 
     async def _asession(self, state: Mapping[str, Any], context: object) -> Session:
         session, thread, engagement_id = self._known(state)
@@ -664,26 +665,30 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             raise _streamed_tool_results()
         session = self._open_session(request.state) or self._session(request.state, request.runtime.context)
         call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed, unstreamed=tokens)
-        with session.engagement.activate(), call:
-            if session.held:  # an earlier run of the node paused: answers to replay, maybe
-                replay_interrupts(call.interrupts_to_replay())
+        with session.engagement.activate():
+            scoped = CURRENT.set(call)  # ``with call`` (its Scope), written out: two frames less per call
             try:
-                output = self.guard.call(
-                    call.capability,
-                    call.inputs,
-                    call.runner(handler),
-                    call_id=call.call_id,
-                    reasoning=call.reasoning,
-                )
-            except GraphBubbleUp:
-                call.persist()  # paused for review: the held result waits for the re-run, on any worker
-                raise
-            except Exception as exc:
-                result = call.fail(exc, self.on_denied)
-            else:
-                if call.stored is not None:  # resumed from the shared record: the tool's own result, if kept
-                    call.adopt()
-                result = call.finish(output)
+                if session.held:  # an earlier run of the node paused: answers to replay, maybe
+                    replay_interrupts(call.interrupts_to_replay())
+                try:
+                    output = self.guard.call(
+                        call.capability,
+                        call.inputs,
+                        call.runner(handler),
+                        call_id=call.call_id,
+                        reasoning=call.reasoning,
+                    )
+                except GraphBubbleUp:
+                    call.persist()  # paused for review: the held result waits for the re-run, on any worker
+                    raise
+                except Exception as exc:
+                    result = call.fail(exc, self.on_denied)
+                else:
+                    if call.stored is not None:  # resumed from the shared record: the tool's own result
+                        call.adopt()
+                    result = call.finish(output)
+            finally:
+                CURRENT.reset(scoped)
         if call.stored is not None:  # only a result kept in the graph's store has anything to release
             call.release()  # before an error ends the run too: a withheld output must not stay stored
         if not isinstance(result, ToolMessage):  # the denial ends the run (on_denied="raise")
@@ -706,26 +711,30 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             request.state, request.runtime.context
         )
         call = ToolCallTranslation(request, session, self._resolver, self._output_reviewed, unstreamed=tokens)
-        with session.engagement.activate(), call:
-            if session.held:  # an earlier run of the node paused: answers to replay, maybe
-                replay_interrupts(call.interrupts_to_replay())
+        with session.engagement.activate():
+            scoped = CURRENT.set(call)
             try:
-                output = await self.guard.acall(
-                    call.capability,
-                    call.inputs,
-                    call.arunner(handler),
-                    call_id=call.call_id,
-                    reasoning=call.reasoning,
-                )
-            except GraphBubbleUp:
-                await call.apersist()
-                raise
-            except Exception as exc:
-                result = call.fail(exc, self.on_denied)
-            else:
-                if call.stored is not None:
-                    await call.aadopt()
-                result = call.finish(output)
+                if session.held:  # an earlier run of the node paused: answers to replay, maybe
+                    replay_interrupts(call.interrupts_to_replay())
+                try:
+                    output = await self.guard.acall(
+                        call.capability,
+                        call.inputs,
+                        call.arunner(handler),
+                        call_id=call.call_id,
+                        reasoning=call.reasoning,
+                    )
+                except GraphBubbleUp:
+                    await call.apersist()
+                    raise
+                except Exception as exc:
+                    result = call.fail(exc, self.on_denied)
+                else:
+                    if call.stored is not None:
+                        await call.aadopt()
+                    result = call.finish(output)
+            finally:
+                CURRENT.reset(scoped)
         if call.stored is not None:
             await call.arelease()
         if not isinstance(result, ToolMessage):

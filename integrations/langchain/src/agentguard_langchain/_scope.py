@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextvars
 from contextvars import Token
 
-__all__ = ["Scope", "current_scope", "is_guarded"]
+__all__ = ["CURRENT", "Scope", "current_scope", "is_guarded"]
 
 
 class Scope:
@@ -25,22 +25,24 @@ class Scope:
         self._token: Token[Scope | None] | None = None
 
     def __enter__(self) -> Scope:
-        self._token = _current.set(self)
+        self._token = CURRENT.set(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._token is not None:
-            _current.reset(self._token)
+            CURRENT.reset(self._token)
             self._token = None
 
 
-_current: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("agentguard_lc_scope", default=None)
+CURRENT: contextvars.ContextVar[Scope | None] = contextvars.ContextVar("agentguard_lc_scope", default=None)
+"""The scope entered in this context. The tool hook sets and resets it itself rather than entering its
+scope with ``with``: two frames less per tool call."""
 
 
 def current_scope() -> Scope | None:
-    return _current.get()
+    return CURRENT.get()
 
 
 def is_guarded() -> bool:
     """Is the middleware guarding the model or tool call running in this context?"""
-    return _current.get() is not None
+    return CURRENT.get() is not None

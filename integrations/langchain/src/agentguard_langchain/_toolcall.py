@@ -228,7 +228,11 @@ class ToolCallTranslation(Scope):
         tool_call = request.tool_call
         call_id: str | None = tool_call.get("id") or None
         name: str = tool_call["name"]
-        super().__init__(name, call_id)
+        # Scope.__init__, written out: a frame less per call.
+        self.name = name
+        self.call_id = call_id
+        self.interrupts = 0
+        self._token = None
         self.request = request
         self.session = session
         self.inputs: Mapping[str, Any] = tool_call.get("args") or {}
@@ -240,7 +244,12 @@ class ToolCallTranslation(Scope):
             self.tool = cast(BaseTool, tool.with_config(tags=[TAG_NOSTREAM]))
         self._writes: HeldWrites | None = None
         writer = getattr(request.runtime, "stream_writer", None)
-        if writer is not None and not _silent(writer) and dataclasses.is_dataclass(request.runtime):
+        # Unless the writer writes nothing: a function without a closure whose body is empty, as LangGraph's
+        # writer is when the run does not stream "custom". Anything else (LangGraph's writer for that mode, a
+        # wrapper of it, a writer this check does not know) is held. Written out: a frame less per call.
+        code = getattr(writer, "__code__", None)
+        silent = code is not None and getattr(writer, "__closure__", None) is None and code.co_code == _EMPTY
+        if writer is not None and not silent and dataclasses.is_dataclass(request.runtime):
             # The run streams "custom": what the tool writes to the stream is its output in the making too.
             self._writes = HeldWrites(writer)
             runtime = dataclasses.replace(request.runtime, stream_writer=self._writes.write)
@@ -284,10 +293,16 @@ class ToolCallTranslation(Scope):
             result = self.stored.get() if self.stored is not None else None
             if result is not None:  # the tool ran on another worker before the run paused
                 return self.accept(result, stored=True)
-            if self._writes is None:  # the run does not stream "custom": nothing to hold
-                return self.accept(self._returned(handler, inputs))
-            with self._holding_writes():
-                return self.accept(self._returned(handler, inputs))
+            if self._writes is not None:  # the run streams "custom": what the tool writes there is held
+                with self._holding_writes():
+                    return self.accept(self._returned(handler, inputs))
+            # _returned, and _request for the call as the model made it, written out: two frames less per call.
+            request = self.request if self.tool is None and inputs == self.inputs else self._request(inputs)
+            try:
+                returned: object = handler(request)
+            except ParentCommand as raised:
+                returned = _raised_command(raised)
+            return self.accept(returned)
 
         return run
 
@@ -316,10 +331,16 @@ class ToolCallTranslation(Scope):
             result = await self.stored.aget() if self.stored is not None else None
             if result is not None:
                 return self.accept(result, stored=True)
-            if self._writes is None:
-                return self.accept(await self._areturned(handler, inputs))
-            with self._holding_writes():
-                return self.accept(await self._areturned(handler, inputs))
+            if self._writes is not None:
+                with self._holding_writes():
+                    return self.accept(await self._areturned(handler, inputs))
+            # _areturned and _request, written out as in runner: a coroutine and a frame less per call.
+            request = self.request if self.tool is None and inputs == self.inputs else self._request(inputs)
+            try:
+                returned: object = await handler(request)
+            except ParentCommand as raised:
+                returned = _raised_command(raised)
+            return self.accept(returned)
 
         return run
 
@@ -376,7 +397,8 @@ class ToolCallTranslation(Scope):
                 reason, capability=self.capability, phase=Phase.OUTPUT, engagement_id=engagement
             )
             raise UncheckedResult(violation)
-        message = self._new_id(message)
+        if message.id is not None:  # ToolNode's own messages have none
+            message = self._new_id(message)
         if message.status == "error":
             raise ToolFailed(message)
         output = tool_output(message)
@@ -465,7 +487,13 @@ class ToolCallTranslation(Scope):
             return ToolMessage(content=encode_output(output), name=self.name, tool_call_id=self.call_id or "")
         # The pipeline gives back a copy of what it checked (decision 22): the tool's own message stands for
         # it when the two read alike, and only a replaced output is a message of its own (encoded anew).
-        same = _same(output, held.output)
+        # Whether it let the output out unchanged, written out: a frame less per call.
+        same = output is held.output
+        if not same:
+            try:
+                same = bool(output == held.output)
+            except Exception:  # an output whose comparison fails (an array's) is not known to be the same
+                same = False
         message = held.result if same else with_output(held.result, output)
         self._let_out = message if same else None
         return message
@@ -488,14 +516,12 @@ class ToolCallTranslation(Scope):
         return exc
 
     def _new_id(self, message: ToolMessage) -> ToolMessage:
-        """``message`` without an id that a message of the conversation already has.
+        """``message``, which has an id, without it when a message of the conversation already has it.
 
         LangGraph's ``add_messages`` merges by id: a tool's message carrying another message's id would replace
         it (the user's question, an earlier answer, a notice that a result was withheld) in what the model reads
         from then on. Such a message loses its id and is given a new one when it is added.
         """
-        if message.id is None:
-            return message
         state = self.request.state
         existing = state.get("messages") if isinstance(state, Mapping) else None
         if any(getattr(other, "id", None) == message.id for other in existing or ()):
@@ -575,29 +601,12 @@ class HeldWrites:
             self.writer(chunk)
 
 
-def _same(output: object, checked: object) -> bool:
-    """Whether the pipeline let ``checked``, the tool's output, out unchanged (it may give back a copy)."""
-    if output is checked:
-        return True
-    try:
-        return bool(output == checked)
-    except Exception:  # an output whose comparison fails (an array's) is not known to be the same
-        return False
-
-
-def _silent(writer: object) -> bool:
-    """Whether ``writer`` is a stream writer that writes nothing: a function without a closure whose body is
-    empty, as LangGraph's writer is when the run does not stream "custom". Anything else (LangGraph's
-    writer for that mode, a wrapper of it, a writer this check does not know) is held."""
-    code = getattr(writer, "__code__", None)
-    return code is not None and getattr(writer, "__closure__", None) is None and code.co_code == _EMPTY
-
-
 def _nothing(_: object) -> None:
     pass
 
 
 _EMPTY = _nothing.__code__.co_code
+"""The code of a function whose body is empty (see :class:`ToolCallTranslation`: a silent stream writer)."""
 
 
 def _own_message(result: object, call_id: str | None) -> ToolMessage | None:
@@ -617,6 +626,11 @@ def _own_message(result: object, call_id: str | None) -> ToolMessage | None:
         # A message for another call would answer it: a call the guard denied would read as a success to the
         # model, and this call would go unanswered.
         return None
+    # What the checks see of the message (content, artifact) and what LangGraph routes it by (tool_call_id,
+    # name, status, id); see _checked_fields. Its first test, written out: a frame less per call (and
+    # ``model_extra`` read as the attribute that pydantic property returns: another).
+    if not (message.additional_kwargs or message.response_metadata or message.__pydantic_extra__):
+        return message
     return _checked_fields(message)
 
 
@@ -635,8 +649,8 @@ def _commanded_message(result: object) -> ToolMessage | None:
 
 
 def _checked_fields(message: ToolMessage) -> ToolMessage:
-    """``message`` with only what the checks see of it (content, artifact) and what LangGraph routes it by
-    (``tool_call_id``, ``name``, ``status``, ``id``).
+    """A copy of ``message`` with only what the checks see of it (content, artifact) and what LangGraph routes
+    it by (``tool_call_id``, ``name``, ``status``, ``id``), for a message with more (see :func:`_own_message`).
 
     A tool that returns its own message may also set ``additional_kwargs``, ``response_metadata`` or any extra
     field (messages take them). They would stay in the graph state, reach the caller, and some chat model
@@ -645,8 +659,6 @@ def _checked_fields(message: ToolMessage) -> ToolMessage:
     restriction reads exactly that shape (``outputs``, or ``outputs.content`` / ``outputs.artifact``), which a
     tool that adds metadata now and then would change under it.
     """
-    if not (message.additional_kwargs or message.response_metadata or message.model_extra):
-        return message
     return ToolMessage(
         content=message.content,
         artifact=message.artifact,
