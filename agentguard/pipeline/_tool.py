@@ -457,7 +457,7 @@ def tool_call_flow(
             return observed(ctx, state, step, _refuse(ctx, state, step, other), watchers)
         resumed = state.resume_review(call_id)
         if resumed is not None:
-            step, record, rule, output = resumed
+            step, record, rule, output, _ = resumed
             allows = ctx.allows(rule, record.name) if rule is not None else None
             return observed(
                 ctx,
@@ -634,7 +634,7 @@ def _resume_shared(ctx: Runtime, state: EngagementState, step: StepRecord, call:
     if resumed is None:  # another thread of this process resumed it meanwhile
         reason = f"call {call_id!r} paused in output review was already resumed"
         raise deny(ctx, state, step, ReviewDenied(reason, capability=call.name, phase=Phase.OUTPUT))
-    _, record, rule, output = resumed
+    _, record, rule, output, _ = resumed
     step.call = record
     if rule is None:
         rule = ctx.policy.capability_for(record.name, record.kind, ctx.tools)
@@ -645,21 +645,38 @@ def _resume_shared(ctx: Runtime, state: EngagementState, step: StepRecord, call:
 def _not_the_paused_call(state: EngagementState, call: ToolCall) -> ReviewDenied | None:
     """Why ``call`` may not resume the call paused in output review under its id (``None``: it may).
 
-    A call id is the host's or the model's to write, and a model may give two calls one id: a call of another
-    tool or agent under the paused call's id would be handed that call's held output, and its review. The
-    inputs are not compared: a guardian may have modified the paused call's, and the host resends its own.
+    A call id is the host's or the model's to write, and a model may give two calls one id (a provider that
+    numbers the calls of each response gives a later call the id of one whose run was left paused): a call of
+    another tool or agent, or of the same one with other inputs, under the paused call's id would be handed
+    that call's held output, and its review, without its own inputs ever being checked. The inputs compared
+    are the host's, as it made the paused call (:func:`_asked`): a guardian may have modified the recorded
+    ones, and the host resends its own. The reason names no input (they may be content).
     """
     paused = state.awaiting_review.get(call.call_id or "")
     if paused is None:
         return None
     record = paused[1]
-    if record.name == call.name and record.kind == call.kind:
+    if record.name != call.name or record.kind != call.kind:
+        what = f"a call of {call.kind} {call.name!r}"
+    elif paused[4] is None or _asked(call) != paused[4]:
+        what = "a call of it with other inputs"
+    else:
         return None
     reason = (
-        f"call id {call.call_id!r} is paused in output review for {record.kind} {record.name!r}: a call of "
-        f"{call.kind} {call.name!r} under the same id would take its held output"
+        f"call id {call.call_id!r} is paused in output review for {record.kind} {record.name!r}: {what} under "
+        "the same id would take its held output"
     )
     return ReviewDenied(reason, capability=call.name, phase=Phase.INPUT)
+
+
+def _asked(call: ToolCall) -> dict[str, Any] | None:
+    """The host's inputs of ``call`` as a paused call keeps them to tell its resumption (JSON-like, as a store
+    keeps them); ``None`` when they have no such form, which no resumption matches."""
+    try:
+        asked = to_plain(call.inputs)
+    except Exception:
+        return None
+    return asked if isinstance(asked, dict) else None
 
 
 def _refuse(ctx: Runtime, state: EngagementState, step: StepRecord, error: PolicyViolation) -> Flow[Any]:
@@ -1041,7 +1058,7 @@ def _after_invoke(
                 )
             except ctx.passthrough:
                 if record.call_id:
-                    state.await_review(record.call_id, (step, record, rule, output))
+                    state.await_review(record.call_id, (step, record, rule, output, _asked(call)))
                 raise
         # Cancelled at once while the checks judged (or the call waited, paused in review): not let out.
         if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:

@@ -10,7 +10,8 @@ appended since it last looked. Events are small JSON arrays, their first item th
     ["r", token, reason, attempted]                 the call was denied: take it back out
     ["c", token, outputs, status, error]            the call ended: completed, withheld or failed
     ["s", status, reason]                           the engagement stopped (short-circuit, guardrail, cancel, close)
-    ["p", token, call_id, output]                   the call paused in output review (its output kept for the resume)
+    ["p", token, call_id, output, inputs]           the call paused in output review (its output kept for the resume,
+                                                    the host's inputs of it, which a resumption must match)
     ["u", call_id]                                  the paused call was resumed: it must not be resumed again
     ["x"]                                           nothing (an event taken back before it was sent)
 

@@ -93,7 +93,8 @@ class EngagementState:
         self.steps = Steps(self._lock)
         # Calls paused in output review by a host that re-runs the step on resume (LangGraph interrupt):
         # call id -> what the pipeline needs to finish the review without running the tool again.
-        self.awaiting_review: dict[str, tuple[Any, CallRecord, Any, Any]] = {}
+        # (step, record, rule, output, the host's inputs of the call as it made it: None when not known).
+        self.awaiting_review: dict[str, tuple[Any, CallRecord, Any, Any, Any]] = {}
         # Identity-only credentials by (kind, subject), built once per engagement (see agentguard.policy).
         self.credentials: dict[tuple[str, str], Any] = {}
         # The same, by the id of the capability rule a call ran under: (the rule, its credentials or None).
@@ -796,16 +797,16 @@ class EngagementState:
         with self._lock:
             self._forced.add(id(record))
 
-    def await_review(self, call_id: str, held: tuple[Any, CallRecord, Any, Any]) -> None:
+    def await_review(self, call_id: str, held: tuple[Any, CallRecord, Any, Any, Any]) -> None:
         """A call paused in output review: its output is kept so that the resumed call does not run again,
         here or, through the store, in any other process."""
         with self._lock:
             self._settled(held[1])  # it waits for the host to resume it, not for anything in this process
             self.awaiting_review[call_id] = held
             if self.journal is not None:
-                self._emit(["p", held[1].token, call_id, held[3]])
+                self._emit(["p", held[1].token, call_id, held[3], held[4]])
 
-    def resume_review(self, call_id: str) -> tuple[Any, CallRecord, Any, Any] | None:
+    def resume_review(self, call_id: str) -> tuple[Any, CallRecord, Any, Any, Any] | None:
         """The call paused under ``call_id``, taken out (``None`` if there is none): it is being resumed."""
         with self._lock:
             held = self.awaiting_review.pop(call_id, None)
@@ -917,10 +918,12 @@ class EngagementState:
                 except ValueError:
                     self.status = EngagementStatus.STOPPED
                 self.status_reason = str(event[2])
-        elif kind == "p" and len(event) == 4:
+        elif kind == "p" and len(event) in (4, 5):
             target = self._call(event[1])
             if target is not None and isinstance(event[2], str):
-                self.awaiting_review[event[2]] = (None, target, None, event[3])
+                # An event without the host's inputs (written before they were kept) resumes no call.
+                asked = event[4] if len(event) == 5 and isinstance(event[4], dict) else None
+                self.awaiting_review[event[2]] = (None, target, None, event[3], asked)
         elif kind == "u" and len(event) == 2 and isinstance(event[1], str):
             self.awaiting_review.pop(event[1], None)
 

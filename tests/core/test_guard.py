@@ -1141,6 +1141,45 @@ def test_a_call_of_another_tool_under_a_paused_call_id_is_refused() -> None:
         assert "secret-row" not in str(eng.view())
 
 
+def test_a_call_of_the_same_tool_with_other_inputs_under_a_paused_call_id_is_refused() -> None:
+    """A provider that numbers the calls of each response gives a later call the id of one whose run was left
+    paused in output review: a call of the same tool with other inputs under it was taken for the paused
+    call, and handed its held output without its own inputs ever checked."""
+    text = spec_text(
+        """
+        capabilities:
+          export:
+            input_restriction:
+              assertion: recent["export"].inputs.table == "orders"
+            output_restriction:
+              require_review: auditor
+        """
+    )
+    answers: list[Approval | None] = [None, Approval(approved=True)]
+
+    def auditor(request: ReviewRequest) -> Approval:
+        answer = answers.pop(0)
+        if answer is None:
+            raise _Pause
+        return answer
+
+    guard = make_guard(text, reviewers={"auditor": auditor})
+    guard.add_passthrough_exceptions(_Pause)
+    ran: list[str] = []
+    guard.tool(name="export")(lambda table: ran.append(table) or {"rows": [f"{table}-row"]})
+
+    with guard.engagement():
+        with pytest.raises(_Pause):
+            guard.call("export", {"table": "orders"}, call_id="x")
+        with pytest.raises(ReviewDenied, match="with other inputs under the same id") as denied:
+            guard.call("export", {"table": "payroll"}, call_id="x")
+        assert "payroll" not in str(denied.value)
+        assert ran == ["orders"]
+        # The paused call itself resumes, with the inputs the host made it with.
+        assert guard.call("export", {"table": "orders"}, call_id="x") == {"rows": ["orders-row"]}
+        assert ran == ["orders"]
+
+
 @pytest.mark.parametrize("graceful", [False, True])
 @pytest.mark.parametrize("asynchronous", [False, True])
 def test_a_call_whose_engagement_was_cancelled_during_its_review_never_runs(

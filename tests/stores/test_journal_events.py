@@ -97,6 +97,25 @@ def test_any_events_a_store_hands_back_leave_a_usable_record(sequence: list[list
 
 
 @pytest.mark.parametrize(
+    ("paused", "asked"),
+    [
+        (["p", "tok", "x", {"rows": []}, {"table": "orders"}], {"table": "orders"}),
+        (["p", "tok", "x", {"rows": []}], None),  # written before the host's inputs were kept
+        (["p", "tok", "x", {"rows": []}, ["table"]], None),  # inputs that are no object
+    ],
+)
+def test_a_paused_call_keeps_the_host_inputs_its_event_gives(paused: list[Any], asked: Any) -> None:
+    """The inputs a resumption must match (None: none matches, as for an event without them)."""
+    began = ["b", "tok", "export", "tool", "x", {"table": "orders"}, 0]
+    state = EngagementState.shared(
+        "e",
+        Snapshot(meta={}, version=2, total=0, events=[json.dumps(began), json.dumps(paused)]),
+        journal=None,  # type: ignore[arg-type]  # never used: nothing is appended here
+    )
+    assert state.awaiting_review["x"][4] == asked
+
+
+@pytest.mark.parametrize(
     "event",
     [
         ["a", {"\x00t": ""}],  # found by hypothesis: a value tagged as a time that is not one

@@ -502,6 +502,23 @@ def test_a_call_of_another_tool_under_a_paused_call_id_is_refused_in_every_proce
     assert other.ask("ran")[1] == []  # the refund resumed with its held output, not run again
 
 
+def test_a_call_of_the_same_tool_with_other_inputs_under_a_paused_call_id_is_refused_in_every_process(
+    spawn: Any,
+) -> None:
+    """The paused call's id, under a call of the same tool with other inputs (a provider that numbers the
+    calls of each response reuses ids): refused, not handed the held output of a call it did not make."""
+    pausing = spawn("review-inputs", pause=True)
+    assert pausing.ask("call", "refund", {"amount": 5}, "call-1") == ("paused",)
+    pausing.ask("call", "lookup", {"q": "after the pause"}, None)  # the pause is in the store by now
+    other = spawn("review-inputs")
+    reply = other.ask("call", "refund", {"amount": 500}, "call-1")
+    assert reply[:2] == ("denied", "ReviewDenied"), reply
+    assert "with other inputs" in reply[2]
+    assert "500" not in reply[2]
+    assert other.ask("call", "refund", {"amount": 5}, "call-1") == ("ok", {"refunded": 5})
+    assert other.ask("ran")[1] == []
+
+
 SECRET_SPEC = """
 kind: openagentspec:v1/agent
 name: shop
