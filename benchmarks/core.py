@@ -36,7 +36,6 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Callable
-from contextlib import nullcontext
 from typing import Any
 
 from _common import RECENT, print_table, spec_text, thue_morse, tool_a, tool_b, write_results
@@ -59,27 +58,13 @@ class HandWritten:
     reviews or identity would write around the two tools, with the guard's own compiled CEL programs."""
 
     def __init__(
-        self,
-        guard: Guard,
-        tools: dict[str, Callable[..., Any]],
-        user: User,
-        *,
-        incremental: bool = False,
-        safe: bool = False,
+        self, guard: Guard, tools: dict[str, Callable[..., Any]], user: User, *, incremental: bool = False
     ) -> None:
         """``incremental``: check for loops with the guard's own :class:`~agentguard.record.LoopDetector`
         (packed countdowns, updated per attempt) rather than matching the window against the regex
         :func:`~agentguard.record.repeated_block`, which is what the guard did until it had that detector and
-        what this baseline has always done (``core_instructions.py`` counts both).
-
-        ``safe``: with the guarantees the guard gained since the target was set, which the baseline lacks:
-        the record changed under a lock (hosts run tool calls in parallel), the output kept out of the view
-        until its check passed (decision 3: the view shows ``null`` meanwhile, the check sees the output), and
-        the caller and the record each given a copy of a JSON-like output, any other refused (decision 22).
-        Not the target's denominator: it tells how much of the gap to the plain baseline those guarantees are.
-        """
+        what this baseline has always done (``core_instructions.py`` counts both)."""
         self.tools = tools
-        self.lock = threading.Lock() if safe else None
         self.detector = LoopDetector(1) if incremental else None
         self.user = {"id": user.id, "email": user.email}
         self.short_circuit = guard.policy.short_circuit or 0
@@ -108,9 +93,54 @@ class HandWritten:
                 raise RuntimeError("loop")
         inputs = {"x": x}
         entry: dict[str, Any] = {"inputs": inputs, "outputs": None}
-        lock = self.lock
+        self.names.append(name)
+        self.history.setdefault(name, []).append(entry)
+        previous = self.recent.get(name)
+        self.recent[name] = entry
+        self.recent["_name"] = name
         check_in, check_out = self.rules[name]
-        with lock or nullcontext():
+        if check_in.evaluate({"recent": {name: {"inputs": inputs}}, "user": self.user}) is not True:
+            self.names.pop()
+            self.history[name].pop()
+            self.recent[name] = previous
+            raise PermissionError("input restriction")
+        output = self.tools[name](x=x)
+        entry["outputs"] = dict(output)
+        if check_out.evaluate({"recent": {name: entry}}) is not True:
+            entry["outputs"] = None
+            raise PermissionError("output restriction")
+        return output
+
+
+class SafeHandWritten(HandWritten):
+    """:class:`HandWritten` with the guarantees the guard gained since the 1.5x target was set, which that
+    baseline lacks: the record changed under a lock (hosts run tool calls in parallel), the output kept out of
+    the view until its check passed (decision 3: the view shows ``null`` meanwhile, the check sees it), and
+    the caller and the record each given a copy of a JSON-like output, any other refused (decision 22).
+
+    Not the target's denominator: it tells how much of the gap to :class:`HandWritten` those guarantees are.
+    A subclass, so that the target's baseline runs its own code unchanged (a shared helper would add a frame
+    to it); the loop check is :class:`HandWritten`'s, written again for that reason.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lock = threading.Lock()
+
+    def call(self, name: str, x: int) -> Any:
+        if self.detector is not None:
+            if self.detector.would_repeat(name, self.short_circuit, 100) is not None:
+                raise RuntimeError("loop")
+            self.detector.attempt(name)
+        else:
+            char = self.chars.setdefault(name, chr(0x100 + len(self.chars)))
+            self.attempts = (char + self.attempts)[: self.short_circuit * 100]
+            if repeated_block(self.attempts, self.short_circuit, 100) is not None:
+                raise RuntimeError("loop")
+        inputs = {"x": x}
+        entry: dict[str, Any] = {"inputs": inputs, "outputs": None}
+        check_in, check_out = self.rules[name]
+        with self.lock:
             self.names.append(name)
             self.history.setdefault(name, []).append(entry)
             previous = self.recent.get(name)
@@ -122,17 +152,11 @@ class HandWritten:
                 self.recent[name] = previous
                 raise PermissionError("input restriction")
         output = self.tools[name](x=x)
-        if lock is None:
-            entry["outputs"] = dict(output)
-            if check_out.evaluate({"recent": {name: entry}}) is not True:
-                entry["outputs"] = None
-                raise PermissionError("output restriction")
-            return output
         if type(output) is not dict or any(type(v) not in _PLAIN for v in output.values()):
             raise PermissionError("not a JSON-like output")
         delivered = dict(output)
         kept = dict(delivered)
-        with lock:
+        with self.lock:
             if check_out.evaluate({"recent": {name: {**entry, "outputs": kept}}}) is not True:
                 raise PermissionError("output restriction")
             entry["outputs"] = kept
@@ -183,7 +207,8 @@ def hand_written_us(
     sequence = thue_morse(earlier + calls)
     for _ in range(rounds):
         tables = {"tool-a": tool_a, "tool-b": tool_b}
-        hand = HandWritten(guard, tables, User(id="u1"), incremental=incremental, safe=safe)
+        kind = SafeHandWritten if safe else HandWritten
+        hand = kind(guard, tables, User(id="u1"), incremental=incremental)
         for name in sequence[:earlier]:
             hand.call(name, 1)
         for name in sequence[earlier:]:
