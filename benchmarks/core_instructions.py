@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/core_instructions.py [--calls 2000]
 
 The wall-clock benchmark (``core.py``) is the target's own unit, but on a shared 2-core VM its medians move by
-+-30 % between runs. Instruction counts repeat (with ``PYTHONHASHSEED=0``, so that dict layouts do), so this
++-30 % between runs. Instruction counts repeat (with ``PYTHONHASHSEED=0``, so that dict layouts do, and garbage
+collection off in the measured process), so this
 script settles the *ratios*: each configuration runs in its own process under ``valgrind --tool=callgrind``,
 once with ``--calls`` guarded calls and once with none (same set-up, same history), and the difference divided
 by ``--calls`` is the cost of one call. Configurations: the bare functions; ``core.HandWritten``, the same
@@ -19,6 +20,7 @@ Writes ``benchmarks/results/core_instructions.json``.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import shutil
@@ -34,10 +36,15 @@ WARMUP = 200
 
 
 def workload(earlier: int, calls: int, mode: str) -> None:
-    """What runs under valgrind: set up, fill ``earlier`` calls, warm up, then make ``calls`` calls."""
+    """What runs under valgrind: set up, fill ``earlier`` calls, warm up, then make ``calls`` calls.
+
+    Garbage collection is off: a collection falls into one of the two runs a count is the difference of, or
+    not, as the allocations before it happen to add up (it moved a count by a third between runs)."""
     from core import HandWritten, build
 
     from agentguard import User
+
+    gc.disable()
 
     guard, tools = build("cel-expr-python", HISTORY if mode == "history" else RECENT)
     table = {"tool-a": tool_a, "tool-b": tool_b} if mode == "bare" else tools
