@@ -1100,6 +1100,21 @@ class _Pause(Exception):
     """What a host raises to pause a run for a reviewer (LangGraph's GraphInterrupt, say)."""
 
 
+def _pausing_guard(text: str, answers: list[Approval | None]) -> Guard:
+    """A guard whose reviewer ``auditor`` gives the next of ``answers``, pausing the run (``_Pause``, a
+    pass-through exception) for a ``None``."""
+
+    def auditor(request: ReviewRequest) -> Approval:
+        answer = answers.pop(0)
+        if answer is None:
+            raise _Pause
+        return answer
+
+    guard = make_guard(text, reviewers={"auditor": auditor})
+    guard.add_passthrough_exceptions(_Pause)
+    return guard
+
+
 def test_a_call_of_another_tool_under_a_paused_call_id_is_refused() -> None:
     """A model may give two calls one id. The host re-runs a call paused in output review under its id to
     resume it; a call of another tool under that id was taken for it, and handed the paused call's held
@@ -1114,15 +1129,7 @@ def test_a_call_of_another_tool_under_a_paused_call_id_is_refused() -> None:
         """
     )
     answers: list[Approval | None] = [None]
-
-    def auditor(request: ReviewRequest) -> Approval:
-        answer = answers.pop(0)
-        if answer is None:
-            raise _Pause
-        return answer
-
-    guard = make_guard(text, reviewers={"auditor": auditor})
-    guard.add_passthrough_exceptions(_Pause)
+    guard = _pausing_guard(text, answers)
     ran: list[str] = []
     guard.tool(name="lookup")(lambda q: ran.append("lookup") or {"q": q})
     guard.tool(name="export")(lambda table: ran.append("export") or {"rows": ["secret-row"]})
@@ -1156,15 +1163,7 @@ def test_a_call_of_the_same_tool_with_other_inputs_under_a_paused_call_id_is_ref
         """
     )
     answers: list[Approval | None] = [None, Approval(approved=True)]
-
-    def auditor(request: ReviewRequest) -> Approval:
-        answer = answers.pop(0)
-        if answer is None:
-            raise _Pause
-        return answer
-
-    guard = make_guard(text, reviewers={"auditor": auditor})
-    guard.add_passthrough_exceptions(_Pause)
+    guard = _pausing_guard(text, answers)
     ran: list[str] = []
     guard.tool(name="export")(lambda table: ran.append(table) or {"rows": [f"{table}-row"]})
 
