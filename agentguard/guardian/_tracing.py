@@ -47,17 +47,6 @@ MAX_RECORDED_ID = 128
 recorded as its first ``MAX_RECORDED_ID`` characters and ``…``."""
 
 
-def _rpc_method(method: str) -> str:
-    """What a span may say of an AOS method (its name, ``rpc.method``): the method if AOS has it, else
-    ``other`` (:func:`~agentguard.aos.known_method`).
-
-    The method is its sender's to write: any client of the reference guardian, and for the client's own span
-    the peer whose A2A method a host relays. Recorded as it came, each new one was a new span name (unbounded
-    cardinality) and its text (a lone surrogate fails the whole OTLP batch) left the process.
-    """
-    return known_method(method)
-
-
 def _recorded_id(request_id: str | int) -> str:
     """A request id as a span records it: valid UTF-8 and at most :data:`MAX_RECORDED_ID` characters (and the
     ellipsis). Its sender chooses it, up to the guardian's whole body size (a megabyte), and it lands on every
@@ -158,7 +147,9 @@ class RequestTracing:
         """
         try:
             url = request.url
-            method = _rpc_method(method)
+            # The method is its sender's to write: as it came, each new one was a new span name (unbounded
+            # cardinality) and its text (a lone surrogate fails an OTLP batch) left the process.
+            method = known_method(method)
             attributes: dict[str, AttributeValue] = {
                 "rpc.system": "jsonrpc",
                 "rpc.method": method,
@@ -187,7 +178,8 @@ class ServerSpan(_Traced):
 
     def describe(self, body: bytes) -> None:
         """Name the span after the AOS method in ``body`` (read again only when the span is recorded): ``aos
-        {method}`` for a method AOS has, ``aos other`` for any other (:func:`_rpc_method`)."""
+        {method}`` for a method AOS has, ``aos other`` for any other (:func:`~agentguard.aos.known_method`:
+        the method is its sender's to write)."""
         span = self.span
         if span is None:
             return
@@ -200,7 +192,7 @@ class ServerSpan(_Traced):
                 return
             if not isinstance(payload, dict) or not isinstance(payload.get("method"), str):
                 return  # a batch or an invalid request: the dispatcher answers it; the span stays "aos"
-            method = _rpc_method(payload["method"])
+            method = known_method(payload["method"])
             span.update_name(f"aos {method}")
             span.set_attribute("rpc.method", method)
             request_id = payload.get("id")

@@ -611,8 +611,7 @@ def _direct(
     try:
         if checked is not True:  # an exception the quick closure raised is no pass
             _checked_inputs(ctx, state, step, allows, record, inputs, checked)
-        held = state.rule_credentials.get(id(rule))  # _identity_credentials' look-up, written out
-        credentials = held[1] if held is not None and held[0] is rule else _identity_credentials(state, rule)
+        credentials = _identity_credentials(state, rule)
         if reg.needs_credentials and credentials is None:
             raise _no_credentials(ctx, state, step, name)
         args, kwargs = reg.binder.to_args(inputs)

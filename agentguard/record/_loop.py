@@ -82,14 +82,14 @@ class LoopDetector:
         lanes = self._lanes
         if lanes is None:  # nobody asked yet: the first question builds the countdowns from the sequence
             self._count += 1
-            self._append(name)
+            self._append(self._id(name))
         else:
             self.attempt_unless_repeat(name, lanes[0], lanes[1], _ALWAYS)
 
-    def _append(self, name: str) -> None:
+    def _append(self, number: int) -> None:
+        """Add the attempt at the name numbered ``number`` (:meth:`_id`) to the sequence."""
         attempts = self._attempts
-        number = self._ids.get(name)
-        attempts.append(self._id(name) if number is None else number)
+        attempts.append(number)
         if len(attempts) > self.window + 64:  # trimmed now and then, not on every attempt
             del attempts[: len(attempts) - self.window]
 
@@ -143,10 +143,7 @@ class LoopDetector:
         number = self._id(name) if seen is None else seen[2]
         self._seen[name] = (mask, count + 1, number)
         self._count = count + 1
-        attempts = self._attempts  # _append, written out
-        attempts.append(number)
-        if len(attempts) > self.window + 64:
-            del attempts[: len(attempts) - self.window]
+        self._append(number)
         return block
 
     def _rebuild(self, k: int, max_block: int) -> _Lanes:

@@ -46,7 +46,6 @@ from agentguard.record._types import (
     StepRef,
     Steps,
     User,
-    _Entry,
     chained,
     new_entry,
 )
@@ -313,11 +312,7 @@ class EngagementState:
         attempting ``name`` now would repeat a block ``short_circuit`` times (as :meth:`would_short_circuit`),
         or the record is shared through a store. The pipeline's general path then decides, and records why.
         """
-        # The per-call path: new_entry and _add_call are written out here (a frame each saved).
-        holder = _Entry()
-        holder.inputs = inputs  # type: ignore[attr-defined]
-        holder.outputs = None  # type: ignore[attr-defined]
-        entry = holder.__dict__
+        entry = new_entry(inputs)
         lock = self._lock
         lock.acquire()  # not `with`: its protocol costs as much again as the lock, on the per-call path
         try:
@@ -330,16 +325,7 @@ class EngagementState:
             record = DirectCallRecord(name, kind, call_id, entry, time.time())
             record.turn_id = self.turn_id
             record.held = decisions
-            self._names.append(name)
-            history = self._history
-            entries = history.get(name)
-            if entries is None:
-                entries = history[name] = []
-            entries.append(entry)
-            recent = self._recent
-            recent[name] = entry
-            recent["_name"] = name
-            self.calls.append(record)
+            self._add_call(record)
             self._in_flight.add(id(record))
             self.steps.append(record)
             passed: bool | Exception = restriction is None  # else no pass unless asked here, and held
@@ -350,7 +336,7 @@ class EngagementState:
                 # held. The call is the newest one, made so just above: the view is its own (_own_recent).
                 live = self._live
                 live["started_at"] = self.started_at
-                history["_total"] = self._offset + len(self._names)
+                self._history["_total"] = self._offset + len(self._names)
                 try:
                     passed = quick(live) is True
                 except Exception as exc:  # no pass; the caller checks the general way, which records why
@@ -564,13 +550,8 @@ class EngagementState:
                         passed = exc
                     if passed is True:
                         record.held = checked
-            if passed is True:  # _release and _settled, written out (the record has no journal)
-                record.checking = UNCHECKED
-                record.entry["outputs"] = kept
-                in_flight = self._in_flight
-                in_flight.discard(id(record))
-                if self._idle_waiters and not in_flight:
-                    self._idle.notify_all()
+            if passed is True:
+                self._release(record)
             return passed
         finally:
             lock.release()

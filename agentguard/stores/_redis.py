@@ -143,12 +143,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast
 from urllib.parse import quote, urlsplit
 
 from agentguard.errors import ConfigurationError, StoreUnavailable
-from agentguard.record import Appended, Posted, Snapshot, decode_event, encode_event
-from agentguard.record._journal import EventRefused
+from agentguard.record import Appended, EventRefused, Posted, Snapshot, decode_event, encode_event
 
 _T = TypeVar("_T")
 _H = TypeVar("_H", "_Posted", "_APosted")
@@ -349,6 +348,13 @@ def _texts(value: object) -> list[str]:
 
 _LIFE = 10**15
 """A version is ``life * _LIFE + n``: the engagement's ``n``-th event in the life that ``life`` names."""
+
+
+def _split(since: int) -> tuple[int, int]:
+    """``since``, a version this store answered with, as (life, n): see the module's docstring."""
+    if type(since) is not int or since < 0:
+        raise ValueError(f"since must be a version (an integer >= 0), not {since!r}")
+    return divmod(since, _LIFE)
 
 
 def _version(life: object, n: object) -> int:
@@ -730,9 +736,7 @@ class RedisStore:
     def _append_args(
         self, engagement_id: str, since: int, events: Sequence[str], total: int, exclusive: bool
     ) -> list[_Arg]:
-        if type(since) is not int or since < 0:
-            raise ValueError(f"since must be a version (an integer >= 0), not {since!r}")
-        life, n = divmod(since, _LIFE)
+        life, n = _split(since)
         args: list[_Arg] = [self._max, self._ttl, life, n, int(total), b"1" if exclusive else b"0"]
         encoded = [event.encode("utf-8", "surrogatepass") for event in events]
         refused = [index for index, data in enumerate(encoded) if len(data) > self.max_event_bytes]
@@ -743,16 +747,12 @@ class RedisStore:
 
     def _open_args(self, engagement_id: str, meta: Mapping[str, Any]) -> list[_Arg]:
         life = secrets.randbelow(_LIFE) + 1  # kept only if this open creates the record: see the docstring
-        encoded = self._bounded("open", engagement_id, encode_event(["meta", dict(meta)]).encode("ascii"))
+        encoded = encode_event(["meta", dict(meta)]).encode("ascii")
+        if len(encoded) > self.max_event_bytes:
+            # Nothing is sent (a huge meta would sit in Redis for the time to live, and be read by every
+            # worker that opens the engagement): the step fails as for a store that cannot record it.
+            raise StoreUnavailable(self._too_large("open", engagement_id, len(encoded)))
         return [self._max, self._ttl, encoded, life]
-
-    def _bounded(self, operation: str, engagement_id: str, data: bytes) -> bytes:
-        """``data``, unless it is larger than ``max_event_bytes``: then nothing is sent (a huge tool input
-        or output would sit in Redis for the time to live, and be read by every worker that opens the
-        engagement) and the step fails as for a store that cannot record it."""
-        if len(data) > self.max_event_bytes:
-            raise StoreUnavailable(self._too_large(operation, engagement_id, len(data)))
-        return data
 
     def _too_large(self, operation: str, engagement_id: str, size: int) -> str:
         return (
@@ -772,7 +772,7 @@ class RedisStore:
         (were it a network fault after all, the step is denied either way, and the event is replaced in the
         outbox by what can be kept of it). Anything else may be over next time."""
         if operation == "append" and len(args) > _EVENTS:
-            sizes = [len(arg) if type(arg) is bytes else 0 for arg in args[_EVENTS:]]
+            sizes = [len(cast(bytes, arg)) for arg in args[_EVENTS:]]  # the events, encoded by _append_args
             largest = max(range(len(sizes)), key=sizes.__getitem__)
             refused = (isinstance(exc, self._error_reply) and "invalid bulk length" in str(exc)) or (
                 isinstance(exc, self._connection_lost) and sizes[largest] > _BULK_FLOOR
@@ -785,9 +785,7 @@ class RedisStore:
         return self._unavailable(operation, engagement_id, exc)
 
     def _claim_args(self, since: int, key: str, owner: str) -> list[_Arg]:
-        if type(since) is not int or since < 0:
-            raise ValueError(f"since must be a version (an integer >= 0), not {since!r}")
-        life = since // _LIFE
+        life = _split(since)[0]
         return [life, self._ttl, key.encode("utf-8", "surrogatepass"), owner.encode("utf-8", "surrogatepass")]
 
     # Commands go straight onto a connection of the client's pool -- packed here, the answer read by redis-py's

@@ -641,14 +641,10 @@ class _Pause(Exception):
     """What a host raises to pause a run for a reviewer (LangGraph's GraphInterrupt, say)."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a call paused in output review writes its held output to the store ('p' event) so another worker "
-    "can resume it; when the reviewer then refuses it, the 'p' event stays in the engagement's log: the "
-    "withheld output is readable in Redis for the engagement's time to live",
-)
-def test_an_output_refused_after_a_paused_review_is_not_left_in_the_store(redis_url: str) -> None:
-    answers = iter([_Pause, False])
+def _paused_then(approved: bool, redis_url: str, tool: Any) -> list[Guard]:
+    """Two workers' guards on one Redis store, with ``tool`` as ``reviewed``: its reviewer pauses the run the
+    first time it is asked, and answers ``approved`` the next."""
+    answers = iter([_Pause, approved])
 
     def auditor(request: ReviewRequest) -> bool:
         answer = next(answers)
@@ -662,7 +658,18 @@ def test_an_output_refused_after_a_paused_review_is_not_left_in_the_store(redis_
     ]
     for guard in guards:
         guard.add_passthrough_exceptions(_Pause)
-        guard.tool(name="reviewed")(lambda: f"ssn {SSN}")
+        guard.tool(name="reviewed")(tool)
+    return guards
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a call paused in output review writes its held output to the store ('p' event) so another worker "
+    "can resume it; when the reviewer then refuses it, the 'p' event stays in the engagement's log: the "
+    "withheld output is readable in Redis for the engagement's time to live",
+)
+def test_an_output_refused_after_a_paused_review_is_not_left_in_the_store(redis_url: str) -> None:
+    guards = _paused_then(False, redis_url, lambda: f"ssn {SSN}")
     pausing, resuming = (g.engagement(USER, engagement_id="paused-then-refused") for g in guards)
     with pausing.activate(), pytest.raises(_Pause):
         guards[0].call("reviewed", {}, call_id="call-1")
@@ -677,21 +684,7 @@ def test_an_output_refused_after_a_paused_review_is_not_left_in_the_store(redis_
 def test_an_output_approved_after_a_paused_review_is_let_out_everywhere(redis_url: str, where: str) -> None:
     """Held while paused (null to every reader, the pausing worker included), let out once approved: in the
     resuming worker's record, and through the store in the other's."""
-    answers = iter([_Pause, True])
-
-    def auditor(request: ReviewRequest) -> bool:
-        answer = next(answers)
-        if answer is _Pause:
-            raise _Pause
-        return bool(answer)
-
-    guards = [
-        Guard.from_yaml(SPEC, reviewers={"auditor": auditor}, store=RedisStore(redis_url), telemetry=False)
-        for _ in range(2)
-    ]
-    for guard in guards:
-        guard.add_passthrough_exceptions(_Pause)
-        guard.tool(name="reviewed")(lambda: {"note": "approved"})
+    guards = _paused_then(True, redis_url, lambda: {"note": "approved"})
     engagement_id = f"paused-then-approved-{where.replace(' ', '-')}"
     pausing, other = (g.engagement(USER, engagement_id=engagement_id) for g in guards)
     with pausing.activate(), pytest.raises(_Pause):

@@ -356,8 +356,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         """The run's session when this worker has it open, as at almost every tool call: the rest of
         :meth:`_session` is for the other cases (two calls more on every tool call, and under asyncio
         awaiting :meth:`_asession` costs a coroutine)."""
-        engagement_id = state.get(ENGAGEMENT_KEY)  # _engagement_id, written out: a frame less per call
-        return self._sessions.get(engagement_id) if isinstance(engagement_id, str) else None
+        return self._sessions.get(_engagement_id(state))
 
     async def _asession(self, state: Mapping[str, Any], context: object) -> Session:
         session, thread, engagement_id = self._known(state)

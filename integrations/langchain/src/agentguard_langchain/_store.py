@@ -121,8 +121,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from agentguard import StoreUnavailable
-from agentguard.record import Appended, Snapshot, decode_event, encode_event
-from agentguard.record._journal import EventRefused
+from agentguard.record import Appended, EventRefused, Snapshot, decode_event, encode_event
 from agentguard_langchain._host import BaseStore, GetOp, Op, PutOp, Result, SearchOp
 
 __all__ = ["GraphStore"]
@@ -158,8 +157,6 @@ class _NotOurs(_Refused):
 
 class _TooLarge(_Refused):
     """An event (or meta) larger than ``max_event_bytes``: it is not written."""
-
-    why = "refused"
 
 
 _BATCHES = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="agentguard-graph-store")

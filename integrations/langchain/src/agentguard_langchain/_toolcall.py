@@ -228,11 +228,7 @@ class ToolCallTranslation(Scope):
         tool_call = request.tool_call
         call_id: str | None = tool_call.get("id") or None
         name: str = tool_call["name"]
-        # Scope.__init__, written out: a frame less per call.
-        self.name = name
-        self.call_id = call_id
-        self.interrupts = 0
-        self._token = None
+        super().__init__(name, call_id)
         self.request = request
         self.session = session
         self.inputs: Mapping[str, Any] = tool_call.get("args") or {}
@@ -293,16 +289,10 @@ class ToolCallTranslation(Scope):
             result = self.stored.get() if self.stored is not None else None
             if result is not None:  # the tool ran on another worker before the run paused
                 return self.accept(result, stored=True)
-            if self._writes is not None:  # the run streams "custom": what the tool writes there is held
-                with self._holding_writes():
-                    return self.accept(self._returned(handler, inputs))
-            # _returned, and _request for the call as the model made it, written out: two frames less per call.
-            request = self.request if self.tool is None and inputs == self.inputs else self._request(inputs)
-            try:
-                returned: object = handler(request)
-            except ParentCommand as raised:
-                returned = _raised_command(raised)
-            return self.accept(returned)
+            if self._writes is None:  # the run does not stream "custom": nothing to hold
+                return self.accept(self._returned(handler, inputs))
+            with self._holding_writes():
+                return self.accept(self._returned(handler, inputs))
 
         return run
 
@@ -331,16 +321,10 @@ class ToolCallTranslation(Scope):
             result = await self.stored.aget() if self.stored is not None else None
             if result is not None:
                 return self.accept(result, stored=True)
-            if self._writes is not None:
-                with self._holding_writes():
-                    return self.accept(await self._areturned(handler, inputs))
-            # _areturned and _request, written out as in runner: a coroutine and a frame less per call.
-            request = self.request if self.tool is None and inputs == self.inputs else self._request(inputs)
-            try:
-                returned: object = await handler(request)
-            except ParentCommand as raised:
-                returned = _raised_command(raised)
-            return self.accept(returned)
+            if self._writes is None:
+                return self.accept(await self._areturned(handler, inputs))
+            with self._holding_writes():
+                return self.accept(await self._areturned(handler, inputs))
 
         return run
 
@@ -626,10 +610,9 @@ def _own_message(result: object, call_id: str | None) -> ToolMessage | None:
         # A message for another call would answer it: a call the guard denied would read as a success to the
         # model, and this call would go unanswered.
         return None
-    # What the checks see of the message (content, artifact) and what LangGraph routes it by (tool_call_id,
-    # name, status, id); see _checked_fields. Its first test, written out: a frame less per call (and
-    # ``model_extra`` read as the attribute that pydantic property returns: another).
-    if not (message.additional_kwargs or message.response_metadata or message.__pydantic_extra__):
+    # Nothing but what the checks see of the message (content, artifact) and what LangGraph routes it by
+    # (tool_call_id, name, status, id): the message itself, else a copy of only that (_checked_fields).
+    if not (message.additional_kwargs or message.response_metadata or message.model_extra):
         return message
     return _checked_fields(message)
 
