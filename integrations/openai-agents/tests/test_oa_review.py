@@ -176,3 +176,43 @@ async def test_a_call_decided_before_the_sdk_invoked_it_answers_no_other_call_of
         assert output["order_id"] == "B-9"
     assert (shop.runs["lookup_order"], shop.runs["refund"]) == (1, 2)
     assert bob.engagement.view()["history"]["_list"] == ["lookup-order", "refund"]
+
+
+async def test_a_decided_call_answers_no_call_of_its_id_with_other_arguments() -> None:
+    """The same engagement and tool, the same call id (the model's to write; some providers number calls) and
+    other arguments: the SDK does not ask ``needs_approval`` again of a call it holds an approval for, and the
+    earlier outcome answered this call, its inputs never checked (a refund of 40's result for a refund of 500,
+    which the input restriction refuses). Arguments equal in Python but not in JSON (``1`` and ``true``) are
+    other arguments too."""
+    from agents import RunContextWrapper
+    from agents.tool_context import ToolContext
+
+    shop = Shop()
+    guard = make_guard(reviewers={"supervisor": lambda request: Approval(True, "fine")})
+    guard.add_review_gate("billing", "gatekeeper")  # as above: every call runs in needs_approval
+    guarded = AgentGuard(guard)
+    agent = guarded.wrap(Agent(name="shop", model=ScriptedModel([]), tools=make_tools(shop)))
+    tools = {t.name: t for t in agent.tools}
+    context: RunContextWrapper[Any] = RunContextWrapper(context=None)
+    approval = tools["refund"].needs_approval
+    assert callable(approval)
+
+    async def invoke(arguments: dict[str, Any], name: str = "refund") -> Any:
+        text = json.dumps(arguments)
+        ctx = ToolContext.from_agent_context(context, "call-1", tool_name=name, tool_arguments=text)
+        return await tools[name].on_invoke_tool(ctx, text)
+
+    async with guarded.session(user=User(id="alice")) as alice:
+        assert await approval(context, {"order_id": "A-1", "amount": 40}, "call-1") is False
+        output = await invoke({"order_id": "A-1", "amount": 500})
+        assert output.startswith("agentguard denied this tool call: [restriction input] refund")
+        await invoke({"order_id": "A-1"}, "lookup_order")  # not three refunds in a row (short_circuit: 3)
+        assert await approval(context, {"order_id": "A-1", "amount": 1}, "call-1") is False
+        output = await invoke({"order_id": "A-1", "amount": True})  # CEL has no bool <= int: refused
+        assert output.startswith("agentguard denied this tool call: [restriction input] refund")
+    assert shop.args == [
+        ("refund", {"order_id": "A-1", "amount": 40}),
+        ("lookup_order", {"order_id": "A-1"}),
+        ("refund", {"order_id": "A-1", "amount": 1}),
+    ]
+    assert alice.engagement.view()["history"]["_list"] == ["refund", "lookup-order", "refund"]

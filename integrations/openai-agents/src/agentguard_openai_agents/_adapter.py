@@ -92,9 +92,9 @@ class AgentGuard:
     def __init__(self, guard: Guard, *, names: Mapping[str, str] | None = None) -> None:
         self.guard = guard
         self.names = dict(names or {})
-        self.prerun: dict[CallKey, Any] = {}
+        self.prerun: dict[CallKey, tuple[str, Any]] = {}
         """Outcomes of calls the pipeline decided in ``needs_approval``, by engagement id, SDK tool name and
-        call id, until the SDK invokes."""
+        call id, until the SDK invokes: each with the inputs it was decided for (see ``_tools._asked``)."""
         self.pending: dict[CallKey, Pending] = {}
         """Calls paused for the SDK's approval, by engagement id, SDK tool name and call id."""
         self._engagements: dict[str, Engagement] = {}

@@ -254,9 +254,10 @@ class GuardedTool:
 
     async def on_invoke_tool(self, ctx: ToolContext[Any], arguments: str) -> Any:
         """The SDK invokes the tool: hand over a decided pre-run outcome, or run the call through the guard."""
-        prerun = self.adapter.prerun.pop(self.key(ctx.tool_call_id), _NONE)
-        if prerun is not _NONE:
-            return prerun
+        decided = self.adapter.prerun.pop(self.key(ctx.tool_call_id), None)
+        if decided is not None and decided[0] == _asked(_inputs(arguments)):
+            return decided[1]
+        # Another call under the same id (ids are the model's to write), or none: this one is checked and run.
         if self.output_reviewed and self._lost_review(ctx):
             return (
                 "agentguard denied this tool call: it was approved in output review, but the held result is "
@@ -281,9 +282,10 @@ class GuardedTool:
             context, call_id, tool_name=self.sdk_name, tool_arguments=json.dumps(params)
         )
         try:
-            self.adapter.prerun[self.key(call_id)] = await self.guarded(ctx, dict(params), timed=True)
+            outcome = await self.guarded(ctx, dict(params), timed=True)
         except ReviewPending:
             return True
+        self.adapter.prerun[self.key(call_id)] = (_asked(params), outcome)
         return False
 
     def key(self, call_id: str) -> CallKey:
@@ -339,7 +341,12 @@ class GuardedTool:
         await self.guarded(ctx, pending.inputs)
 
 
-_NONE: Any = object()
+def _asked(inputs: Mapping[str, Any]) -> str:
+    """``inputs`` as a pre-run outcome is bound to (:attr:`AgentGuard.prerun`): their JSON, keys sorted, so that
+    ``1``, ``1.0`` and ``true`` (equal in Python) are three inputs. An outcome answers only the call it was
+    decided for: a later call under the same id with other arguments (ids are the model's, and the SDK does not
+    ask ``needs_approval`` again of a call it holds an approval for) is checked and run on its own."""
+    return json.dumps(inputs, sort_keys=True, default=repr)
 
 
 def _inputs(arguments: str) -> dict[str, Any]:
