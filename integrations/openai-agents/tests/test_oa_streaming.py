@@ -28,12 +28,19 @@ from agents import (
     StreamEvent,
 )
 from agents.items import TResponseStreamEvent
+from agents.testing import assistant_message, function_call
 from openai.types.responses import (
     Response,
+    ResponseCompletedEvent,
     ResponseCreatedEvent,
     ResponseIncompleteEvent,
+    ResponseOutputItemAddedEvent,
+    ResponseOutputItemDoneEvent,
+    ResponseReasoningItem,
+    ResponseReasoningSummaryTextDeltaEvent,
     ResponseTextDeltaEvent,
 )
+from openai.types.responses.response_reasoning_item import Summary
 from pydantic import BaseModel
 
 from agentguard import Guard, GuardianDenied, GuardrailViolation, User
@@ -252,6 +259,123 @@ async def test_a_cut_off_answer_is_not_streamed_unchecked() -> None:
     assert not isinstance(run.error, OutputGuardrailTripwireTriggered)
     assert [text for text in run.carried() if "stupid" in text] == []
     assert any("response.incomplete" in text for text in run.carried())
+
+
+def _malformed(output: list[Any], *events: Any, created: tuple[Any, ...] = ()) -> ModelStep:
+    """A completed response with ``output`` whose stream also carries ``events`` (numbered in order), and a
+    ``response.created`` event carrying ``created`` as its output: what a malformed (or hostile) provider stream
+    may send, which the SDK hands the caller as raw events."""
+
+    def response(status: Any, items: list[Any]) -> Response:
+        return Response(
+            id="resp-odd",
+            created_at=0,
+            model="scripted-model",
+            object="response",
+            output=items,
+            tool_choice="auto",
+            tools=[],
+            top_p=None,
+            parallel_tool_calls=False,
+            status=status,
+        )
+
+    first = ResponseCreatedEvent(
+        type="response.created", response=response("in_progress", list(created)), sequence_number=0
+    )
+    done = ResponseCompletedEvent(
+        type="response.completed", response=response("completed", output), sequence_number=0
+    )
+    numbered = [e.model_copy(update={"sequence_number": n}) for n, e in enumerate([first, *events, done])]
+    return ModelStep.stream(numbered)
+
+
+def _text_delta(text: str, index: int, item_id: str) -> ResponseTextDeltaEvent:
+    return ResponseTextDeltaEvent(
+        type="response.output_text.delta",
+        item_id=item_id,
+        output_index=index,
+        content_index=0,
+        delta=text,
+        logprobs=[],
+        sequence_number=0,
+    )
+
+
+_LOOKUP = function_call("lookup_order", {"order_id": "A-1"}, call_id="call-odd")
+_STUPID = assistant_message("You are stupid.", item_id="msg-odd")
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        pytest.param(
+            _malformed([_LOOKUP], _text_delta("You are stupid.", 1, "ghost")), id="an-item-not-in-the-output"
+        ),
+        pytest.param(
+            _malformed([_LOOKUP], _text_delta("You are stupid.", 0, "call-odd")), id="text-at-a-tool-call"
+        ),
+        pytest.param(
+            _malformed([_LOOKUP], _text_delta("You are stupid.", 0, "msg-odd")), id="another-items-id"
+        ),
+        pytest.param(
+            _malformed(
+                [_LOOKUP],
+                ResponseOutputItemDoneEvent(
+                    type="response.output_item.done", item=_STUPID, output_index=0, sequence_number=0
+                ),
+            ),
+            id="another-item-done",
+        ),
+        pytest.param(
+            _malformed(
+                [_LOOKUP],
+                ResponseOutputItemAddedEvent(
+                    type="response.output_item.added", item=_STUPID, output_index=0, sequence_number=0
+                ),
+            ),
+            id="another-item-added",
+        ),
+        pytest.param(_malformed([_LOOKUP], created=[_STUPID]), id="output-in-the-created-event"),
+        pytest.param(
+            _malformed(
+                [assistant_message("Let me look.", item_id="msg-odd"), _LOOKUP],
+                _text_delta("You are stupid.", 0, "msg-odd"),
+            ),
+            id="deltas-other-than-the-checked-text",
+        ),
+        pytest.param(
+            _malformed(
+                [
+                    ResponseReasoningItem(
+                        id="rs-odd",
+                        type="reasoning",
+                        summary=[Summary(type="summary_text", text="Look A-1 up.")],
+                    ),
+                    _LOOKUP,
+                ],
+                ResponseReasoningSummaryTextDeltaEvent(
+                    type="response.reasoning_summary_text.delta",
+                    item_id="rs-odd",
+                    output_index=0,
+                    summary_index=0,
+                    delta="You are stupid.",
+                    sequence_number=0,
+                ),
+            ),
+            id="a-reasoning-summary-other-than-the-checked-one",
+        ),
+    ],
+)
+async def test_a_malformed_stream_hands_the_caller_no_text_that_was_not_checked(step: ModelStep) -> None:
+    """The checks read the completed response's output. Whatever else a provider's stream carries (events of an
+    item the output lacks, text at a tool call, deltas that add up to other text than the message checked) would
+    reach the caller unchecked: it is dropped, or the checked item's own text goes in its place."""
+    run = await Run(make_guard(), [step, answer("A-1 has shipped.")], timed=False).stream()
+    assert run.error is None
+    assert run.final_output == "A-1 has shipped."
+    assert [text for text in run.carried() if "stupid" in text] == []
+    assert [getattr(e.item.raw_item, "name", None) for e in run.items("tool_called")] == ["lookup_order"]
 
 
 @PATHS

@@ -10,7 +10,10 @@ answer would already have reached the caller, token by token.
 whole before handing any of it on. If the response is the run's answer (a message, no tool or handoff call), it
 is checked there, with the text the output guardrail would check. A stopped answer ends the run with the SDK's
 ``OutputGuardrailTripwireTriggered`` before a single event of it is queued. A passed answer is handed on as the
-model sent it (its deltas in one burst), and the output guardrail does not check it a second time. When nothing
+model sent it (its deltas in one burst), and the output guardrail does not check it a second time. What is
+checked is the completed response's output (as the SDK takes it), so only that is handed on: a malformed stream's
+events of other items, or text that differs from it, are dropped or replaced (:func:`_of_the_output`,
+:func:`_streamed`). When nothing
 checks answers, the stream passes through untouched, token by token. Not streamed (``Runner.run``, ``run_sync``),
 the SDK still hands the response out before its output guardrail runs (to the run's hooks, into the run data an
 error carries), so ``get_response`` checks the answer the same way, before the SDK sees the response.
@@ -51,6 +54,7 @@ from agentguard_openai_agents._host import (
     ResponseOutputMessage,
     ResponseOutputRefusal,
     ResponsePromptParam,
+    ResponseReasoningItem,
     ResponseRefusalDeltaEvent,
     ResponseRefusalDoneEvent,
     ResponseTextDeltaEvent,
@@ -196,6 +200,14 @@ class CheckedModel(Model):
         self.adapter.check_provider_run(self.agent, output)
         checked = await self._check(output, output_schema)
         replaced = {indexed[position][0]: pair for position, pair in checked.items()}
+        items = dict(indexed)
+        held = [e for event in held if (e := _of_the_output(event, items, completed)) is not None]
+        for index, item in items.items():
+            if index not in replaced and isinstance(item, Shown) and not _streamed(held, index, item):
+                replaced[index] = (
+                    item,
+                    item,
+                )  # its events carry other text than was checked: this goes instead
         return _with_replaced(held, replaced, output) if replaced else held
 
     async def _check(
@@ -260,6 +272,96 @@ def _items(event: TResponseStreamEvent) -> list[Any]:
     item), or the output of its response (``response.completed``)."""
     response = getattr(event, "response", None)
     return [getattr(event, "item", None), *(response.output if isinstance(response, Response) else ())]
+
+
+_TEXT_EVENTS = ("response.output_text.", "response.refusal.", "response.content_part.", "response.reasoning")
+"""Event types that carry an item's text, which the checks read only of messages and reasoning items."""
+
+
+def _of_the_output(
+    event: TResponseStreamEvent, items: dict[int, TResponseOutputItem], completed: ResponseCompletedEvent
+) -> TResponseStreamEvent | None:
+    """``event`` as the caller may see it of a checked response (``items``: its output, by output index), else
+    ``None``. The checks read the completed response's output; a malformed stream's other events would reach the
+    caller unchecked: those of an item the output lacks, or under another item's id, text events at a tool
+    call's index, an item event carrying another item than the output's, a response event other than the
+    completed one carrying output. Those are dropped, or carry the checked item (or no output) instead."""
+    index = getattr(event, "output_index", None)
+    if index is None:
+        response = getattr(event, "response", None)
+        if event is completed or not isinstance(response, Response) or not response.output:
+            return event
+        return _without_output(event)
+    item = items.get(index)
+    if item is None or getattr(event, "item_id", None) not in (None, getattr(item, "id", None)):
+        return None
+    if isinstance(event, ResponseOutputItemDoneEvent) and event.item != item:
+        return event.model_copy(update={"item": item})
+    if isinstance(event, ResponseOutputItemAddedEvent) and (
+        type(event.item) is not type(item) or getattr(event.item, "id", None) != getattr(item, "id", None)
+    ):
+        return event.model_copy(update={"item": _started(item) if isinstance(item, Shown) else item})
+    return event if isinstance(item, Shown) or not event.type.startswith(_TEXT_EVENTS) else None
+
+
+_DELTAS = {
+    "response.output_text.delta": "c",
+    "response.refusal.delta": "c",
+    "response.reasoning_text.delta": "c",
+    "response.reasoning_summary_text.delta": "s",
+}
+_WHOLE = {
+    "response.output_text.done": "c",
+    "response.refusal.done": "c",
+    "response.reasoning_text.done": "c",
+    "response.content_part.added": "c",
+    "response.content_part.done": "c",
+    "response.reasoning_summary_text.done": "s",
+    "response.reasoning_summary_part.added": "s",
+    "response.reasoning_summary_part.done": "s",
+}
+"""The text events of a message or reasoning item, by the text they carry: a content part's (``c``, by
+``content_index``) or a summary part's (``s``, by ``summary_index``), a piece (a delta) or the whole of it."""
+
+
+def _streamed(held: list[TResponseStreamEvent], index: int, item: Shown) -> bool:
+    """Do ``held``'s text events of the item at ``index`` carry the text that was checked, and nothing else? Its
+    deltas add up, part by part, to the part's text; each event with a whole part carries that text (a part
+    just added, none). Any other text event of the item (one this does not know) is not vouched for."""
+    expected: dict[tuple[str, int], str] = {
+        ("c", n): _text(part) for n, part in enumerate(item.content or ())
+    }
+    if isinstance(item, ResponseReasoningItem):
+        expected.update((("s", n), part.text) for n, part in enumerate(item.summary))
+    pieces: dict[tuple[str, int], str] = {}
+    for event in held:
+        if getattr(event, "output_index", None) != index or not event.type.startswith(_TEXT_EVENTS):
+            continue
+        channel = _DELTAS.get(event.type) or _WHOLE.get(event.type)
+        if channel is None:
+            return False
+        key = (channel, getattr(event, "summary_index" if channel == "s" else "content_index", -1))
+        if key not in expected:
+            return False
+        if event.type in _DELTAS:
+            delta = getattr(event, "delta", None)
+            if not isinstance(delta, str):
+                return False
+            pieces[key] = pieces.get(key, "") + delta
+            continue
+        whole = (
+            getattr(event, "text", None)
+            or getattr(event, "refusal", None)
+            or _text(getattr(event, "part", None))
+        )
+        if whole != expected[key] and not (whole == "" and event.type.endswith(".added")):
+            return False
+    return all(pieces.get(key, text) == text for key, text in expected.items())
+
+
+def _text(part: Any) -> str:
+    """The text of a content or summary part (a refusal's, for a refusal part)."""
+    return getattr(part, "text", None) or getattr(part, "refusal", None) or ""
 
 
 def _without_output(event: TResponseStreamEvent) -> TResponseStreamEvent:
