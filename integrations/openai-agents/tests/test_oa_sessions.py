@@ -50,6 +50,24 @@ async def test_retain_memory_false_gives_each_run_a_fresh_engagement_and_no_memo
     assert len(await sdk_session.get_items()) == 4  # the SDK session itself keeps everything
 
 
+async def test_retain_memory_false_pops_only_the_blocks_own_items(build_agent: BuildAgent) -> None:
+    """Without memory a block's session shows only what was added in it; ``pop_item`` (the README's way to remove
+    an input the guardrail stopped) took the real session's last item even when the block had none: an earlier
+    run's, hidden from this one, was deleted."""
+    h = build_agent([answer("Hi.")], retain=False)
+    sdk_session = SQLiteSession("conv-pop")
+    async with h.guarded.session(sdk_session) as session:
+        await Runner.run(h.agent, "My name is Ann", session=session)
+    earlier = await sdk_session.get_items()
+    async with h.guarded.session(sdk_session) as session:
+        assert await session.get_items() == []
+        assert await session.pop_item() is None
+        await session.add_items([{"role": "user", "content": "Mine"}])
+        assert await session.pop_item() == {"role": "user", "content": "Mine"}
+        assert await session.pop_item() is None
+    assert await sdk_session.get_items() == earlier
+
+
 async def test_concurrent_sessions_keep_separate_engagements(shop_guard: Any) -> None:
     guard: Guard = shop_guard()
     guarded = AgentGuard(guard)

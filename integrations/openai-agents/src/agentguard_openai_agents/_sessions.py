@@ -77,7 +77,10 @@ class GuardedSession:
 
     async def pop_item(self) -> TResponseInputItem | None:
         mine = self._added.pop() if self._added else None
-        return await self.session.pop_item() if self.session is not None else mine
+        # Without memory, earlier runs' items are hidden from the block, and not its to remove.
+        if self.session is None or (mine is None and not self._keep):
+            return mine
+        return await self.session.pop_item()
 
     async def clear_session(self) -> None:
         self._added.clear()
