@@ -30,7 +30,7 @@ A guardian that cannot be reached ends in the failure policy instead of an excep
     ...                     transport=httpx.MockTransport(down)) as client:
     ...     verdict = client.decide(step)
     >>> verdict.outcome, verdict.failure, verdict.proceeded
-    (<GuardianOutcome.NO_DECISION: 'no-decision'>, 'transport: ConnectError: connection refused', True)
+    (<GuardianOutcome.NO_DECISION: 'no-decision'>, "transport: ConnectError: 'connection refused'", True)
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from opentelemetry.trace import TracerProvider
 
 from agentguard._deadline import AsyncIdentityOnly, IdentityOnly, deadline_transport, read_async, read_sync
 from agentguard._trampoline import adrive, drive
+from agentguard.aos import known_method
 from agentguard.guardian._flow import (
     DEFAULT_MAX_REPLY_BYTES,
     Flow,
@@ -58,11 +59,13 @@ from agentguard.guardian._flow import (
     Sleep,
     Step,
     decision_flow,
+    describe,
     encode_step,
     no_decision,
     ping_flow,
     request_identity,
 )
+from agentguard.guardian._logged import logged
 from agentguard.guardian._observe import Backlog, RateLimitedLog
 from agentguard.guardian._retry import GuardianRetry
 from agentguard.guardian._tracing import RequestTracing
@@ -222,7 +225,7 @@ class _Core:
         an answer httpx cannot carry (a header that is not ASCII). It ends like any other missing decision --
         counted, logged, and proceeding only under ``on_failure="allow"`` -- rather than as an exception that
         leaves the step unrecorded and the policy to whoever catches it."""
-        return no_decision(self.settings, f"internal error: {type(exc).__name__}: {exc}", started, attempts=0)
+        return no_decision(self.settings, f"internal error: {describe(exc)}", started, attempts=0)
 
     def settle(self, step: Step, verdict: GuardianVerdict) -> GuardianVerdict:
         """Count how the step ended; a missing decision is also logged (rate-limited)."""
@@ -234,8 +237,13 @@ class _Core:
             else:
                 self._delivered += 1
         if failed:
+            # The method and id are the caller's to choose (a host relaying an A2A peer passes the peer's):
+            # shown as spans show a method, and bounded, so that one step cannot forge or flood log lines.
             self._failure_log.warning(
-                "guardian gave no decision on %s %r: %s", step.method, step.request_id, verdict.failure
+                "guardian gave no decision on %s %s: %s",
+                known_method(step.method),
+                logged(step.request_id),
+                verdict.failure,
             )
         return verdict
 
@@ -261,7 +269,10 @@ class _Core:
         with self._lock:
             self._dropped += 1
         self._drop_log.warning(
-            "guardian observe: %s %r not sent (%s)", request.get("method"), request.get("id"), reason
+            "guardian observe: %s %s not sent (%s)",
+            known_method(str(request.get("method"))),
+            logged(request.get("id")),
+            reason,
         )
         self._emit("dropped", {"id": request.get("id"), "method": request.get("method"), "reason": reason})
 

@@ -17,12 +17,16 @@ What a flow checks, in order: HTTP status (2xx, else ``http <status>``), a JSON 
 standards parser reads it (UTF-8, no key given twice in any object, no ``NaN``/``Infinity`` or number too
 large for a double: RFC 8259 leaves such documents' meaning open, so they are no decision) and labelled
 ``application/json`` (AOS §2: a 200 page from a proxy or a misrouted service is not the guardian's answer,
-whatever it holds), a JSON-RPC 2.0 envelope (``jsonrpc == "2.0"``, exactly one of ``result``/``error``,
+whatever it holds), a JSON-RPC 2.0 envelope (one object -- a batch answers no single request --
+``jsonrpc == "2.0"``, exactly one of ``result``/``error``,
 ``id`` equal to the request's), then the AOS result (``decision`` in allow/deny/modify; a ``modify`` must
 carry a ``modifiedRequest`` that is a whole JSON-RPC request with the same ``id`` and ``method``, an object
 ``params``, and the same tool, execution or message role as the request: :data:`_IDENTITY`). Any miss is a
 failure verdict with its cause; whether the step then proceeds is the ``on_failure`` policy's call -- unless
-the refused reply says deny in any reading (:func:`_says_deny`): a step the guardian denied never proceeds.
+the refused reply says deny in any reading (:func:`_deny_reading`): a step the guardian denied never proceeds.
+Whatever the guardian wrote that a cause quotes (an error message, a ``decision`` or ``id`` of the wrong kind)
+is shown as :func:`~agentguard.guardian._logged.logged` shows it: escaped and cut, because the cause becomes
+the step's recorded reason, a log line and a span status.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import httpx
 from agentguard._deadline import TooLarge
 from agentguard._httputil import is_json_media_type
 from agentguard.aos import AmbiguousJSON, normalize_request, strict_json
+from agentguard.guardian._logged import logged
 from agentguard.guardian._retry import GuardianRetry
 from agentguard.guardian._types import GuardianOutcome, GuardianUnavailable, GuardianVerdict
 
@@ -54,6 +59,7 @@ __all__ = [
     "Sleep",
     "Step",
     "decision_flow",
+    "describe",
     "encode_step",
     "no_decision",
     "ping_flow",
@@ -195,12 +201,15 @@ def _refused(
     """The verdict on an exchange that ended in ``failure``, ``answer`` being the body the guardian sent.
 
     ``on_failure="allow"`` is for a guardian that gave no decision, not for one that denied in a reply with
-    another member malformed, that can also be read as allow (a key given twice), or that came with an error
-    status (a ``403`` carrying a JSON-RPC deny): such a step never proceeds.
+    another member malformed, that can also be read as allow (a key given twice), that came with an error
+    status (a ``403`` carrying a JSON-RPC deny) or that answered one request with a batch: such a step never
+    proceeds (:func:`_deny_reading`).
     """
-    if _says_deny(answer):
-        cause = f"{failure.cause} (the reply says deny: not proceeding)"
-        return no_decision(settings, cause, started, attempts, proceeded=False)
+    why = _deny_reading(answer)
+    if why is not None:
+        return no_decision(
+            settings, f"{failure.cause} ({why}: not proceeding)", started, attempts, proceeded=False
+        )
     return no_decision(settings, failure.cause, started, attempts)
 
 
@@ -231,7 +240,7 @@ def _ping_exchange(settings: Settings, timeout_ms: int) -> Flow[dict[str, object
         return result
     status = result.get("status")
     if status not in ("connected", "error"):
-        return _malformed(f"ping status must be 'connected' or 'error', got {status!r}")
+        return _malformed(f"ping status must be 'connected' or 'error', got {logged(status)}")
     for field in ("version", "timestamp"):
         if not isinstance(result.get(field), str):
             return _malformed(f"ping result needs a string {field!r}")
@@ -279,10 +288,10 @@ def _classify(reply: Reply) -> httpx.Response | _Failure:
     if isinstance(reply, httpx.TimeoutException):
         return _Failure("timeout", "timeout")
     if isinstance(reply, httpx.TransportError):
-        return _Failure("transport", f"transport: {_describe(reply)}")
+        return _Failure("transport", f"transport: {describe(reply)}")
     if isinstance(reply, httpx.RequestError):
         # e.g. httpx.DecodingError: the guardian answered, but with a body that cannot be decoded.
-        return _malformed(_describe(reply))
+        return _malformed(describe(reply))
     if isinstance(reply, TooLarge):
         return _Failure("too-large", f"reply too large: more than {reply.limit} bytes")
     if reply is None:
@@ -301,7 +310,7 @@ def _decode_json(body: bytes) -> object | _Failure:
     except UnicodeDecodeError:
         return _malformed("body is not UTF-8")
     except AmbiguousJSON as exc:
-        return _malformed(str(exc))
+        return _malformed(logged(str(exc)))  # it quotes the key given twice: as long as the peer made it
     except (ValueError, RecursionError) as exc:
         return _malformed(f"body is not JSON ({type(exc).__name__})")
     return decoded
@@ -314,27 +323,52 @@ class _Pairs(list[tuple[str, object]]):
     """A JSON object as every member it was written with, a repeated key included."""
 
 
-def _says_deny(body: bytes) -> bool:
-    """Whether any reading of a reply that was refused has a ``result`` whose ``decision`` means deny.
+def _deny_reading(body: bytes) -> str | None:
+    """Why a reply that was refused must not proceed whatever ``on_failure`` says, or ``None``: some reading of
+    it has a ``result`` whose ``decision`` means deny, or it nests too deeply to be read here at all.
 
     Read as leniently as any parser might (every member of a repeated key, ``NaN``, the ``decision`` in any
-    case and spacing, or inside a list), because it only ever keeps a step from proceeding.
+    case and spacing, or inside a list; each answer of a batch, each object of a ``result`` that is a list),
+    because it only ever keeps a step from proceeding. A reply nested past Python's recursion limit (about a
+    thousand levels) is read by parsers with deeper limits -- a deny whose ``data`` echoes a deeply nested
+    tool input is still a deny to them -- so it is not taken as silence. The work is linear in the body,
+    which ``max_reply_bytes`` bounds.
     """
     try:
-        envelope = json.loads(body, object_pairs_hook=_Pairs)
-    except (ValueError, RecursionError):
-        return False
-    if not isinstance(envelope, _Pairs):
-        return False
-    results = [value for key, value in envelope if key == "result" and isinstance(value, _Pairs)]
-    decisions = [value for result in results for key, value in result if key == "decision"]
-    return any(_means_deny(decision) for decision in decisions)
+        document = json.loads(body, object_pairs_hook=_Pairs)
+    except RecursionError:
+        return "the reply nests too deeply to tell whether it says deny"
+    except ValueError:
+        return None
+    results = [value for envelope in _objects([document]) for key, value in envelope if key == "result"]
+    decisions = [value for result in _objects(results) for key, value in result if key == "decision"]
+    return "the reply says deny" if any(_means_deny(decision) for decision in decisions) else None
+
+
+def _objects(values: list[object]) -> list[_Pairs]:
+    """The objects among ``values``, and those in any of them that is an array (one level: a batch, or a
+    ``result`` written as a list)."""
+    found: list[_Pairs] = []
+    for value in values:
+        if isinstance(value, _Pairs):
+            found.append(value)
+        elif type(value) is list:
+            found.extend(item for item in value if isinstance(item, _Pairs))
+    return found
 
 
 def _means_deny(decision: object) -> bool:
-    if isinstance(decision, str):
-        return _as_seen(decision).casefold() == "deny"
-    return isinstance(decision, list) and any(_means_deny(item) for item in decision)
+    """Whether ``decision`` is a string that reads as deny, or an array holding one at any depth (walked
+    without recursion: the depth is the guardian's to choose)."""
+    pending = [decision]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if _as_seen(item).casefold() == "deny":
+                return True
+        elif type(item) is list:
+            pending.extend(item)
+    return False
 
 
 def _as_seen(text: str) -> str:
@@ -350,13 +384,17 @@ def _unwrap_envelope(response: httpx.Response, request_id: str | int) -> dict[st
     envelope = _decode_json(response.content)
     if isinstance(envelope, _Failure):
         return envelope
+    if isinstance(envelope, list):
+        # One request was sent, so a batch is no answer to it, whatever its members say and however many
+        # there are (duplicates, ids never asked): refused whole, like any malformed reply.
+        return _malformed(f"body is a batch of {len(envelope)} responses to one request")
     if not isinstance(envelope, dict):
         return _malformed("body is not a JSON object")
     content_type = response.headers.get("content-type")
     if not is_json_media_type(content_type):
-        return _malformed(f"Content-Type {content_type!r} is not application/json in UTF-8")
+        return _malformed(f"Content-Type {logged(content_type)} is not application/json in UTF-8")
     if envelope.get("jsonrpc") != "2.0":
-        return _malformed(f"jsonrpc must be '2.0', got {envelope.get('jsonrpc')!r}")
+        return _malformed(f"jsonrpc must be '2.0', got {logged(envelope.get('jsonrpc'))}")
     if ("result" in envelope) == ("error" in envelope):
         return _malformed("a response needs exactly one of 'result' and 'error'")
     response_id = envelope.get("id")
@@ -370,7 +408,9 @@ def _unwrap_envelope(response: httpx.Response, request_id: str | int) -> dict[st
         # error itself is then the more useful cause, so it is reported even though the ids differ.
         if response_id is not None and not _same_id(response_id, request_id):
             return _id_mismatch(request_id, response_id)
-        return _Failure("jsonrpc", f"jsonrpc {code}: {message}")
+        # The message is the guardian's text -- often ours quoted back ("Method not found: <the step's
+        # method>", which a relayed A2A peer chose) -- and becomes the step's recorded reason: shown bounded.
+        return _Failure("jsonrpc", f"jsonrpc {code}: {logged(message)}")
     if not _same_id(response_id, request_id):
         return _id_mismatch(request_id, response_id)
     result = envelope["result"]
@@ -397,7 +437,7 @@ def _interpret_decision(response: httpx.Response, step: Step) -> _Decided | _Fai
         return _malformed("result has no 'decision'")
     outcome = _DECISIONS.get(result["decision"]) if isinstance(result["decision"], str) else None
     if outcome is None:
-        return _malformed(f"decision must be 'allow', 'deny' or 'modify', got {result['decision']!r}")
+        return _malformed(f"decision must be 'allow', 'deny' or 'modify', got {logged(result['decision'])}")
     # The AOS text makes `message` required, but a decision without one is still unambiguous: it is
     # accepted, and only a value of the wrong type makes the reply malformed.
     message, reasoning = result.get("message"), result.get("reasoning")
@@ -432,10 +472,12 @@ def _check_modified_request(candidate: object, step: Step) -> dict[str, object] 
         return _unappliable("modifiedRequest.jsonrpc is not '2.0'")
     if not _same_id(candidate.get("id"), request_id):
         return _unappliable(
-            f"modifiedRequest.id {candidate.get('id')!r} is not the request's id {request_id!r}"
+            f"modifiedRequest.id {logged(candidate.get('id'))} is not the request's id {logged(request_id)}"
         )
     if candidate.get("method") != method:
-        return _unappliable(f"modifiedRequest.method {candidate.get('method')!r} is not {method!r}")
+        return _unappliable(
+            f"modifiedRequest.method {logged(candidate.get('method'))} is not {logged(method)}"
+        )
     if not isinstance(candidate.get("params"), dict):
         return _unappliable("modifiedRequest.params is not an object")
     original = _identity(json.loads(step.body))  # the request as sent: its body is our own JSON
@@ -486,12 +528,14 @@ def _unappliable(detail: str) -> _Failure:
 
 
 def _id_mismatch(request_id: str | int, response_id: object) -> _Failure:
-    return _Failure("id", f"id mismatch: sent {request_id!r}, got {response_id!r}")
+    return _Failure("id", f"id mismatch: sent {logged(request_id)}, got {logged(response_id)}")
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
+    """An exception as a failure cause: its class and, shown bounded, its text -- which may quote the peer (an
+    HTTP parser's ``illegal status line: bytearray(b'...')`` holds up to 64 KiB of what the guardian sent)."""
     text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return f"{type(exc).__name__}: {logged(text)}" if text else type(exc).__name__
 
 
 def _elapsed_ms(started: float) -> float:

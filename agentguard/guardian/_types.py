@@ -32,7 +32,10 @@ class GuardianVerdict:
 
     ``proceeded`` says whether the step goes ahead: true for ``ALLOW`` and ``MODIFY`` (with the modified
     request), false for ``DENY``, and for ``NO_DECISION`` whatever ``on_failure`` chose (``"allow"`` → true),
-    except for a refused reply that says deny (false, and ``failure`` ends ``"(the reply says deny: ...)"``).
+    except for a refused reply that says deny (false, and ``failure`` ends ``"(the reply says deny: ...)"``)
+    or nests too deeply to tell. ``failure`` is one line: what the guardian wrote that it quotes (an error
+    message, a value of the wrong kind) is shown as ``repr`` shows it, cut to a few hundred characters,
+    because it becomes the step's recorded reason.
     ``modified_request`` is the guardian's *complete replacement* AOS request (same ``id`` and ``method``,
     full ``params``); it is only set for ``MODIFY``. ``attempts`` counts the HTTP requests made for the step
     (retries included, a start-up ping excluded); ``latency_ms`` is the wall time of the whole exchange,

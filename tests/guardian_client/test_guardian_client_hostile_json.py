@@ -83,7 +83,7 @@ def test_a_reply_with_a_key_given_twice_is_no_decision(answer: Any, flavour: str
     with HostileServer(answer=answer) as server:
         verdict = decide(flavour, server.url, step())
     assert verdict.outcome is GuardianOutcome.NO_DECISION
-    assert (verdict.failure or "").startswith("malformed response: key "), verdict.failure
+    assert (verdict.failure or "").startswith('malformed response: "key '), verdict.failure
     assert "given twice" in (verdict.failure or "")
     assert verdict.proceeded is False
 

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 import agentguard.guardian._client
+import agentguard.guardian._logged
 import agentguard.guardian._retry
 from agentguard.guardian import GuardianClient, GuardianOutcome, GuardianVerdict
 from agentguard.guardian._observe import Backlog
@@ -347,7 +348,9 @@ def test_importing_the_client_imports_no_server() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("module", [agentguard.guardian._client, agentguard.guardian._retry])
+@pytest.mark.parametrize(
+    "module", [agentguard.guardian._client, agentguard.guardian._logged, agentguard.guardian._retry]
+)
 def test_docstring_examples_run(module: object) -> None:
     failures, tried = doctest.testmod(module, raise_on_error=False)  # type: ignore[arg-type]
     assert tried > 0

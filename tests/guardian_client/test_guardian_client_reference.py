@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from agentguard import Guard, GuardianDenied, Outcome, Rule, steps
 from agentguard.guardian import GuardianClient, GuardianOutcome, GuardianVerdict
+from tests.conftest import spec_text
 from tests.guardian_client import guardian_client_support as support
 from tests.guardian_server.support import SHELL_AND_EMAIL_RULES
 
@@ -138,3 +140,23 @@ def test_observe_mode_delivers_everything_in_order(guardian_url: str) -> None:
     outcomes = [data["verdict"].outcome for _, data in events]  # type: ignore[attr-defined]
     assert outcomes == [GuardianOutcome.ALLOW, GuardianOutcome.DENY] * 50
     assert (stats.delivered, stats.failed, stats.dropped) == (100, 0, 0)
+
+
+def test_a_relayed_peers_unknown_method_is_recorded_as_one_bounded_line(guardian_url: str) -> None:
+    """A host relaying an A2A peer's message passes the method the peer wrote; the guardian answers
+    ``Method not found: <that method>``, which the client quoted whole into the step's recorded reason (here
+    200 KB, a forged line, a NUL and a lone surrogate)."""
+    method = "tasks/send\nFORGED LINE " + "A" * 200_000 + "\x00\ud800"
+    a2a = steps.A2A(a2a_method=method, payload={"message": "hi"})  # type: ignore[arg-type]
+    with GuardianClient(guardian_url, token=TOKEN, timeout=WAIT) as client:
+        guard = Guard.from_yaml(spec_text("capabilities:\n  lookup:\n"), guardian=client)
+        with guard.engagement() as engagement, pytest.raises(GuardianDenied) as denied:
+            engagement.report(a2a)
+    (decision,) = [d for d in engagement.steps[-1].decisions if d.rule is Rule.GUARDIAN]
+    assert decision.outcome is Outcome.DENY
+    assert decision.reason.startswith(
+        "denied without guardian decision: jsonrpc -32601: 'Method not found: tasks/send\\nFORGED LINE AAA"
+    ), decision.reason[:200]
+    assert len(decision.reason) <= 1_000, len(decision.reason)
+    assert decision.reason.isprintable(), decision.reason
+    assert decision.reason in str(denied.value)

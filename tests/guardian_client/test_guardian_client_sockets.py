@@ -24,7 +24,7 @@ WAIT = 30.0
 FAULTS = {
     "slow": "timeout",
     "garbage": "malformed response: body is not JSON",
-    "jsonrpc-error": "jsonrpc -32603: Internal error",
+    "jsonrpc-error": "jsonrpc -32603: 'Internal error'",
     "unappliable": "unappliable modify: modifiedRequest.method 'steps/memoryStore'",
     "503": "http 503",
 }

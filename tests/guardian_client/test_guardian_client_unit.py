@@ -149,7 +149,7 @@ def test_jsonrpc_error_is_a_failure_and_is_not_retried(ask: Callable[..., Guardi
     )
     verdict = ask(recorder, step("step-1"), retry=retry)
     assert verdict.outcome is GuardianOutcome.NO_DECISION
-    assert verdict.failure == "jsonrpc -32603: Internal error"
+    assert verdict.failure == "jsonrpc -32603: 'Internal error'"
     assert verdict.proceeded is False
     assert len(recorder.requests) == 1
 
@@ -157,13 +157,14 @@ def test_jsonrpc_error_is_a_failure_and_is_not_retried(ask: Callable[..., Guardi
 def test_jsonrpc_error_with_null_id_reports_the_error(ask: Callable[..., GuardianVerdict]) -> None:
     error = {"code": -32700, "message": "Parse error"}
     verdict = ask(envelope(jsonrpc="2.0", id=None, error=error))
-    assert verdict.failure == "jsonrpc -32700: Parse error"
+    assert verdict.failure == "jsonrpc -32700: 'Parse error'"
 
 
 MALFORMED: dict[str, tuple[Handler, str]] = {
     "not JSON": (raw(b"<html>oops</html>"), "malformed response: body is not JSON"),
     "empty 204": (raw(b"", 204), "malformed response: body is not JSON"),
-    "JSON array": (raw(b"[1, 2]"), "malformed response: body is not a JSON object"),
+    "JSON array": (raw(b"[1, 2]"), "malformed response: body is a batch of 2 responses to one request"),
+    "JSON string": (raw(b'"allow"'), "malformed response: body is not a JSON object"),
     "no jsonrpc": (
         envelope(id="step-1", result={"decision": "allow"}),
         "malformed response: jsonrpc must be",
@@ -286,9 +287,9 @@ def test_integer_ids_round_trip(ask: Callable[..., GuardianVerdict]) -> None:
         (Recorder(httpx.ConnectTimeout("slow")), "timeout"),
         (
             Recorder(httpx.ConnectError("[Errno 111] Connection refused")),
-            "transport: ConnectError: [Errno 111]",
+            "transport: ConnectError: '[Errno 111]",
         ),
-        (Recorder(httpx.RemoteProtocolError("peer closed")), "transport: RemoteProtocolError: peer closed"),
+        (Recorder(httpx.RemoteProtocolError("peer closed")), "transport: RemoteProtocolError: 'peer closed'"),
     ],
     ids=["503", "404", "401", "read-timeout", "connect-timeout", "refused", "protocol"],
 )
@@ -550,11 +551,11 @@ async def test_aping_returns_the_ping_result() -> None:
         (_pinger({**PING_RESULT, "status": "error"}), "guardian reports status 'error'"),
         (_pinger({"status": "connected"}), "malformed response: ping result needs a string 'version'"),
         (_pinger({**PING_RESULT, "status": "sleepy"}), "malformed response: ping status"),
-        (Recorder(httpx.ConnectError("refused")), "transport: ConnectError: refused"),
+        (Recorder(httpx.ConnectError("refused")), "transport: ConnectError: 'refused'"),
         (Recorder(status(503)), "http 503"),
         (
             envelope(jsonrpc="2.0", id=None, error={"code": -32601, "message": "no ping"}),
-            "jsonrpc -32601: no ping",
+            "jsonrpc -32601: 'no ping'",
         ),
     ],
 )

@@ -41,9 +41,9 @@ from agentguard.aos import (
     strict_json,
     utc_timestamp,
 )
+from agentguard.guardian._logged import logged
 
 from ._json import encode_json
-from ._logged import logged
 from ._rules import UNESCAPED_JSON, GuardianRules
 
 __all__ = ["Dispatcher", "error_body"]

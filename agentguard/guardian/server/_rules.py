@@ -78,11 +78,11 @@ from agentguard.aos import (
 )
 from agentguard.cel import CelBackend, CelCompileError, CelProgram, VarType, get_backend
 from agentguard.errors import SpecError, SpecProblem
+from agentguard.guardian._logged import logged
 from agentguard.guardian._observe import RateLimitedLog
 from agentguard.spec import YamlDocument, dotted, in_file_order, locate, read_yaml, validation_reason
 
 from ._json import encode_json
-from ._logged import logged
 
 
 def _unchecked(variables: Mapping[str, Any], *, representable: Iterable[str] = ()) -> Mapping[str, Any]:
