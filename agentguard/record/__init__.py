@@ -23,6 +23,7 @@ from agentguard.record._journal import (
     Snapshot,
     decode_event,
     encode_event,
+    held_outputs,
 )
 from agentguard.record._loop import LoopDetector, find_short_circuit, repeated_block
 from agentguard.record._state import EngagementState
@@ -81,6 +82,7 @@ __all__ = [
     "decode_event",
     "encode_event",
     "find_short_circuit",
+    "held_outputs",
     "is_plain",
     "new_id",
     "one_shot",

@@ -12,7 +12,8 @@ appended since it last looked. Events are small JSON arrays, their first item th
     ["s", status, reason]                           the engagement stopped (short-circuit, guardrail, cancel, close)
     ["p", token, call_id, output, inputs]           the call paused in output review (its output kept for the resume,
                                                     the host's inputs of it, which a resumption must match)
-    ["u", call_id]                                  the paused call was resumed: it must not be resumed again
+    ["u", call_id]                                  the paused call was resumed: it must not be resumed again (and
+                                                    the store scrubs the p's held output: see below)
     ["x"]                                           nothing (an event taken back before it was sent)
 
 ``token`` is a random name the call gets when it begins. Events point at their call by it, not by position,
@@ -26,6 +27,22 @@ never both pass a short-circuit or a count assertion. Every other event is appen
 before (it records what happened; there is nothing left to check), in the same round trip as the events it
 missed.
 
+**Behind a gap.** A process that missed more events than the store keeps must rebuild the record. A store
+answers such an append with the record itself, read in the same atomic step as the append
+(:attr:`Appended.reloaded`): a separate load would be a second round trip, in which the engagement could
+expire and be opened anew, and the process would take that fresh record (its loop count restarted) for
+the one it was behind in -- or the store would have to remember, per engagement, which life each gap was
+found in until that load came. (A store that cannot answers ``gap=True`` and the caller loads the record:
+then that window is the store's to close.)
+
+**Held outputs do not outlive their review.** A ``p`` event holds the output of a call paused in review, so
+that any process can resume it; once the call is resumed (its ``u`` event), nobody needs it, and whatever
+the reviewer then decides -- refused, the output must not stay readable in the store for the engagement's
+time to live. So a store that appends a ``u`` replaces every ``p`` event of that call id it still keeps by
+``["x"]`` (nothing), in the same atomic step; :func:`held_outputs` names both kinds in an append's events.
+Replaying the log is unchanged by it: the ``u`` takes the pause back out either way, and a ``u`` appended
+without its ``p`` (which an earlier agentguard's store wrote, say) scrubs nothing.
+
 **Refused for good.** A store may refuse an event it will never accept whatever is retried (larger than it
 takes): it raises :class:`EventRefused` naming the events, having sent nothing. The record then replaces
 them in its outbox (:meth:`~agentguard.record.EngagementState.refuse`) -- a call's ``b`` becomes its ``a``
@@ -35,12 +52,13 @@ Left in the outbox, the event would be sent again, and refused again, by every l
 engagement in that process: one oversized tool output would deny them all.
 
 A store implements :class:`Journal`: four methods, each with an ``a``-prefixed async twin, each one round
-trip. A store that can send a command without waiting for its answer also implements :class:`Pipelined`:
-then the events a guarded call ends with are *posted* -- sent before its output is handed on, their answer
-read when the record next talks to the store (the next call's begin, a refresh, a close) -- so that a call
-costs one round trip, not two. Until that answer is read the posted events stay first in the outbox: an
-answer that never comes (the connection dropped) fails the step that reads it, as a failed append would, and
-the events go again with the next append (a re-sent event is applied once).
+trip (an append too large for one is written in parts: see :meth:`Journal.append`). A store that can send
+a command without waiting for its answer also implements :class:`Pipelined`: then the events a guarded call
+ends with are *posted* -- sent before its output is handed on, their answer read when the record next talks
+to the store (the next call's begin, a refresh, a close) -- so that a call costs one round trip, not two.
+Until that answer is read the posted events stay first in the outbox: an answer that never comes (the
+connection dropped) fails the step that reads it, as a failed append would, and the events go again with
+the next append (a re-sent event is applied once).
 
 Values are encoded by :func:`encode_event` (JSON, with datetimes and bytes kept exactly); a store keeps the
 strings as they are.
@@ -67,6 +85,7 @@ __all__ = [
     "Snapshot",
     "decode_event",
     "encode_event",
+    "held_outputs",
     "tag",
     "untag",
 ]
@@ -96,8 +115,11 @@ class Appended:
 
     ``ok`` is false only for an exclusive append that found the log moved on: then nothing was appended.
     ``missed`` are the events others appended after ``since`` and before ours (all of them when not ``ok``),
-    oldest first; ``gap`` says some of them were already trimmed, so the caller must reload the record.
-    ``version`` and ``total`` are the log's after the append (or now, when not ``ok``).
+    oldest first. When some of them were already trimmed, a partial list is of no use: the store answers
+    with the whole record instead, read in the same atomic step (``reloaded``, at ``version``; ``missed``
+    is then empty), and the caller rebuilds its copy from it -- or, a store that cannot, with ``gap``: the
+    caller must load the record itself (see the module's docstring). ``version`` and ``total`` are the
+    log's after the append (or now, when not ``ok``).
     """
 
     ok: bool
@@ -105,6 +127,7 @@ class Appended:
     total: int
     missed: Sequence[str] = field(default_factory=tuple)
     gap: bool = False
+    reloaded: Snapshot | None = None
 
 
 class EventRefused(StoreUnavailable):
@@ -137,7 +160,8 @@ class Journal(Protocol):
         ...
 
     def load(self, engagement_id: str) -> Snapshot | None:
-        """The engagement's record, ``None`` if there is none (never created, or expired)."""
+        """The engagement's record, ``None`` if there is none (never created, or expired). The pipeline
+        loads only after an append that answered ``gap`` (see :class:`Appended`)."""
         ...
 
     def append(
@@ -145,7 +169,13 @@ class Journal(Protocol):
     ) -> Appended:
         """Append ``events`` (encoded) atomically: all or none. ``since`` is the version the caller has seen;
         ``total`` how much the events change ``history._total`` by. With ``exclusive``, append only if the
-        log is still at ``since``. Raises :class:`KeyError` when the engagement does not exist (expired)."""
+        log is still at ``since``. A ``u`` event scrubs the ``p`` events of its call id (see the module's
+        docstring). Raises :class:`KeyError` when the engagement does not exist (expired).
+
+        An append too large for one round trip may be written in parts, each atomic and each (after the
+        first) only where the previous one ended; a part that fails raises
+        :class:`~agentguard.errors.StoreUnavailable`, and the caller sends all the events again, as after an
+        answer that was lost (the parts that landed are applied once)."""
         ...
 
     def claim(self, engagement_id: str, key: str, owner: str, *, since: int) -> str:
@@ -261,6 +291,30 @@ def encode_event(event: Event) -> str:
     if '"\\u0000' in text:
         return json.dumps(tag(event), separators=(",", ":"), allow_nan=False)
     return text
+
+
+_HELD_KINDS = ('["p",', '["u",')
+"""How :func:`encode_event` starts a ``p`` (an output held for a paused review) and a ``u`` (its release)."""
+
+
+def held_outputs(events: Sequence[str]) -> list[tuple[int, str, bool]]:
+    """``(index, call id, held)`` for each event of ``events`` (encoded) that holds a paused review's output
+    (a ``p``: ``held`` true) or ends that review (a ``u``: false), in order: what a store needs to scrub the
+    held output once the review was resumed (see the module's docstring). One string test per event; only
+    those two kinds are decoded (a malformed one is left out: it holds or scrubs nothing)."""
+    found: list[tuple[int, str, bool]] = []
+    for index, text in enumerate(events):
+        if text.startswith(_HELD_KINDS):
+            try:
+                event = decode_event(text)
+            except ValueError:
+                continue
+            held = event[0] == "p"
+            if held and len(event) in (4, 5) and type(event[2]) is str:
+                found.append((index, event[2], True))
+            elif not held and len(event) == 2 and type(event[1]) is str:
+                found.append((index, event[1], False))
+    return found
 
 
 def decode_event(text: str | bytes) -> Event:

@@ -805,10 +805,14 @@ class EngagementState:
         """Apply the store's answer to an append of the outbox's first ``sent`` events.
 
         Returns ``False`` when it refused an exclusive append: then every call whose ``b`` event was in it is
-        taken back out (status ``recheck``: its flow checks it again) and the missed events are applied. A
-        ``gap`` is left to the caller, who reloads.
+        taken back out (status ``recheck``: its flow checks it again) and the missed events are applied. The
+        record the store answered with after a gap (``reloaded``) is reloaded; a bare ``gap`` is left to the
+        caller, who loads the record.
         """
-        missed = [decode_event(text) for text in appended.missed]  # before anything changes: may raise
+        reloaded = appended.reloaded
+        # Decoded before anything changes (a malformed event raises here); after a gap, the record the store
+        # answered with tells which b events landed.
+        missed = [decode_event(text) for text in (appended.missed if reloaded is None else reloaded.events)]
         with self._lock:
             if appended.ok:
                 for position, record in self._unsent:
@@ -835,6 +839,9 @@ class EngagementState:
                     record.status = "recheck"
                     self._settled(record)
                 self._unsent = kept
+            if reloaded is not None:
+                self.reload(reloaded)
+                return appended.ok
             if not appended.gap:
                 for event in missed:
                     self._apply(event)

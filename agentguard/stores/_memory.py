@@ -14,6 +14,13 @@ it and then opened anew by id has two lives: the record the holder keeps using a
 never both used: opening the new life stops the earlier one, so its holder's next step is refused (its loop
 count and history would otherwise go on apart from the new record's), as a shared store refuses a worker
 that holds an expired engagement.
+
+Two threads that open a new id at the same moment may both find it not held yet (:meth:`resume`, then
+:meth:`hold`). The first to hold it keeps it; the other's record is stopped as it is offered, so that thread's
+steps are refused until it opens the id again (and continues the held one); closing that stopped record
+does not forget the held one. Stopping the first instead would leave the call it may already be running go
+on beside a fresh record that does not count it: two calls where a count assertion or the loop detector
+allows one.
 """
 
 from __future__ import annotations
@@ -53,10 +60,7 @@ class MemoryStore:
             if held is None:
                 return None
             state, opened = held
-            if (
-                now - _last_used(state, opened, now) > self.ttl_seconds
-                or state.status is EngagementStatus.CLOSED
-            ):
+            if not self._current(state, opened, now):
                 del self._held[engagement_id]
                 return None
             self._held[engagement_id] = (state, now)
@@ -65,8 +69,19 @@ class MemoryStore:
 
     def hold(self, state: EngagementState) -> None:
         """Keep ``state`` for :meth:`resume` (evicting the least recently opened past the bound); an earlier
-        life of its id that is still in use is stopped (see the module's docstring)."""
+        life of its id that is still in use is stopped. When another thread held a record of the id since
+        this one's :meth:`resume` found none, that one stays the engagement and ``state`` is stopped (see
+        the module's docstring)."""
+        now = time.monotonic()
         with self._lock:
+            held = self._held.get(state.id)
+            if held is not None and held[0] is not state and self._current(*held, now):
+                state.stop(
+                    EngagementStatus.STOPPED,
+                    f"engagement {state.id!r} was opened at the same time in another thread of this process, "
+                    "which holds it: this record of it is not the engagement (open it again to continue it)",
+                )
+                return
             earlier = self._alive.get(state.id)
             if earlier is not None and earlier is not state:
                 earlier.stop(
@@ -75,15 +90,27 @@ class MemoryStore:
                     "max_engagements) and opened anew: this record of it is no longer the engagement",
                 )
             self._alive[state.id] = state
-            self._held[state.id] = (state, time.monotonic())
+            self._held[state.id] = (state, now)
             self._held.move_to_end(state.id)
             while len(self._held) > self.max_engagements:
                 self._held.popitem(last=False)
 
+    def _current(self, state: EngagementState, opened: float, now: float) -> bool:
+        """Whether a held record is still the engagement of its id: not idle past the TTL, nor closed."""
+        return (
+            now - _last_used(state, opened, now) <= self.ttl_seconds
+            and state.status is not EngagementStatus.CLOSED
+        )
+
     def forget(self, engagement_id: str) -> None:
-        """Drop the engagement of this id (it was closed)."""
+        """Drop the engagement of this id (it was closed) -- unless the record held is still active: then the
+        one closed was another record of the id (the one stopped as it was opened at the same time, or an
+        earlier life), and forgetting the active one would let the next open of the id start a second
+        record beside it."""
         with self._lock:
-            self._held.pop(engagement_id, None)
+            held = self._held.get(engagement_id)
+            if held is not None and held[0].status is not EngagementStatus.ACTIVE:
+                del self._held[engagement_id]
 
     def __len__(self) -> int:
         return len(self._held)

@@ -13,7 +13,8 @@ made, never by ``import agentguard``.
 slot (a script may only touch keys of one slot)::
 
     {prefix}:{<id>}:meta      hash: meta (the first open's, as the event ["meta", meta]), life, version,
-                              total, trimmed, claims (how many the claims hash holds)
+                              total, trimmed, claims (how many the claims hash holds), and held:<call id>
+                              (the versions of the p events that hold that paused review's output)
     {prefix}:{<id>}:log       list: the newest ``max_events`` encoded events, oldest first (newest right)
     {prefix}:{<id>}:claims    hash: claimed key -> owner (see claim)
 
@@ -37,11 +38,13 @@ store answers with is ``life * 10**15 + n`` (the ``n``-th event of that life). A
 earlier life appends with a version of it: the script compares the life (in the same atomic step as the
 append) and answers "no such engagement" (:class:`KeyError`, which the pipeline turns into a recorded
 denial): the call does not run, and the worker neither merges its events into the new record nor reloads
-it as its own (its loop count restarted). A load that follows an append of this store that found a gap is
-likewise ``None`` when the record is of another life by then. Records written before lives existed (no
-``life`` field) are refused as not a journal's: give an upgraded fleet a new ``prefix``.
+it as its own (its loop count restarted). An append that finds a gap answers with the record, read by the
+same script (see ``append``): the caller reloads the life it was behind in, never one opened after, and the
+store keeps nothing per engagement. Records written before lives existed (no ``life`` field) are refused as
+not a journal's: give an upgraded fleet a new ``prefix``.
 
-**One round trip, atomically.** Each method is one Lua script (``EVALSHA``, written straight onto a pooled
+**One round trip, atomically.** Each method is one Lua script (an append too large for one round trip, a
+script a part) (``EVALSHA``, written straight onto a pooled
 connection; when the server answers ``NOSCRIPT``, after a restart or a failover, nothing ran and redis-py's
 ``Script`` sends it again, loading it): Redis runs a script
 alone, so reading the version, comparing it with the caller's, appending, trimming, counting and refreshing
@@ -56,14 +59,25 @@ the time to live happen with nothing in between, which is what makes the exclusi
   another life than ``since``. It returns
   the events appended after ``since`` and before its own (``missed``). When some of those are no longer
   kept -- ``since`` older than the oldest kept event, or newer than the log (the engagement expired and was
-  opened again since the caller last looked) -- it reports ``gap=True`` and returns *no* missed events: the
-  caller must reload, and a partial list is of no use to it. An exclusive append whose ``since`` is not the
-  version appends nothing and returns ``ok=False`` with the missed events (or the gap). Any other append
-  pushes the events, adds their count to the version and ``total`` to the total, trims the list to the
-  newest ``max_events`` and refreshes the time to live of all three keys.
+  opened again since the caller last looked) -- a partial list is of no use to the caller: it returns the
+  record instead (meta, and the kept events after the append: ``Appended.reloaded``), and no missed
+  events. An exclusive append whose ``since`` is not the version appends nothing and returns ``ok=False``
+  with the missed events (or the record). Any other append pushes the events, adds their count to the
+  version and ``total`` to the total, trims the list to the newest ``max_events`` and refreshes the time to
+  live of all three keys. A ``p`` event's version is noted under ``held:<call id>`` in the meta hash; a
+  ``u`` event of that call id (it was resumed) overwrites each such ``p`` still in the log with ``["x"]``
+  and drops the field, so that the output the review held -- refused, perhaps -- does not stay in Redis
+  (see :class:`~agentguard.record.Journal`). An append of more than ``max_append_bytes`` of events (or of
+  more than 100,000 events: Redis before 7 takes no command of more than 1024 * 1024 arguments) is written
+  in parts, one round trip each, each part after the first only where the previous one ended when the
+  append is exclusive: sent whole, it may be more than the server takes (its query buffer, its memory) or
+  can receive within ``timeout_seconds`` -- and then every later step would send it again, and fail again.
+  A part that fails is a failed append (``StoreUnavailable``): the record sends every event again, and
+  those that landed are applied once.
 * ``post`` (:class:`~agentguard.record.Pipelined`) sends a non-exclusive ``append`` on a connection it takes
   out of the pool and returns without reading the answer; the pipeline reads it at the record's next commit,
-  so the events a call ends with do not cost a round trip of their own. Every method first reads the answer
+  so the events a call ends with do not cost a round trip of their own (one in parts is written at once, a
+  round trip a part). Every method first reads the answer
   of this store's posted append for the same engagement, so this process's commands for one engagement keep
   their order (and another record of it opened here sees the events); at most 64 answers wait unread (each
   holds a connection), past that the oldest is read. A posted script the server no longer knows
@@ -121,7 +135,9 @@ given. A store without an async client raises :class:`~agentguard.errors.Configu
 ``a``-methods, and likewise without a sync one.
 Both clients must be made with ``decode_responses=False`` (the default): the store encodes and decodes
 itself, so that any string round-trips. ``max_events``: how many events the log keeps (a process further
-behind reloads the record). ``max_event_bytes``: the largest event sent, encoded (8 MiB). ``ttl_seconds``:
+behind reloads the record). ``max_event_bytes``: the largest event sent, encoded (8 MiB).
+``max_append_bytes``: the most bytes of events one round trip carries (64 MiB, at least ``max_event_bytes``;
+a larger append goes in parts, see ``append``). ``ttl_seconds``:
 how long an engagement lives after its last open, append or claim. ``on_failure``: ``"deny"`` or
 ``"allow"``, read by the pipeline (:class:`~agentguard.record.Journal`).
 
@@ -141,13 +157,21 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast
 from urllib.parse import quote, urlsplit
 
 from agentguard.errors import ConfigurationError, StoreUnavailable
-from agentguard.record import Appended, EventRefused, Posted, Snapshot, decode_event, encode_event
+from agentguard.record import (
+    Appended,
+    EventRefused,
+    Posted,
+    Snapshot,
+    decode_event,
+    encode_event,
+    held_outputs,
+)
 
 _T = TypeVar("_T")
 _H = TypeVar("_H", "_Posted", "_APosted")
@@ -211,9 +235,12 @@ return {m[1], m[2], m[3], m[4], events}
 """
 )
 
-# ARGV: max_events, ttl_ms, life, since, total, exclusive ('1' or '0'), events...
+# ARGV: max_events, ttl_ms, life, since, total, exclusive ('1' or '0'), reload ('1' or '0'), held (how many
+# pairs follow), the pairs (a p event's position among the events, or minus a u event's; its call id), events...
 # Reply: {0} no such engagement (or not the life the caller saw); {1, life, version, total, gap, missed}
-# appended; {2, ...} exclusive conflict.
+# appended; {2, ...} exclusive conflict; after a gap (or with reload), meta and the kept events follow: the
+# record as it is now (missed is empty). A p event's version is kept in the meta hash (field held:<call id>);
+# a u event of that call id replaces each one still in the log by ["x"]: the held output goes with its review.
 _APPEND = (
     """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
@@ -221,7 +248,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
     + _CHECK
     + """
 if m[2] ~= ARGV[3] then return {0} end
-local since = tonumber(ARGV[4])
+local since, first = tonumber(ARGV[4]), 9 + 2 * tonumber(ARGV[8])
 local gap = 0
 local missed = {}
 if since > version or since < version - length then
@@ -229,22 +256,41 @@ if since > version or since < version - length then
 elseif since < version then
   missed = redis.call('LRANGE', KEYS[2], since - version + length, -1)
 end
-if ARGV[6] == '1' and since ~= version then
-  return {2, m[2], version, m[4], gap, missed}
-end
-if #ARGV > 6 then
-  for i = 7, #ARGV, 1000 do
-    redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+local code, total = 2, m[4]
+if ARGV[6] ~= '1' or since == version then
+  code = 1
+  if #ARGV >= first then
+    for i = first, #ARGV, 1000 do
+      redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+    end
+    local before = version
+    version = redis.call('HINCRBY', KEYS[1], 'version', #ARGV - first + 1)
+    for h = 9, first - 1, 2 do
+      local at, field = tonumber(ARGV[h]), 'held:' .. ARGV[h + 1]
+      local kept = redis.call('HGET', KEYS[1], field)
+      if at > 0 then
+        local held = string.format('%d', before + at)
+        redis.call('HSET', KEYS[1], field, kept and (kept .. ',' .. held) or held)
+      elseif kept then
+        for held in string.gmatch(kept, '%d+') do
+          local index = tonumber(held) - trimmed - 1
+          if index >= 0 then redis.call('LSET', KEYS[2], index, '["x"]') end
+        end
+        redis.call('HDEL', KEYS[1], field)
+      end
+    end
+    redis.call('LTRIM', KEYS[2], -tonumber(ARGV[1]), -1)
+    redis.call('HSET', KEYS[1], 'trimmed', version - redis.call('LLEN', KEYS[2]))
   end
-  version = redis.call('HINCRBY', KEYS[1], 'version', #ARGV - 6)
-  redis.call('LTRIM', KEYS[2], -tonumber(ARGV[1]), -1)
-  redis.call('HSET', KEYS[1], 'trimmed', version - redis.call('LLEN', KEYS[2]))
-end
-local total = redis.call('HINCRBY', KEYS[1], 'total', ARGV[5])
+  total = redis.call('HINCRBY', KEYS[1], 'total', ARGV[5])
 """
     + _TOUCH
     + """
-return {1, m[2], version, total, gap, missed}
+end
+if gap == 1 or ARGV[7] == '1' then
+  return {code, m[2], version, total, gap, {}, m[1], redis.call('LRANGE', KEYS[2], -tonumber(ARGV[1]), -1)}
+end
+return {code, m[2], version, total, gap, missed}
 """
 )
 
@@ -277,8 +323,14 @@ _Arg = bytes | str | int
 _POSTED_MAX = 64
 """Posted appends whose answer waits unread, at most per client (each holds a connection)."""
 
-_EVENTS = 6
-"""The append script's first argument that is an event (``ARGV[7]`` in Lua)."""
+_HEADER = 8
+"""The append script's arguments before its held pairs and events (``ARGV[1]`` to ``ARGV[8]`` in Lua); the
+last of them is how many held pairs follow."""
+
+_PART_EVENTS = 100_000
+"""The most events one append's round trip carries: Redis before 7 refuses a command of more than 1024 * 1024
+arguments (``invalid multibulk length``), whatever their size. Larger appends go in parts (see
+:meth:`RedisStore.append`)."""
 
 _BULK_FLOOR = 1024 * 1024
 """The least ``proto-max-bulk-len`` Redis may be configured with: the largest argument every server takes."""
@@ -381,17 +433,23 @@ def _snapshot(reply: object) -> Snapshot:
 
 
 def _appended(reply: object) -> Appended | None:
-    """The append's answer, ``None`` when the engagement does not exist (or is not the caller's life)."""
+    """The append's answer, ``None`` when the engagement does not exist (or is not the caller's life). After
+    a gap it holds the record as the same script read it (``reloaded``), not a gap for the caller to load."""
     if type(reply) is not list or not reply:
         raise _NotOurs(f"not an append's answer: {reply!r:.80}")
     code = reply[0]
     if code == _NO_ENGAGEMENT and len(reply) == 1:
         return None
-    if code not in (_APPENDED, _CONFLICT) or len(reply) != 6:
+    if code not in (_APPENDED, _CONFLICT) or len(reply) not in (6, 8):
         raise _NotOurs(f"not an append's answer: {reply!r:.80}")
-    _, life, version, total, gap, missed = reply
+    _, life, version, total, gap, missed = reply[:6]
     if gap not in (0, 1):
         raise _NotOurs(f"not an append's answer: {reply!r:.80}")
+    if len(reply) == 8:
+        reloaded = _snapshot([reply[6], life, version, total, reply[7]])
+        return Appended(
+            ok=code == _APPENDED, version=reloaded.version, total=reloaded.total, reloaded=reloaded
+        )
     return Appended(
         ok=code == _APPENDED,
         version=_version(life, version),
@@ -484,6 +542,27 @@ class _APosted:
         return _unpack(self._read.result())
 
 
+class _Written:
+    """A posted append of more events than one round trip carries: written at once, in parts (see
+    :meth:`RedisStore.append`), so its answer is already here."""
+
+    __slots__ = ("_appended",)
+
+    def __init__(self, appended: Appended) -> None:
+        self._appended = appended
+
+    def result(self) -> Appended:
+        return self._appended
+
+    async def aresult(self) -> Appended:
+        return self._appended
+
+
+_Parts = Generator[tuple[int, list[_Arg]], Appended, Appended]
+"""An append written in parts (:meth:`RedisStore._parts`): yields each part's first event's index and
+arguments, is sent each part's answer, returns the append's."""
+
+
 # -- deadlines of sync answers -------------------------------------------------------------------------
 
 
@@ -572,6 +651,7 @@ class RedisStore:
         prefix: str = "agentguard",
         max_events: int = 10_000,
         max_event_bytes: int = 8 * 1_048_576,
+        max_append_bytes: int = 64 * 1_048_576,
         ttl_seconds: float = 7 * 24 * 3600,
         timeout_seconds: float = 2.0,
         on_failure: Literal["deny", "allow"] = "deny",
@@ -589,6 +669,11 @@ class RedisStore:
             raise ValueError(f"max_events must be an integer of at least 1, not {max_events!r}")
         if type(max_event_bytes) is not int or max_event_bytes < 1:
             raise ValueError(f"max_event_bytes must be an integer of at least 1, not {max_event_bytes!r}")
+        if type(max_append_bytes) is not int or max_append_bytes < max_event_bytes:
+            raise ValueError(
+                f"max_append_bytes must be an integer of at least max_event_bytes ({max_event_bytes}: every "
+                f"event must fit in one round trip), not {max_append_bytes!r}"
+            )
         if not ttl_seconds > 0 or int(ttl_seconds * 1000) < 1:
             raise ValueError(f"ttl_seconds must be positive (1 ms or more), not {ttl_seconds!r}")
         if not timeout_seconds > 0:
@@ -611,6 +696,7 @@ class RedisStore:
         self.prefix = prefix
         self.max_events = max_events
         self.max_event_bytes = max_event_bytes
+        self.max_append_bytes = max_append_bytes
         self.ttl_seconds = ttl_seconds
         self.timeout_seconds = timeout_seconds
         self._url = url
@@ -621,7 +707,6 @@ class RedisStore:
         self._noscript = redis.exceptions.NoScriptError
         self._posted: dict[str, _Posted] = {}  # by engagement id, oldest first (see post)
         self._aposted: dict[str, _APosted] = {}
-        self._gapped: dict[str, int] = {}  # engagement id -> the life an append found behind a gap
         self._max = str(max_events)
         self._ttl = str(int(ttl_seconds * 1000))
         self._lock = threading.Lock()
@@ -733,17 +818,138 @@ class RedisStore:
             f"is not a journal's (something else wrote its keys?): {exc}"
         ) from exc
 
-    def _append_args(
+    def _appending(
         self, engagement_id: str, since: int, events: Sequence[str], total: int, exclusive: bool
-    ) -> list[_Arg]:
-        life, n = _split(since)
-        args: list[_Arg] = [self._max, self._ttl, life, n, int(total), b"1" if exclusive else b"0"]
+    ) -> list[_Arg] | _Parts:
+        """The append script's arguments, or, for events more than one round trip carries
+        (``max_append_bytes``, :data:`_PART_EVENTS`), the plan that writes them in parts (:meth:`_parts`).
+        Raises :class:`~agentguard.record.EventRefused`, sending nothing, for events larger than
+        ``max_event_bytes``."""
         encoded = [event.encode("utf-8", "surrogatepass") for event in events]
         refused = [index for index, data in enumerate(encoded) if len(data) > self.max_event_bytes]
         if refused:
             largest = max(len(encoded[index]) for index in refused)
             raise EventRefused(self._too_large("append", engagement_id, largest), refused)
-        return args + encoded
+        if len(encoded) <= _PART_EVENTS and sum(map(len, encoded)) <= self.max_append_bytes:
+            return self._append_args(since, events, encoded, total, exclusive, False)
+        return self._parts(engagement_id, since, events, encoded, total, exclusive)
+
+    def _append_args(
+        self,
+        since: int,
+        events: Sequence[str],
+        encoded: Sequence[bytes],
+        total: int,
+        exclusive: bool,
+        reload: bool,
+    ) -> list[_Arg]:
+        """One round trip's arguments (see the script): with the positions and call ids of the events that
+        hold a paused review's output or end that review, so that the script scrubs the held output."""
+        life, n = _split(since)
+        held = held_outputs(events)
+        args: list[_Arg] = [
+            self._max,
+            self._ttl,
+            life,
+            n,
+            int(total),
+            b"1" if exclusive else b"0",
+            b"1" if reload else b"0",
+            len(held),
+        ]
+        for index, call_id, holds in held:
+            args += [index + 1 if holds else -index - 1, call_id.encode("utf-8", "surrogatepass")]
+        args.extend(encoded)
+        return args
+
+    def _parts(
+        self,
+        engagement_id: str,
+        since: int,
+        events: Sequence[str],
+        encoded: list[bytes],
+        total: int,
+        exclusive: bool,
+    ) -> _Parts:
+        """Write ``events`` in parts of at most ``max_append_bytes`` (and :data:`_PART_EVENTS` events): one
+        command of them all may be more than the server takes, or receives within ``timeout_seconds``, and
+        then it would fail each time it is sent again -- with every later step of the engagement, an outbox
+        that grew while the store was away never getting through.
+
+        Yields ``(first event's index, arguments)`` for each round trip and is sent its answer. Each part is
+        atomic, and each after the first is exclusive at the version the previous one left when the append
+        is (so an exclusive append's events still land together right after ``since``, or not at all past
+        its first part): a part that finds the engagement changed raises
+        :class:`~agentguard.errors.StoreUnavailable`, the caller sends every event again, and those that
+        landed twice are applied once, as after a lost answer. The first part carries ``total`` (sent again,
+        it may count twice: ``history._total`` errs high, on the refusing side). A part after a gap asks the
+        last one for the whole record."""
+        bounds: list[int] = [0]
+        size = 0
+        for index, data in enumerate(encoded):
+            if index > bounds[-1] and (
+                size + len(data) > self.max_append_bytes or index - bounds[-1] >= _PART_EVENTS
+            ):
+                bounds.append(index)
+                size = 0
+            size += len(data)
+        bounds.append(len(encoded))
+        count = len(bounds) - 1
+        missed: list[str] = []
+        reload = False
+        answer: Appended | None = None
+        for part in range(count):
+            start, end = bounds[part], bounds[part + 1]
+            args = self._append_args(
+                since,
+                events[start:end],
+                encoded[start:end],
+                total if part == 0 else 0,
+                exclusive,
+                reload and part == count - 1,
+            )
+            answer = yield start, args
+            if not answer.ok:
+                if part == 0:
+                    return answer  # nothing was written
+                why = f"the engagement changed in another process after {part} of its {count} parts were written"
+                raise self._unavailable("append", engagement_id, RuntimeError(why))
+            reload = reload or answer.reloaded is not None
+            missed.extend(answer.missed)
+            since = answer.version
+        assert answer is not None  # there is always a part
+        if answer.reloaded is not None:
+            return answer
+        return Appended(ok=True, version=answer.version, total=answer.total, missed=missed)
+
+    def _write(self, engagement_id: str, plan: _Parts) -> Appended:
+        """Drive :meth:`_parts` with the sync client. An event the server refuses in a part is named by its
+        position among all the events (the record replaces it there; the parts before it landed, and go again
+        with the rest, applied once)."""
+        start, args = next(plan)
+        while True:
+            try:
+                answer = self._append_reply(engagement_id, self._run("append", engagement_id, 2, args))
+            except EventRefused as exc:  # refused in this part: its position among all the events
+                raise EventRefused(str(exc), [start + index for index in exc.positions]) from exc
+            try:
+                start, args = plan.send(answer)
+            except StopIteration as done:
+                return cast(Appended, done.value)
+
+    async def _awrite(self, engagement_id: str, plan: _Parts) -> Appended:
+        """:meth:`_write` with the async client."""
+        start, args = next(plan)
+        while True:
+            try:
+                reply = await self._arun("append", engagement_id, 2, args)
+                answer = self._append_reply(engagement_id, reply)
+            except EventRefused as exc:
+                raise EventRefused(str(exc), [start + index for index in exc.positions]) from exc
+            try:
+                start, args = plan.send(answer)
+            except StopIteration as done:
+                return cast(Appended, done.value)
 
     def _open_args(self, engagement_id: str, meta: Mapping[str, Any]) -> list[_Arg]:
         life = secrets.randbelow(_LIFE) + 1  # kept only if this open creates the record: see the docstring
@@ -771,8 +977,9 @@ class RedisStore:
         event larger than the least ``proto-max-bulk-len`` Redis allows (1 MiB) counts as that refusal too
         (were it a network fault after all, the step is denied either way, and the event is replaced in the
         outbox by what can be kept of it). Anything else may be over next time."""
-        if operation == "append" and len(args) > _EVENTS:
-            sizes = [len(cast(bytes, arg)) for arg in args[_EVENTS:]]  # the events, encoded by _append_args
+        first = _HEADER + 2 * cast(int, args[_HEADER - 1]) if operation == "append" else len(args)
+        if len(args) > first:
+            sizes = [len(cast(bytes, arg)) for arg in args[first:]]  # the events, encoded by _append_args
             largest = max(range(len(sizes)), key=sizes.__getitem__)
             refused = (isinstance(exc, self._error_reply) and "invalid bulk length" in str(exc)) or (
                 isinstance(exc, self._connection_lost) and sizes[largest] > _BULK_FLOOR
@@ -885,24 +1092,17 @@ class RedisStore:
             raise self._failed(operation, engagement_id, exc, args) from exc
 
     def _append_reply(self, engagement_id: str, reply: Any) -> Appended:
-        """An append's answer; :class:`KeyError` when the engagement does not exist. After a gap the caller
-        loads the record: the life it had is kept for that load (see :meth:`_loaded`)."""
-        appended = _present(self._read("append", engagement_id, _appended, reply), engagement_id)
-        if appended.gap:
-            self._gapped[engagement_id] = appended.version // _LIFE
-        return appended
+        """An append's answer; :class:`KeyError` when the engagement does not exist (or is of another life).
+        After a gap it holds the record, read by the same script (``reloaded``): nothing is kept here for a
+        load to follow."""
+        return _present(self._read("append", engagement_id, _appended, reply), engagement_id)
 
     def _loaded(self, engagement_id: str, reply: Any) -> Snapshot | None:
         """The load script's reply: ``None`` for no record (``False`` is RESP3's answer to the script's
-        false), and for a record of another life than the one an append of this store found behind a gap
-        just before: that caller is reloading, and must not pick up a record opened anew since."""
-        snapshot = (
-            None if reply is None or reply is False else self._read("load", engagement_id, _snapshot, reply)
-        )
-        life = self._gapped.pop(engagement_id, None)
-        if snapshot is not None and life is not None and snapshot.version // _LIFE != life:
+        false)."""
+        if reply is None or reply is False:
             return None
-        return snapshot
+        return self._read("load", engagement_id, _snapshot, reply)
 
     def _read(self, operation: str, engagement_id: str, parse: Callable[[Any], _T], reply: Any) -> _T:
         """The script's reply parsed; anything that is not what the script returns fails closed."""
@@ -962,8 +1162,11 @@ class RedisStore:
 
     def post(self, engagement_id: str, since: int, events: Sequence[str], total: int) -> Posted:
         """Send a non-exclusive :meth:`append` and return without its answer (see the module's docstring).
-        Raises :class:`~agentguard.errors.StoreUnavailable` when it cannot be sent."""
-        args = self._append_args(engagement_id, since, events, total, False)
+        Raises :class:`~agentguard.errors.StoreUnavailable` when it cannot be sent. Events more than one round
+        trip carries are written at once, in parts (see :meth:`append`)."""
+        args = self._appending(engagement_id, since, events, total, False)
+        if not isinstance(args, list):
+            return _Written(self._write(engagement_id, args))
         self._drain(engagement_id)
         try:
             pool, conn = self._send(2, engagement_id, args)
@@ -977,7 +1180,9 @@ class RedisStore:
 
     async def apost(self, engagement_id: str, since: int, events: Sequence[str], total: int) -> Posted:
         """:meth:`post` with the async client."""
-        args = self._append_args(engagement_id, since, events, total, False)
+        args = self._appending(engagement_id, since, events, total, False)
+        if not isinstance(args, list):
+            return _Written(await self._awrite(engagement_id, args))
         await self._adrain(engagement_id)
         try:
             pool, conn = await self._asend(2, engagement_id, args)
@@ -1004,12 +1209,13 @@ class RedisStore:
     def append(
         self, engagement_id: str, since: int, events: Sequence[str], total: int, *, exclusive: bool
     ) -> Appended:
-        """Append ``events`` atomically (see :meth:`Journal.append` and the module's docstring: with
-        ``gap``, ``missed`` is empty). Raises :class:`KeyError` when the engagement does not exist."""
-        reply = self._run(
-            "append", engagement_id, 2, self._append_args(engagement_id, since, events, total, exclusive)
-        )
-        return self._append_reply(engagement_id, reply)
+        """Append ``events`` atomically (see :meth:`Journal.append` and the module's docstring: after a gap,
+        the answer holds the record), in parts when they are more than one round trip carries (see
+        :meth:`_parts`). Raises :class:`KeyError` when the engagement does not exist."""
+        args = self._appending(engagement_id, since, events, total, exclusive)
+        if not isinstance(args, list):
+            return self._write(engagement_id, args)
+        return self._append_reply(engagement_id, self._run("append", engagement_id, 2, args))
 
     def claim(self, engagement_id: str, key: str, owner: str, *, since: int) -> str:
         """Claim ``key`` for ``owner`` once and for all; the owner that holds it. Raises :class:`KeyError`
@@ -1032,10 +1238,10 @@ class RedisStore:
         self, engagement_id: str, since: int, events: Sequence[str], total: int, *, exclusive: bool
     ) -> Appended:
         """:meth:`append` with the async client."""
-        reply = await self._arun(
-            "append", engagement_id, 2, self._append_args(engagement_id, since, events, total, exclusive)
-        )
-        return self._append_reply(engagement_id, reply)
+        args = self._appending(engagement_id, since, events, total, exclusive)
+        if not isinstance(args, list):
+            return await self._awrite(engagement_id, args)
+        return self._append_reply(engagement_id, await self._arun("append", engagement_id, 2, args))
 
     async def aclaim(self, engagement_id: str, key: str, owner: str, *, since: int) -> str:
         """:meth:`claim` with the async client."""

@@ -662,12 +662,6 @@ def _paused_then(approved: bool, redis_url: str, tool: Any) -> list[Guard]:
     return guards
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a call paused in output review writes its held output to the store ('p' event) so another worker "
-    "can resume it; when the reviewer then refuses it, the 'p' event stays in the engagement's log: the "
-    "withheld output is readable in Redis for the engagement's time to live",
-)
 def test_an_output_refused_after_a_paused_review_is_not_left_in_the_store(redis_url: str) -> None:
     guards = _paused_then(False, redis_url, lambda: f"ssn {SSN}")
     pausing, resuming = (g.engagement(USER, engagement_id="paused-then-refused") for g in guards)

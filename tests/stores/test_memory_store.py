@@ -1,14 +1,17 @@
 """MemoryStore as a RedisStore would behave: an engagement in use does not expire, and an engagement forgotten
-while something still holds it has one life at a time (the holder of the earlier one is refused)."""
+while something still holds it has one life at a time (the holder of the earlier one is refused); two
+threads opening a new id at once never get two records of it that both run calls."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import pytest
 
 from agentguard import Guard, Outcome, PolicyViolation, User
+from agentguard.record import EngagementState
 from agentguard.stores import MemoryStore
 
 USER = User(id="u1")
@@ -63,3 +66,74 @@ def test_an_engagement_in_use_does_not_expire_between_opens() -> None:
     again = guard.engagement(USER, engagement_id="busy")
     assert again.state is eng.state
     assert again.view()["history"]["_total"] == 4
+
+
+class _Racing(MemoryStore):
+    """A store whose two first resumes both answer "not held" before either thread holds the id; the thread
+    named "second" then waits until ``running`` is set before it goes on to hold its own record."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.both_looked: threading.Barrier | None = threading.Barrier(2)
+        self.running = threading.Event()
+
+    def resume(self, engagement_id: str) -> EngagementState | None:
+        found = super().resume(engagement_id)
+        if self.both_looked is not None:
+            self.both_looked.wait(10)
+            if threading.current_thread().name == "second":
+                assert self.running.wait(10)
+        return found
+
+
+def test_two_threads_opening_a_new_id_at_once_never_both_run_a_call_it_allows_once() -> None:
+    store = _Racing()
+    guard = Guard.from_yaml(
+        "kind: openagentspec:v1/agent\nname: s\ndescription: d\nintent: i\nowner: o@corp.com\n"
+        "capabilities:\n  once:\n    input_restriction:\n      assertion: history._total < 2\n",
+        store=store,
+        telemetry=False,
+    )
+    release = threading.Event()
+    ran: list[str] = []
+    outcomes: dict[str, Any] = {}
+
+    def once(q: str) -> str:
+        ran.append(q)
+        if q == "first":
+            store.running.set()  # the first thread's call runs ...
+            assert release.wait(10)  # ... while the second thread opens the id and calls
+        return q
+
+    guard.tool(name="once")(once)
+
+    def request(name: str) -> None:
+        eng = guard.engagement(USER, engagement_id="at-once")
+        try:
+            outcomes[name] = _call(guard, eng, "once", name)
+        except PolicyViolation as exc:
+            outcomes[name] = exc
+            eng.close()  # its request is over (a `with` block ends): the engagement held stays
+        finally:
+            if name == "second":
+                release.set()
+
+    threads = [threading.Thread(target=request, args=(name,), name=name) for name in ("first", "second")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    # The old code stopped the first thread's record when the second held its own: the first call went on,
+    # and the second ran too, on a fresh record that did not count it (history._total < 2, which counts the
+    # pending call, passed twice).
+    assert ran == ["first"]
+    assert outcomes["first"] == "first"
+    assert isinstance(outcomes["second"], PolicyViolation)
+    assert "at the same time" in str(outcomes["second"])
+    store.both_looked = None
+    again = guard.engagement(USER, engagement_id="at-once")  # opened again: the held record, which counts it
+    assert again.view()["history"]["_total"] == 1
+    assert again.state.active
+    with pytest.raises(PolicyViolation):  # and allows no second call
+        _call(guard, again, "once", "third")
+    assert ran == ["first"]

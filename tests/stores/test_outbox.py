@@ -8,19 +8,32 @@
 - An empty engagement id is not "no id".
 - A reload (the worker missed more than the store keeps) keeps what this worker did that the store does not
   have yet, and lists each call once; an ``r`` seen twice takes back one attempt.
+- An outbox that grew while the store was away, larger than the server takes in one command, goes in parts
+  (``max_append_bytes``): sent whole it was cut off again with every later step, and never got through.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
-from agentguard import ConfigurationError, EngagementStatus, Guard, Outcome, StoreDenied, StoreUnavailable
-from agentguard.record import EngagementState, decode_event, encode_event
+from agentguard import (
+    ConfigurationError,
+    EngagementStatus,
+    Guard,
+    Outcome,
+    Rule,
+    StoreDenied,
+    StoreUnavailable,
+)
+from agentguard.record import EngagementState, EventRefused, decode_event, encode_event
 from agentguard.stores import RedisStore
 from tests.stores.keys import keys_of
 from tests.stores.workers import USER, make_guard
@@ -160,6 +173,19 @@ def test_inputs_the_server_refuses_are_denied_and_later_steps_run(redis_url: str
     assert ["a", "fetch"] in logged(raw, "bulk-in")
 
 
+@pytest.mark.usefixtures("small_bulk")
+def test_an_event_the_server_refuses_in_a_later_part_is_named_among_all_the_events(redis_url: str) -> None:
+    store = RedisStore(redis_url, max_event_bytes=1536 * 1024, max_append_bytes=1536 * 1024)
+    version = store.open("e", {}).version
+    events = [encode_event(["a", "x" * 700_000]), encode_event(["a", "y" * 700_000])]
+    # The second part: the server takes no argument past 1 MB.
+    events.append(encode_event(["a", "z" * 1_200_000]))
+    with pytest.raises(EventRefused) as refused:
+        store.append("e", version, events, 0, exclusive=False)
+    assert refused.value.positions == (2,)  # the record replaces that one, not the first of the outbox
+    store.close()
+
+
 async def test_an_oversized_output_does_not_refuse_later_async_steps(redis_url: str) -> None:
     ran: list[str] = []
     guard = fetch_guard(redis_url, ran, max_event_bytes=4096)
@@ -171,6 +197,117 @@ async def test_an_oversized_output_does_not_refuse_later_async_steps(redis_url: 
             assert await guard.acall("fetch", {"q": f"small-{index}", "size": 0}) == "secret "
     assert ran == ["huge", "small-0", "small-1"]
     await asyncio.sleep(0)
+
+
+# -- an outbox larger than the server takes in one command ---------------------------------------------
+
+
+class CuttingRelay:
+    """A TCP relay to the redis-server that drops a connection whose client sends more than ``limit`` bytes
+    with no answer in between -- as a server does whose query buffer a command overflows (Redis's
+    ``client-query-buffer-limit``, 1 GB by default) -- and, while ``away`` is set, every connection (a store
+    that cannot be reached)."""
+
+    def __init__(self, target: str, limit: int) -> None:
+        host, port = target.removeprefix("redis://").split("/")[0].split(":")
+        self.target = (host, int(port))
+        self.limit = limit
+        self.cut = 0  # connections dropped for a command past the limit
+        self._away = False
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"redis://127.0.0.1:{self._server.getsockname()[1]}/0"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def away(self) -> bool:
+        return self._away
+
+    @away.setter
+    def away(self, away: bool) -> None:
+        self._away = away
+        if away:
+            with self._lock:
+                pairs, self._pairs = self._pairs, []
+            for pair in pairs:
+                self._close(pair)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            if self._away:
+                client.close()
+                continue
+            pair = (client, socket.create_connection(self.target))
+            with self._lock:
+                self._pairs.append(pair)
+            sent = [0]  # bytes the client sent since the server last answered
+            threading.Thread(target=self._pump, args=(pair, 0, sent), daemon=True).start()
+            threading.Thread(target=self._pump, args=(pair, 1, sent), daemon=True).start()
+
+    def _pump(self, pair: tuple[socket.socket, socket.socket], source: int, sent: list[int]) -> None:
+        with contextlib.suppress(OSError):
+            while data := pair[source].recv(65536):
+                if source == 0:
+                    sent[0] += len(data)
+                    if sent[0] > self.limit:
+                        self.cut += 1
+                        break
+                else:
+                    sent[0] = 0
+                pair[1 - source].sendall(data)
+        self._close(pair)
+
+    @staticmethod
+    def _close(pair: tuple[socket.socket, socket.socket]) -> None:
+        for sock in pair:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def close(self) -> None:
+        self._server.close()
+        self.away = True
+
+
+@pytest.fixture
+def relay(redis_url: str) -> Iterator[CuttingRelay]:
+    """A relay that takes at most 64 KiB in one command."""
+    made = CuttingRelay(redis_url, 64 * 1024)
+    yield made
+    made.close()
+
+
+def test_an_outbox_larger_than_the_server_takes_at_once_goes_in_parts(
+    redis_url: str, relay: CuttingRelay
+) -> None:
+    ran: list[str] = []
+    settings = {"max_event_bytes": 16 * 1024, "max_append_bytes": 48 * 1024, "on_failure": "allow"}
+    guard = fetch_guard(relay.url, ran, **settings)
+    eng = guard.engagement(USER, engagement_id="backlog")
+    relay.away = True
+    for index in range(8):  # each ran on a warning; its end (a 12 KiB output) waits in the outbox
+        assert call(guard, eng, f"away-{index}", 12 * 1024).startswith("secret ")
+    relay.away = False
+    # About 100 KiB of events, more than the server takes in one command. The old code sent them whole with
+    # every later step: each was cut off (a store that cannot answer: under allow, a warning) and the other
+    # workers never saw these calls.
+    call(guard, eng, "back")
+    assert not [d for d in eng.steps[-1].decisions if d.rule is Rule.STORE]
+    assert relay.cut == 0
+    history = fetch_guard(redis_url, []).engagement(USER, engagement_id="backlog").view()["history"]
+    assert history["_total"] == 9
+    assert [len(entry["outputs"]) for entry in history["fetch"]] == [7 + 12 * 1024] * 8 + [7]
+    assert ran == [f"away-{index}" for index in range(8)] + ["back"]
+
+
+def test_max_append_bytes_holds_every_event(redis_url: str) -> None:
+    with pytest.raises(ValueError, match="max_append_bytes"):
+        RedisStore(redis_url, max_event_bytes=4096, max_append_bytes=4095)
 
 
 # -- claims know the engagement's life -----------------------------------------------------------------

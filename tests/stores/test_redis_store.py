@@ -24,6 +24,7 @@ from agentguard.errors import ConfigurationError, StoreUnavailable
 from agentguard.record import Appended, Snapshot, decode_event, encode_event
 from agentguard.record import Journal as JournalProtocol
 from agentguard.stores import RedisStore
+from agentguard.stores import _redis as redis_store_module
 from agentguard.stores._redis import _LIFE, _tag
 from tests.redis_support import RedisServer, start_redis
 from tests.stores.keys import keys_of
@@ -76,7 +77,10 @@ class Journal:
         appended: Appended = self._run(
             "append", engagement_id, since + life if since >= 0 else since, events, total, exclusive=exclusive
         )
-        return replace(appended, version=appended.version - life)
+        reloaded = appended.reloaded
+        if reloaded is not None:
+            reloaded = replace(reloaded, version=reloaded.version - life)
+        return replace(appended, version=appended.version - life, reloaded=reloaded)
 
     def claim(self, engagement_id: str, key: str, owner: str) -> str:
         since = self.life.get(engagement_id, 0) * _LIFE  # the life this face last saw
@@ -184,16 +188,18 @@ def test_versions_and_total_stay_exact_beyond_the_cap(make: Callable[..., Journa
     assert snapshot is not None
     assert (snapshot.version, snapshot.total) == (20, 40)
     assert list(snapshot.events) == [ev("a", n) for n in range(16, 21)]  # versions 16..20
-    # since 15: all five missed are kept; since 14: version 15 is gone -> a gap, and no partial list
+    # since 15: all five missed are kept; since 14: version 15 is gone -> a gap, and no partial list: the
+    # answer is the record itself, read by the same script (nothing left for a load, in another round trip)
     assert journal.append("e", 15, [], 0).missed == [ev("a", n) for n in range(16, 21)]
-    assert journal.append("e", 15, [], 0).gap is False
+    assert journal.append("e", 15, [], 0).reloaded is None
     gap = journal.append("e", 14, [ev("a", 21)], 1)
-    assert gap == Appended(ok=True, version=21, total=41, missed=[], gap=True)
+    record = Snapshot(meta={}, version=21, total=41, events=[ev("a", n) for n in range(17, 22)])
+    assert gap == Appended(ok=True, version=21, total=41, reloaded=record)
     refused = journal.append("e", 3, [ev("a", 22)], 1, exclusive=True)
-    assert refused == Appended(ok=False, version=21, total=41, missed=[], gap=True)
+    assert refused == Appended(ok=False, version=21, total=41, reloaded=record)
     # a caller ahead of the log (it saw an earlier engagement of the same id): a gap too
     ahead = journal.append("e", 99, [], 0)
-    assert (ahead.gap, ahead.missed, ahead.version) == (True, [], 21)
+    assert (ahead.gap, ahead.missed, ahead.version, ahead.reloaded) == (False, (), 21, record)
 
 
 def test_a_batch_larger_than_the_cap_and_than_luas_unpack(make: Callable[..., Journal]) -> None:
@@ -204,6 +210,177 @@ def test_a_batch_larger_than_the_cap_and_than_luas_unpack(make: Callable[..., Jo
     snapshot = journal.load("e")
     assert snapshot is not None
     assert list(snapshot.events) == [ev("a", n) for n in range(2495, 2500)]
+
+
+# -- appends larger than one round trip carries: in parts ------------------------------------------------
+
+
+def evalsha_calls(raw: redis.Redis) -> int:
+    return int(raw.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_an_append_past_max_append_bytes_goes_in_parts_and_answers_as_one(
+    make: Callable[..., Journal], raw: redis.Redis
+) -> None:
+    journal = make(max_event_bytes=1000, max_append_bytes=2500)
+    journal.open("e", {})
+    journal.append("e", 0, [], 0)  # the script is loaded
+    events = [ev("a", str(n) * 800) for n in range(9)]  # about 810 bytes each: three a round trip
+    events[1] = ev("p", "t1", "c1", "held " + "y" * 700, {})
+    events[7] = ev("u", "c1")  # resumed two parts later: the held output still goes
+    before = evalsha_calls(raw)
+    answer = journal.append("e", 0, events, 9, exclusive=True)
+    assert evalsha_calls(raw) - before == 3
+    assert answer == Appended(ok=True, version=9, total=9, missed=[])
+    snapshot = journal.load("e")
+    assert snapshot is not None
+    assert list(snapshot.events) == [*events[:1], ev("x"), *events[2:]]
+
+
+def test_an_append_of_more_events_than_a_round_trip_carries_goes_in_parts(
+    make: Callable[..., Journal], raw: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Redis before 7 takes no command of more than 1024 * 1024 arguments, however small: the store sends at
+    # most _PART_EVENTS events a round trip (100,000; four here, not to send a million events).
+    monkeypatch.setattr(redis_store_module, "_PART_EVENTS", 4)
+    journal = make()
+    journal.open("e", {})
+    journal.append("e", 0, [], 0)  # the script is loaded
+    before = evalsha_calls(raw)
+    assert journal.append("e", 0, [ev("a", n) for n in range(10)], 10) == Appended(
+        ok=True, version=10, total=10, missed=[]
+    )
+    assert evalsha_calls(raw) - before == 3
+    assert list(journal.load("e").events) == [ev("a", n) for n in range(10)]  # type: ignore[union-attr]
+
+
+class Interleaved(RedisStore):
+    """A store after whose append round trips another worker appends the events of ``between``, one each."""
+
+    between: list[str]
+
+    def _another_worker(self, operation: str, engagement_id: str) -> None:
+        if operation == "append" and self.between:
+            other = RedisStore(self._url or "")
+            snapshot = other.load(engagement_id)
+            assert snapshot is not None
+            other.append(engagement_id, snapshot.version, [self.between.pop(0)], 1, exclusive=False)
+            other.close()
+
+    def _run(self, operation: str, engagement_id: str, script: int, args: Any) -> Any:
+        answer = super()._run(operation, engagement_id, script, args)
+        self._another_worker(operation, engagement_id)
+        return answer
+
+    async def _arun(self, operation: str, engagement_id: str, script: int, args: Any) -> Any:
+        answer = await super()._arun(operation, engagement_id, script, args)
+        self._another_worker(operation, engagement_id)
+        return answer
+
+
+@pytest.fixture
+def interleaved(redis_url: str, mode: str) -> Iterator[Journal]:
+    """A journal of two events a round trip (at most 1000 bytes), another worker appending after each."""
+    store = Interleaved(redis_url, max_event_bytes=1000, max_append_bytes=1000)
+    store.between = []
+    journal = Journal(store, mode)
+    journal.open("e", {})
+    yield journal
+    journal.close()
+
+
+def test_a_non_exclusive_append_in_parts_answers_what_others_appended_between_them(
+    interleaved: Journal,
+) -> None:
+    cast_store(interleaved).between = [ev("a", "between")]
+    answer = interleaved.append("e", 0, [ev("a", "x" * 900), ev("a", "y" * 900)], 2)
+    assert answer == Appended(ok=True, version=3, total=3, missed=[ev("a", "between")])
+    snapshot = interleaved.load("e")
+    assert snapshot is not None
+    assert list(snapshot.events) == [ev("a", "x" * 900), ev("a", "between"), ev("a", "y" * 900)]
+
+
+def test_an_exclusive_append_in_parts_fails_when_another_worker_appends_between_them(
+    interleaved: Journal,
+) -> None:
+    cast_store(interleaved).between = [ev("b", "between")]
+    events = [ev("a", "x" * 900), ev("b", "y" * 900)]
+    # Its b must land right after the version its checks saw, or not at all: another worker's b came between
+    # the parts, so the append fails (a store that cannot record the step) and nothing after it lands.
+    with pytest.raises(StoreUnavailable, match="changed in another process after 1 of its 2 parts"):
+        interleaved.append("e", 0, events, 2, exclusive=True)
+    snapshot = interleaved.load("e")
+    assert snapshot is not None
+    assert list(snapshot.events) == [events[0], ev("b", "between")]
+    # Sent again, as the record sends an outbox whose append failed: refused, with what it missed (its own
+    # first part included: the record applies an event it sent once).
+    again = interleaved.append("e", 0, events, 2, exclusive=True)
+    assert again == Appended(ok=False, version=2, total=3, missed=[events[0], ev("b", "between")])
+
+
+def test_an_append_in_parts_behind_a_gap_answers_with_the_record_after_its_last_part(
+    make: Callable[..., Journal],
+) -> None:
+    journal = make(max_events=2, max_event_bytes=1000, max_append_bytes=1000)
+    other = make(max_events=2)
+    journal.open("e", {})
+    other.open("e", {})
+    other.append("e", 0, [ev("a", n) for n in range(5)], 5)
+    events = [ev("a", "x" * 900), ev("a", "y" * 900)]
+    answer = journal.append("e", 0, events, 2)  # its first part finds the gap; the last reads the record
+    assert answer == Appended(
+        ok=True, version=7, total=7, reloaded=Snapshot(meta={}, version=7, total=7, events=events)
+    )
+
+
+def cast_store(journal: Journal) -> Interleaved:
+    assert isinstance(journal.store, Interleaved)
+    return journal.store
+
+
+# -- held outputs: a paused review's output leaves the log once the call is resumed ----------------------
+
+SECRET = "-".join(["123", "45", "6789"])  # built at run time: no source line a traceback quotes shows it
+
+
+def test_a_resumed_reviews_held_output_leaves_the_log(make: Callable[..., Journal], raw: redis.Redis) -> None:
+    journal = make()
+    meta, log, _ = keys_of("e")
+    journal.open("e", {})
+    begun = ev("b", "t1", "export", "tool", "call-1,{x}", {}, 1.0)
+    held = ev("p", "t1", "call-1,{x}", {"rows": SECRET}, {})
+    other = ev("p", "t2", "call-2", {"rows": "still held"}, {})
+    journal.append("e", 0, [begun, held, held, other], 1)  # held sent twice: an append whose answer was lost
+    assert SECRET in repr(raw.lrange(log, 0, -1))  # while paused, any worker may resume it from the log
+    ended = [ev("u", "call-1,{x}"), ev("c", "t1", None, "withheld", "the reviewer refused")]
+    assert journal.append("e", 4, ended, 0).missed == []
+    # The old code left both p events as they were: the refused output readable for the time to live.
+    scrubbed = [begun, ev("x"), ev("x"), other, *ended]
+    assert [text.decode() for text in raw.lrange(log, 0, -1)] == scrubbed
+    assert SECRET not in repr(raw.hgetall(meta))
+    assert [field for field in raw.hkeys(meta) if field.startswith(b"held:")] == [b"held:call-2"]
+    assert journal.append("e", 0, [], 0).missed == scrubbed  # a worker behind reads the same log
+    snapshot = journal.load("e")
+    assert snapshot is not None
+    assert list(snapshot.events) == scrubbed
+
+
+def test_a_review_resumed_in_the_same_append_or_after_its_pause_was_trimmed_leaves_nothing(
+    make: Callable[..., Journal], raw: redis.Redis
+) -> None:
+    journal = make(max_events=3)
+    meta, log, _ = keys_of("e")
+    journal.open("e", {})
+    journal.append("e", 0, [ev("p", "t1", "c1", SECRET, {}), ev("u", "c1")], 0)  # the outbox held both
+    assert raw.lrange(log, 0, -1) == [b'["x"]', b'["u","c1"]']
+    journal.append("e", 2, [ev("p", "t2", "c2", SECRET, {}), *(ev("a", n) for n in range(3))], 0)
+    assert raw.hget(meta, "held:c2") == b"3"
+    # c2's p was trimmed already (nothing to scrub: no error); "c3" never paused here (or an earlier
+    # agentguard's store kept its p): nothing either
+    journal.append("e", 6, [ev("u", "c2"), ev("u", "c3")], 0)
+    assert SECRET not in repr(raw.lrange(log, 0, -1)) + repr(raw.hgetall(meta))
+    assert not [field for field in raw.hkeys(meta) if field.startswith(b"held:")]
+    assert journal.load("e").version == 8  # type: ignore[union-attr]
 
 
 def test_time_to_live_is_set_and_refreshed(make: Callable[..., Journal], raw: redis.Redis) -> None:

@@ -149,11 +149,36 @@ def test_a_reload_after_a_gap_does_not_pick_up_a_life_opened_since(redis_url: st
     seen = behind.open("e", {}).version
     for n in range(5):
         ahead.append("e", seen + n, [ev("a", n)], 1, exclusive=False)
-    assert behind.append("e", seen, [], 0, exclusive=False).gap  # too far behind: it must reload...
-    raw.delete(*keys_of("e"))  # ...and meanwhile the keys are gone and the id opened anew
-    ahead.open("e", {})
-    assert behind.load("e") is None  # the record it was behind in is no more: expired, to the pipeline
-    assert behind.load("e") is not None  # a load that follows no gap reads whatever is there
+    # Too far behind: the answer is the record it was behind in, read by the same script as the append. The
+    # old code answered gap=True and the pipeline loaded the record in a second round trip, in which the keys
+    # could go and the id be opened anew: to tell, the store kept the life per engagement id until that load.
+    appended = behind.append("e", seen, [], 0, exclusive=False)
+    assert appended.reloaded == Snapshot(meta={}, version=seen + 5, total=5, events=[ev("a", 3), ev("a", 4)])
+    assert not appended.gap  # nothing left to load
+    raw.delete(*keys_of("e"))  # the keys go and the id is opened anew: a later append of that life is refused
+    with pytest.raises(KeyError):
+        behind.append("e", appended.version, [], 0, exclusive=False)
+    behind.close()
+    ahead.close()
+
+
+def test_a_gap_leaves_nothing_in_the_store_for_later(redis_url: str, raw: redis.Redis) -> None:
+    behind, ahead = RedisStore(redis_url, max_events=2), RedisStore(redis_url, max_events=2)
+    behind_a_gap = []
+    for index in range(50):
+        seen = behind.open(f"e{index}", {}).version
+        for n in range(3):
+            ahead.append(f"e{index}", seen + n, [ev("a", n)], 1, exclusive=False)
+        behind_a_gap.append(behind.append(f"e{index}", seen, [], 0, exclusive=False))
+    assert not [name for name, value in vars(behind).items() if isinstance(value, dict) and len(value) >= 50]
+    raw.delete(*keys_of("e0"))
+    fresh = ahead.open("e0", {})
+    # The old code kept the life each gap was found in, per engagement id, until a load of that id came: a
+    # long-running worker's store grew with every engagement that was behind once and never loaded, and the
+    # next load of such an id -- whoever asked, whenever -- answered None for the record opened since.
+    assert behind.load("e0") == fresh
+    assert all(behind.load(f"e{index}") is not None for index in range(1, 50))
+    assert all(appended.reloaded is not None for appended in behind_a_gap)  # each answered with its record
     behind.close()
     ahead.close()
 

@@ -188,6 +188,10 @@ def test_an_output_review_paused_on_one_worker_is_resumed_on_the_other_once(deci
         assert message.status == "error"
         assert "orders-row" not in message.content
     assert w.held() == []  # the graph store's copy is gone once the call is over
+    # The paused call's output was held in the journal for the resume; once resumed it leaves: a refused
+    # output is nowhere in the store (the old code left it in the p event), an approved one is the call's.
+    journal = repr([item.value for item in w.store.search(("agentguard",), limit=10_000)])
+    assert ("orders-row" in journal) == (decision == "approve")
     eng = w.middlewares[1].engagement_for("t1")
     assert eng is not None
     assert eng.view()["history"]["_total"] == 1  # one call, in one record
@@ -298,18 +302,48 @@ def test_versions_and_total_stay_exact_beyond_the_cap(make: Callable[..., Face])
     assert list(snapshot.events) == [ev("a", n) for n in range(16, 21)]
     missed = journal("append", "e", v + 15, [], 0, exclusive=False).missed
     assert missed == [ev("a", n) for n in range(16, 21)]
+    # A gap: the answer is the record itself, read under the same lock (nothing is kept for a later load).
     gap = journal("append", "e", v + 14, [ev("a", 21)], 1, exclusive=False)
-    assert gap == Appended(ok=True, version=v + 21, total=41, missed=[], gap=True)
+    record = Snapshot(meta={}, version=v + 21, total=41, events=[ev("a", n) for n in range(17, 22)])
+    assert gap == Appended(ok=True, version=v + 21, total=41, reloaded=record)
     refused = journal("append", "e", v + 3, [ev("a", 22)], 1, exclusive=True)
-    assert refused == Appended(ok=False, version=v + 21, total=41, missed=[], gap=True)
+    assert refused == Appended(ok=False, version=v + 21, total=41, reloaded=record)
     ahead = journal("append", "e", v + 99, [], 0, exclusive=False)
-    assert (ahead.gap, list(ahead.missed), ahead.version) == (True, [], v + 21)
+    assert (ahead.gap, list(ahead.missed), ahead.version, ahead.reloaded) == (False, [], v + 21, record)
     big = journal("append", "e", v + 21, [ev("b", n) for n in range(12)], 12, exclusive=True)
     assert (big.version, big.total) == (v + 33, 53)
     assert list(journal("load", "e").events) == [ev("b", n) for n in range(7, 12)]
     # the store keeps only the newest five events: the trimmed ones are deleted
     kept = journal.store.store.search(("agentguard", "e", "log"), limit=100)
     assert sorted(item.key for item in kept) == [f"{v:016d}" for v in range(29, 34)]
+
+
+def test_a_resumed_reviews_held_output_leaves_the_log(make: Callable[..., Face]) -> None:
+    journal = make(max_events=8)
+    v = journal("open", "e", {}).version
+    begun = ev("b", "t1", "export", "tool", "call-1", {}, 1.0)
+    held = ev("p", "t1", "call-1", {"rows": "secret-rows"}, {})
+    other = ev("p", "t2", "call-2", {"rows": "still held"}, {})
+    journal("append", "e", v, [begun, held, held, other], 1, exclusive=False)  # held sent twice
+    ended = [ev("u", "call-1"), ev("c", "t1", None, "withheld", "the reviewer refused")]
+    journal("append", "e", v + 4, ended, 0, exclusive=False)
+    # The old code left both p events as they were: the refused output readable in the store.
+    scrubbed = [begun, ev("x"), ev("x"), other, *ended]
+    assert list(journal("load", "e").events) == scrubbed
+    stored = repr([item.value for item in journal.store.store.search(("agentguard",), limit=100)])
+    assert "secret-rows" not in stored
+    assert "still held" in stored
+    # Resumed in the same append as its pause, or after its pause was trimmed: nothing left either.
+    journal("append", "e", v + 6, [ev("p", "t3", "c3", "secret-3", {}), ev("u", "c3")], 0, exclusive=False)
+    assert list(journal("load", "e").events)[-2:] == [ev("x"), ev("u", "c3")]
+    journal("append", "e", v + 8, [ev("p", "t4", "c4", "secret-4", {})], 0, exclusive=False)
+    journal("append", "e", v + 9, [ev("a", n) for n in range(8)], 0, exclusive=False)
+    journal("append", "e", v + 17, [ev("u", "c4"), ev("u", "never-paused")], 0, exclusive=False)
+    stored = repr([item.value for item in journal.store.store.search(("agentguard",), limit=100)])
+    assert "secret" not in stored
+    meta = journal.store.store.get(("agentguard", "e"), "meta")
+    assert meta is not None
+    assert "held" not in meta.value  # call-2's p was trimmed: it holds nothing any more
 
 
 def test_claim_is_won_once_and_append_to_a_missing_engagement_is_a_key_error(
@@ -388,7 +422,9 @@ def test_store_failures_and_foreign_items_are_store_unavailable(make: Callable[.
         journal("load", "y")
     journal.store.store.delete(("agentguard", "y", "log"), f"{1:016d}")
     journal("append", "y", v + 1, [ev("a", 3)], 0, exclusive=False)  # version 2 missed, and gone: a gap
-    assert journal("append", "y", v + 1, [], 0, exclusive=False).gap is True
+    reloaded = journal("append", "y", v + 1, [], 0, exclusive=False).reloaded
+    assert reloaded is not None
+    assert list(reloaded.events) == [ev("a", 3)]  # rebuilt from the events left (version 2 counts as trimmed)
 
 
 def test_racing_threads_through_two_graph_stores_lose_nothing() -> None:

@@ -19,7 +19,7 @@ every character but ``A-Z a-z 0-9 _ - ~`` written ``%XX``, and ``%`` alone for t
 may hold no ``.``, no NUL and not be empty, and no id can name another's items)::
 
     (prefix, <id>)            "meta"              {"meta": ["meta", meta] encoded, "life": life,
-                                                   "version": n, "total": n}
+                                                   "version": n, "total": n, "held": {call id: [n]}}
     (prefix, <id>, "log")     "0000000000000042"  {"e": event, "l": life}   one item per kept event, keyed by n
     (prefix, <id>, "claims")  <key, encoded>      {"owner": owner, "l": life}
 
@@ -27,14 +27,20 @@ The count ``n`` is kept in the meta item, so it stays exact however many old eve
 keeps the newest ``max_events``: each append deletes the items that fall out); ``total`` likewise. Items are
 written with ``index=False``: a store configured for semantic search does not embed them.
 
+``held`` (absent when empty) counts, by call id, the kept ``p`` events: each holds the output of a call
+paused in review. The append that carries the call's ``u`` (it was resumed) overwrites them with ``["x"]``
+(nothing) and drops the id, so that the output -- which the reviewer may then refuse -- does not stay in
+the store (see :class:`agentguard.record.Journal`); replaying the log is the same either way.
+
 **Lives.** An engagement whose items expired (or were deleted) and whose id is opened again is a new *life*
 of it, as in :class:`agentguard.stores.RedisStore`: ``life`` is a random number (1 to 10**15) written when the
 meta is created, and every version this journal answers with is ``life * 10**15 + n``. A worker still
 holding the earlier life appends with a version of it: the append compares the life with the meta's (in
 the same locked step as its write) and answers "no such engagement" (:class:`KeyError`, which the pipeline
 turns into a recorded denial), so the call does not run, and the worker neither merges its events into the
-new record nor reloads it as its own (its loop count restarted). A load that follows an append of this
-journal that found a gap is likewise ``None`` when the record is of another life by then. Each event and
+new record nor reloads it as its own (its loop count restarted). An append that finds a gap (the caller
+missed more than the log keeps) answers with the record, read under the same lock, rather than leave the
+caller to load it later, when it might be another life's; nothing is kept per engagement. Each event and
 claim item carries its life: an event of another life where this life's should be (an earlier life's
 writer racing the new one, see below) is not a journal's item, and a claim an earlier life left is free
 again. A claim, like an append, is refused (:class:`KeyError`) when the meta is missing or of another life
@@ -52,7 +58,8 @@ compare-and-set and no transaction across a read and a write. So ``load`` and ``
 (the meta, then the kept events; ``open`` creating an engagement is three: the meta, the claims an earlier
 engagement of the same id left, then the new meta with those claims deleted); ``append`` is one read (the
 meta and the first few events after ``since``), a second only when more were missed, then one write (the
-new events, then the meta, then the trimmed events' deletions, in that order in one ``batch``); ``claim`` is
+new events and scrubbed held outputs, then the meta, then the trimmed events' deletions, in that order in
+one ``batch``), and after a gap one more read (the kept events, for the answer's record); ``claim`` is
 a read (the meta and the key), then a write when the key is free.
 
 **What is atomic, and where.** Every method holds a lock of this process from its first read to its last
@@ -121,7 +128,14 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from agentguard import StoreUnavailable
-from agentguard.record import Appended, EventRefused, Snapshot, decode_event, encode_event
+from agentguard.record import (
+    Appended,
+    EventRefused,
+    Snapshot,
+    decode_event,
+    encode_event,
+    held_outputs,
+)
 from agentguard_langchain._host import BaseStore, GetOp, Op, PutOp, Result, SearchOp
 
 __all__ = ["GraphStore"]
@@ -221,7 +235,6 @@ class GraphStore:
         self.max_event_bytes = max_event_bytes
         self.timeout_seconds = timeout_seconds
         self.on_failure = on_failure
-        self._gapped: dict[str, int] = {}  # engagement id -> the life an append found behind a gap
 
     def __repr__(self) -> str:
         return (
@@ -253,6 +266,21 @@ class GraphStore:
         return encoded, life, count, total
 
     @staticmethod
+    def _held(item: object) -> dict[str, list[int]]:
+        """The meta item's held outputs: call id -> the counts of the ``p`` events that hold its output (see
+        :meth:`_append`); none when the meta has no such field."""
+        value = getattr(item, "value", None)
+        held = value.get("held") if isinstance(value, Mapping) else None
+        if held is None:
+            return {}
+        if not isinstance(held, Mapping) or not all(
+            type(call_id) is str and isinstance(counts, list) and all(type(n) is int for n in counts)
+            for call_id, counts in held.items()
+        ):
+            raise _NotOurs(f"not an engagement's held outputs: {held!r:.80}")
+        return {call_id: list(counts) for call_id, counts in held.items()}
+
+    @staticmethod
     def _body(encoded: str) -> dict[str, Any]:
         try:
             body = decode_event(encoded)
@@ -276,15 +304,21 @@ class GraphStore:
             raise _NotOurs(f"an event of another life of the engagement: {item!r:.80}")
         return event
 
-    def _events(self, log: tuple[str, ...], life: int, first: int, last: int) -> _Plan:
+    def _events(
+        self, log: tuple[str, ...], life: int, first: int, last: int, known: Mapping[int, str] | None = None
+    ) -> _Plan:
         """The kept events ``first`` to ``last`` of ``life``: the unbroken run that ends at ``last`` (older
-        ones missing count as trimmed; the newest missing is not a journal)."""
+        ones missing count as trimmed; the newest missing is not a journal). ``known``: events by count that
+        this plan has just written, not read again."""
         if last < first:
             return []
-        results = yield [GetOp(log, _event_key(n)) for n in range(first, last + 1)]
+        known = known or {}
+        wanted = [n for n in range(first, last + 1) if n not in known]
+        results = (yield [GetOp(log, _event_key(n)) for n in wanted]) if wanted else []
+        read = dict(zip(wanted, results, strict=True))
         events: list[str] = []
-        for item in reversed(results):
-            event = self._event(item, life)
+        for n in range(last, first - 1, -1):
+            event = known[n] if n in known else self._event(read[n], life)
             if event is None:
                 break
             events.append(event)
@@ -299,6 +333,16 @@ class GraphStore:
         first = max(1, count - self.max_events + 1)
         events = yield from self._events(namespaces[1], life, first, count)
         return Snapshot(meta=meta, version=life * _LIFE + count, total=total, events=events)
+
+    def _reloaded(
+        self, log: tuple[str, ...], meta: str, life: int, version: int, total: int, new: Mapping[int, str]
+    ) -> _Plan:
+        """The record after an append that found a gap, read under the same lock as the append (see the
+        module's docstring): the kept events up to ``version``, and ``new`` (this append's writes by count:
+        its events, and the ``["x"]`` of the held outputs it scrubbed)."""
+        last = max((version, *new))
+        events = yield from self._events(log, life, max(1, last - self.max_events + 1), last, new)
+        return Snapshot(meta=self._body(meta), version=life * _LIFE + last, total=total, events=events)
 
     def _open(self, engagement_id: str, meta: Mapping[str, Any]) -> _Plan:
         namespaces = self._namespaces(engagement_id)
@@ -318,13 +362,27 @@ class GraphStore:
     def _load(self, engagement_id: str) -> _Plan:
         namespaces = self._namespaces(engagement_id)
         (item,) = yield [GetOp(namespaces[0], "meta")]
-        gapped = self._gapped.pop(engagement_id, None)
         if item is None:
             return None
-        snapshot: Snapshot = yield from self._snapshot(namespaces, item)
-        if gapped is not None and snapshot.version // _LIFE != gapped:
-            return None  # the caller is reloading the life it was behind in: that one is gone
-        return snapshot
+        return (yield from self._snapshot(namespaces, item))
+
+    @staticmethod
+    def _holding(
+        held: dict[str, list[int]], events: Sequence[str], version: int, oldest: int
+    ) -> tuple[dict[str, list[int]], list[int]]:
+        """The held outputs after appending ``events`` at ``version`` (see :meth:`_held`; only those still
+        kept from ``oldest`` on), and the counts of the ``p`` events to scrub: those of each call id whose
+        review a ``u`` among ``events`` resumed (see :class:`agentguard.record.Journal`)."""
+        scrubbed: list[int] = []
+        for index, call_id, holds in held_outputs(events):
+            if holds:
+                held.setdefault(call_id, []).append(version + 1 + index)
+            else:
+                scrubbed += held.pop(call_id, ())
+        kept = {call_id: [n for n in counts if n >= oldest] for call_id, counts in held.items()}
+        return {call_id: counts for call_id, counts in kept.items() if counts}, [
+            n for n in scrubbed if n >= oldest
+        ]
 
     def _append(
         self, engagement_id: str, since: int, events: Sequence[str], total: int, exclusive: bool
@@ -349,22 +407,33 @@ class GraphStore:
                 gap = True
             else:
                 missed = [event for event in found if event is not None]
-        if gap:
-            self._gapped[engagement_id] = life
         if exclusive and since != version:
-            return Appended(ok=False, version=life * _LIFE + version, total=now, missed=missed, gap=gap)
+            if gap:  # the record as it is, read under the same lock: nothing is kept for a load to follow
+                reloaded = yield from self._reloaded(log, meta, life, version, now, {})
+                return Appended(ok=False, version=reloaded.version, total=now, reloaded=reloaded)
+            return Appended(ok=False, version=life * _LIFE + version, total=now, missed=missed)
         new_version, new_total = version + len(events), now + int(total)
+        written: dict[int, str] = {}
         if events or total:
             oldest = new_version - self.max_events + 1  # the oldest version kept after this append
+            written = {n: events[n - version - 1] for n in range(max(version + 1, oldest), new_version + 1)}
+            held, scrubbed = self._holding(self._held(item), events, version, oldest)
+            # A resumed review's output goes from the log (see agentguard.record.Journal).
+            written.update((n, '["x"]') for n in scrubbed if n >= kept_first)
             writes: list[Op] = [
-                PutOp(log, _event_key(n), {"e": events[n - version - 1], "l": life}, index=False)
-                for n in range(max(version + 1, oldest), new_version + 1)
+                PutOp(log, _event_key(n), {"e": event, "l": life}, index=False)
+                for n, event in written.items()
             ]
-            new = {"meta": meta, "life": life, "version": new_version, "total": new_total}
+            new: dict[str, Any] = {"meta": meta, "life": life, "version": new_version, "total": new_total}
+            if held:
+                new["held"] = held
             writes.append(PutOp(base, "meta", new, index=False))
             writes += [PutOp(log, _event_key(v), None) for v in range(kept_first, min(version + 1, oldest))]
             yield writes
-        return Appended(ok=True, version=life * _LIFE + new_version, total=new_total, missed=missed, gap=gap)
+        if gap:
+            reloaded = yield from self._reloaded(log, meta, life, version, new_total, written)
+            return Appended(ok=True, version=reloaded.version, total=new_total, reloaded=reloaded)
+        return Appended(ok=True, version=life * _LIFE + new_version, total=new_total, missed=missed)
 
     def _claim(self, engagement_id: str, key: str, owner: str, since: int) -> _Plan:
         base, _, claims = self._namespaces(engagement_id)
