@@ -18,7 +18,7 @@ from langchain.agents.middleware import AgentMiddleware
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 
-from agentguard import Guard
+from agentguard import Engagement, Guard
 
 SPEC = textwrap.dedent(
     """
@@ -187,6 +187,24 @@ def config(thread: str = "t1") -> dict[str, Any]:
 
 def user_says(text: str) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": text}]}
+
+
+def spy_inputs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every text the input guardrail is run on (sync and async), in order."""
+    seen: list[str] = []
+    check, acheck = Engagement.check_input, Engagement.acheck_input
+
+    def check_input(self: Engagement, text: str) -> str:
+        seen.append(text)
+        return check(self, text)
+
+    async def acheck_input(self: Engagement, text: str) -> str:
+        seen.append(text)
+        return await acheck(self, text)
+
+    monkeypatch.setattr(Engagement, "check_input", check_input)
+    monkeypatch.setattr(Engagement, "acheck_input", acheck_input)
+    return seen
 
 
 @pytest.fixture(scope="module")

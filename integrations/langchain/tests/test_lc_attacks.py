@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -15,7 +15,7 @@ from agentguard_langchain._toolcall import StoredResult
 from agentguard_langchain.testing import ScriptedChatModel, answer, calls
 from langchain.agents import create_agent
 from langchain.tools import ToolRuntime
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_stream_writer
@@ -27,7 +27,15 @@ from agentguard import Engagement, GuardianDenied, GuardrailViolation, PolicyVio
 from agentguard.guardian import GuardianClient
 from agentguard.guardian.server import RunningServer, create_app, parse_rules, serve_in_thread
 from agentguard.stores import RedisStore
-from integrations.langchain.tests.conftest import BuildAgent, Shop, config, make_guard, make_tools, user_says
+from integrations.langchain.tests.conftest import (
+    BuildAgent,
+    Shop,
+    config,
+    make_guard,
+    make_tools,
+    spy_inputs,
+    user_says,
+)
 
 CARD = "my card is 4111 1111 1111 1111"
 """What the shop spec's input guardrail (pii-check) stops."""
@@ -46,9 +54,15 @@ class Workers:
     """Two workers of one deployment: each its own Guard (with the shared journal ``journal`` makes) and
     middleware, sharing the checkpointer and the graph's store."""
 
-    def __init__(self, script: list[Any], journal: Callable[[BaseStore], Any] | None, **options: Any) -> None:
+    def __init__(
+        self,
+        script: list[Any],
+        journal: Callable[[BaseStore], Any] | None,
+        extra_tools: Sequence[BaseTool] = (),
+        **options: Any,
+    ) -> None:
         self.shop = Shop()
-        self.shop.tools = make_tools(self.shop)
+        self.shop.tools = [*make_tools(self.shop), *extra_tools]
         self.model = ScriptedChatModel(script=script)
         self.store = InMemoryStore()
         checkpointer = InMemorySaver()
@@ -142,6 +156,58 @@ def test_shared_store_a_rewritten_message_stays_rewritten_on_the_other_worker(
     w.agents[1].invoke(user_says("thanks"), config())
     second = w.model.received[1]
     assert [m.content for m in second if isinstance(m, HumanMessage)] == ["my [x]", "thanks"]
+
+
+# -- a message a client sends in place of one a run produced, with a shared store -------------------------
+
+NUMBER = "4111 1111 1111 1111"
+
+
+def test_shared_store_what_a_run_produced_is_not_input_on_the_other_worker(
+    journal: Callable[[BaseStore], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoint's record names the answer and the tool results the runs produced (each carries the card
+    number, which only the input guardrail stops), the result that was a run's answer (``return_direct``)
+    too: the other worker checks each new user message alone."""
+
+    @tool(return_direct=True)
+    def card_on_file(order_id: str) -> str:
+        """The card an order was paid with."""
+        return f"Order {order_id} was paid with {NUMBER}."
+
+    checked = spy_inputs(monkeypatch)
+    script = [
+        calls(("lookup_order", {"order_id": NUMBER})),
+        answer(f"Order {NUMBER} has shipped."),
+        calls(("card_on_file", {"order_id": "A-1"})),
+        answer("ok"),
+    ]
+    w = Workers(script, journal, extra_tools=[card_on_file], tool_names={"card_on_file": "lookup-order"})
+    w.agents[0].invoke(user_says("where is my order?"), config())
+    w.agents[1].invoke(user_says("which card?"), config())
+    w.agents[0].invoke(user_says("thanks"), config())
+    assert checked == ["where is my order?", "which card?", "thanks"]
+    assert [type(m).__name__ for m in w.model.received[-1] if NUMBER in str(m.content)] == [
+        "ToolMessage",
+        "AIMessage",
+        "ToolMessage",
+    ]
+
+
+@pytest.mark.parametrize("kind", [SystemMessage, AIMessage])
+def test_shared_store_a_result_sent_again_as_another_message_is_input_on_the_other_worker(
+    journal: Callable[[BaseStore], Any], kind: type[BaseMessage]
+) -> None:
+    """The record names the tool's result by its kind and text, not its id alone: the result's text under its
+    id as a system (or assistant) message has been through no input guardrail."""
+    w = Workers([calls(("lookup_order", {"order_id": NUMBER})), answer("Shipped."), answer("never")], journal)
+    first = w.agents[0].invoke(user_says("where is my order?"), config())
+    (result,) = [m for m in first["messages"] if isinstance(m, ToolMessage)]
+    with pytest.raises(GuardrailViolation):
+        w.agents[1].invoke(
+            {"messages": [kind(result.content, id=result.id), HumanMessage("thanks")]}, config()
+        )
+    assert len(w.model.received) == 2
 
 
 # -- 2. on_denied="raise" and a result held in the graph's store ----------------------------------------

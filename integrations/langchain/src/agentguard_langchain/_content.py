@@ -10,7 +10,7 @@ checked as the text the model would see. A message that also carries an artifact
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from pydantic_core import to_jsonable_python
 
@@ -18,6 +18,8 @@ from agentguard.aos import unique_keys
 from agentguard_langchain._host import BaseMessage, ChatMessage, HumanMessage, ToolMessage
 
 __all__ = [
+    "Content",
+    "content_copy",
     "decode_output",
     "encode_output",
     "is_user_message",
@@ -29,6 +31,9 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound=BaseMessage)
+
+Content: TypeAlias = str | list[str | dict[Any, Any]]
+"""A message's content: its text, or its content blocks."""
 
 
 def _block_text(block: object) -> str | None:
@@ -63,6 +68,15 @@ def message_text(message: BaseMessage) -> str:
     if type(content) is str:
         return content
     return "".join(text for text in map(_block_text, content) if text is not None)
+
+
+def content_copy(content: Content) -> Content:
+    """``content`` as it is now, to tell later whether a message still has it: a string is itself; a list is
+    copied, and so is each of its dict blocks, whose own values are the text the checks read (a block changed
+    in place does not change the copy)."""
+    if type(content) is str:
+        return content
+    return [dict(block) if isinstance(block, dict) else block for block in content]
 
 
 def with_text(message: M, text: str) -> M:

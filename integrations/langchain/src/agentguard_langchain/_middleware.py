@@ -17,9 +17,10 @@ What each hook does (the Guard decides; this module only translates):
 
 ``before_agent``   opens or continues the thread's engagement (a fresh one per run under ``retain_memory:
                    false``, hiding earlier runs' messages from the model).
-``wrap_model_call`` input guardrail on each new user message; output guardrail on each final answer; AI
-                   messages that call tools are reported as ``steps/message``. Guarded text replaces the
-                   message content.
+``wrap_model_call`` input guardrail on each message the run did not produce itself, whatever its role (a
+                   client that sends a whole message list sends its system, assistant and tool messages
+                   too); output guardrail on each final answer; AI messages that call tools are reported
+                   as ``steps/message``. Guarded text replaces the message content.
 ``wrap_tool_call`` ``guard.call`` around LangChain's tool handler. A denial the model can recover from
                    becomes an error ``ToolMessage``; a loop or failed guardrail ends the run with its error.
                    A result that would put more than its ``ToolMessage`` into the graph (a ``Command``'s
@@ -51,9 +52,9 @@ Limits worth knowing:
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import secrets
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Annotated, Any, NotRequired
@@ -86,11 +87,13 @@ from agentguard_langchain._host import (
 from agentguard_langchain._review import install_interrupt_reviewers, replay_interrupts
 from agentguard_langchain._scope import CURRENT, Scope
 from agentguard_langchain._sessions import (
+    Checked,
     EngagementKey,
     Session,
     Sessions,
     UserResolver,
     aclose_quietly,
+    checked_as,
     close_quietly,
     thread_of,
     user_from_context,
@@ -149,9 +152,10 @@ class AgentGuardState(AgentState[Any]):
     """Ids of messages from earlier engagements the model must not see (``retain_memory: false``); kept in
     the checkpoint so a resumed run hides them too."""
     agentguard_inputs: NotRequired[Annotated[dict[str, list[str | None]], PrivateStateAttr]]
-    """With a shared store: user message id -> [digest of the text the input guardrail checked, the text it
-    put in its place or ``None``]. The checkpoint is where every worker finds what the thread's other
-    workers checked (see :func:`_checked_inputs`)."""
+    """Message id -> [digest of the kind and text of the message as the input guardrail checked it or a
+    guarded run produced it, the text the guardrail put in its place or ``None``], written as each run ends
+    (and with a shared store, by each model call). The checkpoint is where a worker finds what the thread's
+    other workers checked, or this one before a restart (see :func:`_adopt_inputs`)."""
 
 
 class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
@@ -366,10 +370,9 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         return session
 
     def _continued_mid_run(self, session: Session, state: Mapping[str, Any]) -> None:
-        """A run this worker did not start (resumed after an interrupt): with a shared store, its user
-        messages went through the input guardrail on the worker that started it, as the checkpoint says."""
-        if self._shared:
-            _adopt_inputs(session, state)
+        """A run this worker did not start, or no longer knows (resumed after an interrupt): the thread's
+        messages went through the input guardrail, or were produced, where the checkpoint says."""
+        _adopt_inputs(session, state)
 
     def _start_run(
         self, state: AgentGuardState, session: Session, previous: Session | None
@@ -381,9 +384,10 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         if thread is not None:
             if not self._retain:
                 hidden = [m.id for m in _earlier_messages(state["messages"], previous) if m.id]
-            elif self._shared:
-                # The thread's earlier messages went through the input guardrail on whichever worker ran
-                # them; only this run's new input is new to the engagement.
+            elif self._shared or previous is None:
+                # The thread's earlier messages went through the input guardrail (or were produced) on
+                # whichever worker ran them, this one before a restart too; only this run's new input is new
+                # to the engagement.
                 _adopt_inputs(session, state)
         session.engagement.new_turn()
         update: dict[str, Any] = {}
@@ -432,24 +436,33 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
 
         A run paused by ``interrupt()`` does not get here: its turn goes on when it is resumed.
         """
-        threadless = self._end_run(state)
+        update, threadless = self._end_run(state)
         if threadless is not None:
             self._sessions.discard(threadless)
-        return None
+        return update
 
     async def aafter_agent(self, state: AgentGuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        threadless = self._end_run(state)
+        update, threadless = self._end_run(state)
         if threadless is not None:
             await self._sessions.adiscard(threadless)
-        return None
+        return update
 
-    def _end_run(self, state: Mapping[str, Any]) -> Session | None:
-        """End the run's turn; the session to close if the run had no thread."""
+    def _end_run(self, state: Mapping[str, Any]) -> tuple[dict[str, Any] | None, Session | None]:
+        """End the run's turn: the state update to make, and the session to close if the run had no thread.
+
+        The update is what the session knows of the thread's messages (:data:`INPUTS_KEY`), for a worker
+        that does not know it: this one after a restart, or an eviction (``max_engagements``), takes no
+        earlier answer for input either. With a shared store the model calls wrote it: what is left is a
+        tool's message that ended the run (``return_direct``), which no model call followed.
+        """
         session = self._sessions.get(_engagement_id(state))
         if session is None or session.thread is None:
-            return session
+            return None, session
         session.engagement.end_turn()
-        return None
+        if self._shared and not session.produced:
+            return None, None
+        _learn_produced(session)
+        return {INPUTS_KEY: _record(session)}, None
 
     # -- model calls ----------------------------------------------------------------------------------
 
@@ -476,9 +489,9 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResult:
-        """Input guardrail on new user messages, then the model, then the output guardrail on every text it
-        returns: a final answer, and text beside tool calls alike (the spec guards "any generative model
-        response" before the user sees it)."""
+        """Input guardrail on the messages that are input to the run (:meth:`_visible`), then the model, then
+        the output guardrail on every text it returns: a final answer, and text beside tool calls alike (the
+        spec guards "any generative model response" before the user sees it)."""
         session = self._session(request.state, request.runtime.context)
         eng = session.engagement
         messages, pending = self._visible(request, session)
@@ -495,7 +508,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             result: ModelResult = handler(request)
         answers, structured = _answers(result), _structured(result)
         if not answers and structured is None:  # only tool calls: nothing reaches the user
-            return self._recorded(result, session, pending)
+            return self._delivered(result, session)
         # Text beside tool calls reaches the user too: it is guarded alike.
         guarded = [self._check_answer(eng, text) for _, text in answers]
         delivered = _with_answers(result, answers, guarded)
@@ -507,7 +520,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                 structured,
                 self._check_answer(eng, structured),
             )
-        return self._recorded(delivered, session, pending)
+        return self._delivered(delivered, session)
 
     async def awrap_model_call(
         self,
@@ -532,7 +545,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             result: ModelResult = await handler(request)
         answers, structured = _answers(result), _structured(result)
         if not answers and structured is None:
-            return self._recorded(result, session, pending)
+            return self._delivered(result, session)
         guarded = [await self._acheck_answer(eng, text) for _, text in answers]
         delivered = _with_answers(result, answers, guarded)
         if structured is not None:
@@ -543,20 +556,18 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                 structured,
                 await self._acheck_answer(eng, structured),
             )
-        return self._recorded(delivered, session, pending)
+        return self._delivered(delivered, session)
 
-    def _recorded(self, result: ModelResult, session: Session, pending: Sequence[object]) -> ModelResult:
-        """``result``, and with a shared store, when user messages went through the input guardrail, what
-        was checked in the graph's state (:data:`INPUTS_KEY`), written as the model's node ends: the other
-        workers of the thread read it there, and re-check any message whose text is not the one checked.
+    def _delivered(self, result: ModelResult, session: Session) -> ModelResult:
+        """``result``, its messages known to the session as the guarded run's own (:func:`_produced`); with a
+        shared store, what the session knows also in the graph's state (:data:`INPUTS_KEY`), written as the
+        model's node ends: the other workers of the thread read it there, and check as input any message
+        whose kind or text is not the one known.
         """
-        if not (self._shared and pending):
+        _produced(session, _ai_messages(result))
+        if not self._shared:
             return result
-        inputs = {
-            message_id: [_digest(text), session.replaced.get(message_id)]
-            for message_id, text in session.checked.items()
-        }
-        command: Command[Any] = Command(update={INPUTS_KEY: inputs})
+        command: Command[Any] = Command(update={INPUTS_KEY: _record(session)})
         if isinstance(result, AIMessage):
             return ExtendedModelResponse(model_response=ModelResponse(result=[result]), command=command)
         if isinstance(result, ExtendedModelResponse) and result.command is not None:
@@ -588,24 +599,28 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
     def _visible(
         self, request: ModelRequest[Any], session: Session
     ) -> tuple[list[AnyMessage], list[tuple[int, str]]]:
-        """The messages the model may see, and the user messages among them not yet through the guardrail.
+        """The messages the model may see, and those among them that are input: not yet through the guardrail
+        and not produced by a guarded run (:attr:`Session.checked`), whatever their role.
 
-        Those are marked as checked at once: if the guardrail fails, the engagement fails with it, and a later
-        engagement of the thread knows the message was not new to it.
+        A user message is not the only input: a client that sends the whole message list can put a system
+        message, or an assistant or tool message the model never wrote, in it (or in place of an earlier one,
+        under its id), and the model reads each. Inputs are marked as checked at once: if the guardrail fails,
+        the engagement fails with it, and a later engagement of the thread knows the message was not new to it.
         """
         hidden = _hidden(request.state)
         messages = request.messages
         if hidden:
             hidden_ids = set(hidden)
             messages = [m for m in messages if m.id not in hidden_ids]
+        _learn_produced(session)
         checked = session.checked
         pending: list[tuple[int, str]] = []
         for index, message in enumerate(messages):
-            if is_user_message(message) and not _was_checked(checked, message):
-                text = message_text(message)
-                pending.append((index, text))
+            if not _was_checked(checked, message):
+                entry = checked_as(message)
+                pending.append((index, entry[2]))
                 if message.id is not None:
-                    checked[message.id] = text
+                    checked[message.id] = entry
         return messages, pending
 
     def _with_inputs(
@@ -616,10 +631,10 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         pending: Sequence[tuple[int, str]],
         guarded: Sequence[str],
     ) -> ModelRequest[Any]:
-        """The request with guarded user text in place of the original (now and at every later model call); a
-        rewritten message is its new text alone.
+        """The request with guarded input text in place of the original (now and at every later model call);
+        a rewritten message is its new text alone.
 
-        Needed only when there were new user messages, a guardrail replaced text before, or messages are
+        Needed only when there were new inputs, a guardrail replaced text before, or messages are
         hidden: the model hooks skip it otherwise (most model calls of a run).
         """
         replaced = session.replaced
@@ -696,6 +711,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             text = message_text(result)
             result = _guarded_tool_answer(result, text, self._check_answer(session.engagement, text))
         call.release_writes(result)  # what the tool wrote to the "custom" stream, if its message is let out
+        session.produced.append(result)  # not input to the model calls after it
         return result
 
     async def awrap_tool_call(
@@ -742,6 +758,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             text = message_text(result)
             result = _guarded_tool_answer(result, text, await self._acheck_answer(session.engagement, text))
         call.release_writes(result)
+        session.produced.append(result)
         return result
 
 
@@ -752,7 +769,7 @@ def _stopped_inputs(
     stopped: int,
     exc: Exception,
 ) -> None:
-    """The input guardrail stopped the run at the user message ``pending[stopped]``.
+    """The input guardrail stopped the run at the input message ``pending[stopped]``.
 
     The messages after it went through no check: they are no longer marked as checked, so the thread's next
     run checks them. A message a guardian denied stays in the thread's state, and the engagement goes on:
@@ -767,38 +784,71 @@ def _stopped_inputs(
         session.replaced[denied] = f"The user's message was blocked by agentguard: {exc}"
 
 
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+def _record(session: Session) -> dict[str, list[str | None]]:
+    """What the session knows of the thread's messages, as :data:`INPUTS_KEY` keeps it in the checkpoint."""
+    return {
+        message_id: [known[3], session.replaced.get(message_id)]
+        for message_id, known in session.checked.items()
+    }
+
+
+def _produced(session: Session, messages: Sequence[BaseMessage]) -> None:
+    """Enter the model's ``messages``, as the checks let them out, in :attr:`Session.checked`: the thread's
+    later model calls read them as the guarded run's own, not as input. A message without an id is given one
+    (LangGraph would give it a random one as it adds it to the state)."""
+    checked = session.checked
+    for message in messages:
+        if message.id is None:
+            message.id = str(uuid.uuid4())
+        checked[message.id] = checked_as(message)
+
+
+def _learn_produced(session: Session) -> None:
+    """Enter the tools' messages since the last model call in :attr:`Session.checked`, under the ids LangGraph
+    gave them as it added them to the state (the objects the state holds: only LangGraph's nodes have touched
+    them since). One still without an id never reached the state as it was returned (the run failed first):
+    it is forgotten, and a copy of it in the state is input."""
+    produced = session.produced
+    if produced:
+        session.produced = []
+        checked = session.checked
+        for message in produced:
+            if message.id is not None:
+                checked[message.id] = checked_as(message)
 
 
 def _adopt_inputs(session: Session, state: Mapping[str, Any]) -> None:
-    """With a shared store: take into ``session`` the user messages of ``state`` that another worker's input
-    guardrail checked as they read now (and the text it put in their place), as the checkpoint records them.
+    """Take into ``session`` the messages of ``state`` that the input guardrail checked, or that guarded runs
+    produced, on another worker or on this one before it lost the session, as they read now (and the text the
+    guardrail put in their place), as the checkpoint records them.
 
-    Not every message that precedes the run's new input: LangGraph puts a user message sent under an earlier
-    message's id in that message's place, and its new text has been through no guardrail. A message the
-    record does not name, or names with another text, is checked again.
+    Not every message that precedes the run's new input: LangGraph puts a message sent under an earlier
+    message's id in that message's place, and its new text (or kind) has been through no guardrail. A message
+    the record does not name, or names with another kind or text, is checked as input.
     """
     recorded = state.get(INPUTS_KEY)
     if not isinstance(recorded, Mapping):
         return
     for message in state.get("messages") or ():
-        entry = recorded.get(message.id) if is_user_message(message) and message.id else None
+        entry = recorded.get(message.id) if message.id else None
         if not isinstance(entry, list | tuple) or len(entry) != 2:
             continue
-        text = message_text(message)
-        if entry[0] == _digest(text):
-            session.checked[message.id] = text
+        known = checked_as(message)
+        if entry[0] == known[3]:
+            session.checked[message.id] = known
             if isinstance(entry[1], str):
                 session.replaced[message.id] = entry[1]
             else:
                 session.replaced.pop(message.id, None)
 
 
-def _was_checked(checked: Mapping[str, str], message: BaseMessage) -> bool:
-    """Whether ``message`` went through the input guardrail as it reads now (see ``Session.checked``)."""
+def _was_checked(checked: Mapping[str, Checked], message: BaseMessage) -> bool:
+    """Whether ``message`` is known to the session as it is now: its kind and content (``Session.checked``)."""
     message_id = message.id
-    return message_id is not None and checked.get(message_id) == message_text(message)
+    if message_id is None:
+        return False
+    entry = checked.get(message_id)
+    return entry is not None and entry[0] is type(message) and entry[1] == message.content
 
 
 def _earlier_messages(messages: Sequence[BaseMessage], previous: Session | None) -> Sequence[BaseMessage]:

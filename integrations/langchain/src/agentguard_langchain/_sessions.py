@@ -11,6 +11,7 @@ the store).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from collections import OrderedDict
@@ -19,16 +20,20 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from agentguard import Engagement, User
-from agentguard_langchain._host import RunnableConfig, ToolMessage
+from agentguard_langchain._content import Content, content_copy, message_text
+from agentguard_langchain._host import BaseMessage, RunnableConfig, ToolMessage
 
 __all__ = [
+    "Checked",
     "EngagementKey",
     "HeldResult",
     "Session",
     "Sessions",
     "UserResolver",
     "aclose_quietly",
+    "checked_as",
     "close_quietly",
+    "digest",
     "thread_of",
     "user_from_context",
 ]
@@ -40,6 +45,25 @@ EngagementKey: TypeAlias = Callable[[RunnableConfig], "str | None"]
 
 UserResolver: TypeAlias = Callable[[object], "User | None"]
 """Who the engagement acts for, from the run's ``context`` (default: :func:`user_from_context`)."""
+
+Checked: TypeAlias = tuple[type[BaseMessage], Content, str, str]
+"""What :attr:`Session.checked` knows of a message (:func:`checked_as`): its class, its content, its text, and
+the digest of its class and text that the checkpoint keeps."""
+
+
+def checked_as(message: BaseMessage) -> Checked:
+    """``message`` as :attr:`Session.checked` knows it: its class, a copy of its content (comparing contents
+    costs a model call's scan less than reading their text again), its text, and the digest of its class and
+    text (:func:`digest`), taken once: the checkpoint's record of every known message is written as each run
+    ends, and with a shared store by each model call."""
+    kind, text = type(message), message_text(message)
+    return kind, content_copy(message.content), text, digest(kind, text)
+
+
+def digest(kind: type[BaseMessage], text: str) -> str:
+    """How the checkpoint names a message's class and text (``agentguard_inputs``): another worker compares
+    its message with it without the text itself being kept there."""
+    return hashlib.sha256(f"{kind.__name__}:{text}".encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(eq=False, slots=True)
@@ -62,14 +86,20 @@ class Session:
 
     engagement: Engagement
     thread: str | None
-    checked: dict[str, str] = field(default_factory=dict)
-    """Id -> text of the user messages that went (or are going) through the input guardrail. The text too: a
-    run's input may carry an earlier message's id with other text, and LangGraph then puts the new text in
-    that message's place; it has not been through the guardrail."""
+    checked: dict[str, Checked] = field(default_factory=dict)
+    """Id -> the messages the model may read as they are: those that went (or are going) through the input
+    guardrail, and those a guarded run produced (the model's answers as the checks let them out, the tools'
+    results). Their kind and content too: a run's input may carry an earlier message's id with other text,
+    or the same text as another kind of message (a tool's result as a system message), and LangGraph then
+    puts it in that message's place; it has not been through the guardrail."""
     replaced: dict[str, str] = field(default_factory=dict)
     """Message id -> the text a guardrail or guardian put in its place."""
     held: dict[str, HeldResult] = field(default_factory=dict)
     """Tool call id -> the result of a tool that ran and whose output review is paused (an interrupt)."""
+    produced: list[BaseMessage] = field(default_factory=list)
+    """The tools' messages since the last model call. ToolNode gives its messages no id, and LangGraph gives
+    each one as it adds it to the state: the next model call (or the run's end) enters them in
+    :attr:`checked` (a list append is all a tool call pays)."""
 
 
 def thread_of(config: Mapping[str, Any] | None) -> str | None:
