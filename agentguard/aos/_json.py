@@ -26,6 +26,16 @@ class AmbiguousJSON(ValueError):
     """The text is JSON to Python, but not a document every standards parser reads alike."""
 
 
+_SHOWN = 40
+"""The characters of a key or a number that an :class:`AmbiguousJSON` message quotes. The text is a peer's,
+as long as its body allows, and the message goes back to it (a guardian's -32700) or into a log or a
+failure cause: past this, it ends ``...``."""
+
+
+def _cut(text: str) -> str:
+    return "..." if len(text) > _SHOWN else ""
+
+
 def unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     """A JSON object as a ``dict``, :class:`AmbiguousJSON` when a key is in it twice: the
     ``object_pairs_hook`` of :func:`strict_json`, for a reader that must refuse only that (a tool's output,
@@ -42,7 +52,8 @@ def unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise AmbiguousJSON(f"key {key!r} given twice in an object")
+                # repr: the key may hold a newline, a NUL or a bidi override, escaped here.
+                raise AmbiguousJSON(f"key {key[:_SHOWN]!r}{_cut(key)} given twice in an object")
             seen.add(key)
     return obj
 
@@ -54,7 +65,7 @@ def _no_constant(name: str) -> NoReturn:
 def _finite(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise AmbiguousJSON(f"number {text[:40]} is out of range")
+        raise AmbiguousJSON(f"number {text[:_SHOWN]}{_cut(text)} is out of range")
     return value
 
 
@@ -68,7 +79,9 @@ def _exact_int(text: str) -> int:
     # thousands of digits costs time quadratic in their number (and Python refuses past 4300 of them).
     value = int(text) if len(text) <= 17 else MAX_EXACT_INTEGER + 1
     if abs(value) > MAX_EXACT_INTEGER:
-        raise AmbiguousJSON(f"integer {text[:40]} is beyond ±(2**53 - 1), where JSON parsers disagree")
+        raise AmbiguousJSON(
+            f"integer {text[:_SHOWN]}{_cut(text)} is beyond ±(2**53 - 1), where JSON parsers disagree"
+        )
     return value
 
 

@@ -139,7 +139,7 @@ def test_every_limit_has_an_option(rules_file: Path, served: dict[str, Any]) -> 
     args = _parse(
         "--rules", str(rules_file), "--header-timeout", "2.5", "--keep-alive-timeout", "3",
         "--max-connections", "7", "--max-header-bytes", "4096", "--graceful-shutdown-timeout", "1",
-        "--max-body-bytes", "100", "--body-timeout", "4", "--rule-threads", "2",
+        "--max-body-bytes", "100", "--body-timeout", "4", "--rule-threads", "2", "--max-batch", "5",
     )  # fmt: skip
     assert args.run(args) == 0
     config = served["config"]
@@ -157,6 +157,10 @@ def test_every_limit_has_an_option(rules_file: Path, served: dict[str, Any]) -> 
     )
     app = served["app"]
     assert (app.max_body_bytes, app.body_timeout, app.pool._threads) == (100, 4, 2)
+    assert app.dispatcher.max_batch == 5
+    assert _parse("--rules", str(rules_file)).max_batch == 100
+    no_batch = _parse("--rules", str(rules_file), "--max-batch", "0")
+    assert no_batch.run(no_batch) == 2
     assert (
         _parse("--rules", str(rules_file), "--max-connections", "0").run(
             _parse("--rules", str(rules_file), "--max-connections", "0")
@@ -169,7 +173,7 @@ def test_workers_load_the_app_from_the_environment(
     rules_file: Path, served: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("AGENTGUARD_GUARDIAN_SETTINGS", raising=False)
-    args = _parse("--rules", str(rules_file), "--workers", "2", "--body-timeout", "3")
+    args = _parse("--rules", str(rules_file), "--workers", "2", "--body-timeout", "3", "--max-batch", "7")
     assert args.run(args) == 0
     config = served["config"]
     assert (config.workers, config.factory, config.app) == (
@@ -179,4 +183,5 @@ def test_workers_load_the_app_from_the_environment(
     )
     from agentguard.guardian.server._cli import app_from_environment
 
-    assert app_from_environment().body_timeout == 3
+    app = app_from_environment()
+    assert (app.body_timeout, app.dispatcher.max_batch) == (3, 7)

@@ -8,6 +8,7 @@ answers. Deadlines here are short (fractions of a second) so that the tests are 
 from __future__ import annotations
 
 import json
+import logging
 import statistics
 import threading
 import time
@@ -17,10 +18,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agentguard.aos import AOSRequest, AOSSuccessResult, JSONObject
 from agentguard.guardian.server import GuardianRules, create_app, serve_in_thread
 from agentguard.serving import ServerLimits
 from tests.guardian_server.hostile import closed_within, connect, guardian_process, head, slow_body
-from tests.guardian_server.support import request_for
+from tests.guardian_server.support import answer_of, request_for
 
 PING = {"jsonrpc": "2.0", "id": "ping", "method": "ping", "params": {"timestamp": "2025-07-01T12:00:00Z"}}
 
@@ -178,6 +180,8 @@ def test_limits_must_be_positive() -> None:
         ServerLimits(max_connections=0)
     with pytest.raises(ValueError, match="body_timeout"):
         create_app(GuardianRules(), body_timeout=0)
+    with pytest.raises(ValueError, match="max_batch"):
+        create_app(GuardianRules(), max_batch=0)
 
 
 def test_workers_share_the_port(tmp_path: Path) -> None:
@@ -190,3 +194,52 @@ def test_workers_share_the_port(tmp_path: Path) -> None:
         decided = client.post(url, json=request).json()
     assert {answer.json()["result"]["status"] for answer in answers} == {"connected"}
     assert decided["result"]["decision"] == "allow"
+
+
+def test_a_batch_over_max_batch_is_one_invalid_request_deciding_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    decided: list[object] = []
+
+    class Counting(GuardianRules):
+        def decide(self, request: AOSRequest, wire: JSONObject | None = None) -> AOSSuccessResult:
+            decided.append(request.id)
+            return super().decide(request, wire)
+
+    batch = [request_for("steps/message", n) for n in range(3)]
+    with serve_in_thread(create_app(Counting(), max_batch=3)) as server:
+        at_the_limit = answer_of(httpx.post(server.url, json=batch))
+        with caplog.at_level(logging.DEBUG, "agentguard.guardian.server"):
+            # one more, a notification: not decided either
+            over = httpx.post(server.url, json=[*batch, request_for("steps/message", None)])
+    assert [answer["result"]["decision"] for answer in at_the_limit] == ["allow"] * 3
+    assert decided == [0, 1, 2]
+    assert answer_of(over) == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {
+            "code": -32600,
+            "message": "Invalid Request: a batch of 4 requests, more than max_batch (3)",
+        },
+    }
+    refusals = [
+        record.getMessage() for record in caplog.records if record.name == "agentguard.guardian.server"
+    ]
+    assert refusals == [
+        "refused request (-32600): 'Invalid Request: a batch of 4 requests, more than max_batch (3)'"
+    ]
+
+
+def test_a_huge_batch_is_refused_whole_by_default() -> None:
+    """600 KB of ``[1,1,...]`` took 6 s of CPU and was answered with 34 MB, one error per entry."""
+    body = b"[" + b",".join([b"1"] * 300_000) + b"]"
+    with serve_in_thread(create_app(GuardianRules())) as server:
+        response = httpx.post(
+            server.url, content=body, headers={"Content-Type": "application/json"}, timeout=60
+        )
+    answer = answer_of(response)
+    assert (answer["id"], answer["error"]["code"]) == (None, -32600)
+    assert (
+        answer["error"]["message"] == "Invalid Request: a batch of 300000 requests, more than max_batch (100)"
+    )
+    assert len(response.content) < 200

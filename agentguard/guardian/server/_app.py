@@ -14,6 +14,9 @@ client differently::
     413  -32002  the body is larger than ``max_body_bytes`` (declared or as it streams in)
     408  -32006  the whole body did not arrive within ``body_timeout`` seconds (the connection is closed)
 
+A 415 names the content codings it refused as an excerpt (:func:`._quoted.excerpt`): the header is as long
+as the head allows.
+
 Everything else is JSON-RPC, answered with HTTP 200 (or 204 when there is nothing to answer), including
 internal errors: a guardian never answers a 500 with a traceback. The request is decided on a bounded pool
 of ``rule_threads`` worker threads (:mod:`._pool`; the caller's context copied), never on the event loop,
@@ -47,8 +50,9 @@ from agentguard.guardian._tracing import ServerSpan, ServerTracing
 from agentguard.serving import require_bounds
 
 from ._deadlines import Deadlines
-from ._dispatch import Dispatcher, error_body
+from ._dispatch import MAX_BATCH, Dispatcher, error_body
 from ._pool import DecisionPool
+from ._quoted import excerpt
 from ._rules import GuardianRules
 
 __all__ = ["ENDPOINTS", "GuardianApp", "ServerErrorCode", "create_app"]
@@ -195,9 +199,8 @@ class GuardianApp:
         if codings:
             # Read as it came, a gzip-labelled body is one request to the guardian and another to any proxy
             # or log that inflates it; inflated, a small body outgrows max_body_bytes. Neither, then.
-            message = (
-                f"Unsupported media type: content-encoding {', '.join(codings)}: send the body uncompressed"
-            )
+            named = excerpt(", ".join(codings))
+            message = f"Unsupported media type: content-encoding {named}: send the body uncompressed"
             return _refuse(415, ServerErrorCode.UNSUPPORTED_MEDIA_TYPE, message, accept_encoding="identity")
         if declared_too_large(_latin1(fields.get(b"content-length")), self.max_body_bytes):
             return _refuse(413, ServerErrorCode.PAYLOAD_TOO_LARGE, self._too_large, connection="close")
@@ -254,6 +257,7 @@ def create_app(
     max_body_bytes: int = 1_048_576,
     body_timeout: float = 10.0,
     rule_threads: int = 2,
+    max_batch: int = MAX_BATCH,
     version: str = __version__,
     tracer_provider: TracerProvider | None = None,
 ) -> GuardianApp:
@@ -262,14 +266,21 @@ def create_app(
     ``token``, when given, is the bearer token every request must carry (compared in constant time).
     ``max_body_bytes`` and ``body_timeout`` bound one request's body (size; seconds for all of it to
     arrive). ``rule_threads`` is the size of the thread pool that decides requests (one of them decides
-    while it keeps up). ``version`` is what ``ping`` reports (default: agentguard's version).
+    while it keeps up). ``max_batch`` is the most requests one JSON-RPC batch may hold: a longer batch is
+    answered with one -32600 error, none of its requests decided. ``version`` is what ``ping`` reports
+    (default: agentguard's version).
     ``tracer_provider`` makes the SERVER spans (default: the global tracer provider). The connection limits
     (head deadline, connection cap, keep-alive) are the server's: :func:`serve_in_thread` / the command line,
     with :class:`~agentguard.serving.ServerLimits`.
     """
-    require_bounds(max_body_bytes=max_body_bytes, body_timeout=body_timeout, rule_threads=rule_threads)
+    require_bounds(
+        max_body_bytes=max_body_bytes,
+        body_timeout=body_timeout,
+        rule_threads=rule_threads,
+        max_batch=max_batch,
+    )
     return GuardianApp(
-        Dispatcher(rules, version),
+        Dispatcher(rules, version, max_batch=max_batch),
         token,
         max_body_bytes,
         body_timeout,

@@ -27,6 +27,7 @@ from agentguard._servecli import add_listen_options, start_logging
 from agentguard.errors import SpecError
 from agentguard.serving import exposure_problem, limits_from_args, token_from_env
 
+from ._dispatch import MAX_BATCH
 from ._rules import load_rules
 
 if TYPE_CHECKING:
@@ -52,6 +53,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=2,
         help="threads that may decide requests at once, per worker; one does while it keeps up (default: 2)",
     )
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=MAX_BATCH,
+        help=f"most requests a JSON-RPC batch may hold; a longer one is refused whole (default: {MAX_BATCH})",
+    )
     parser.set_defaults(run=run)
 
 
@@ -64,6 +71,7 @@ def _app(settings: dict[str, Any]) -> GuardianApp:
         max_body_bytes=settings["max_body_bytes"],
         body_timeout=settings["body_timeout"],
         rule_threads=settings["rule_threads"],
+        max_batch=settings["max_batch"],
     )
 
 
@@ -90,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         "max_body_bytes": args.max_body_bytes,
         "body_timeout": args.body_timeout,
         "rule_threads": args.rule_threads,
+        "max_batch": args.max_batch,
     }
     try:
         from agentguard.serving import bounded_config, serve

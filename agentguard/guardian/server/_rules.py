@@ -83,6 +83,7 @@ from agentguard.guardian._observe import RateLimitedLog
 from agentguard.spec import YamlDocument, dotted, in_file_order, locate, read_yaml, validation_reason
 
 from ._json import encode_json
+from ._quoted import bounded
 
 
 def _unchecked(variables: Mapping[str, Any], *, representable: Iterable[str] = ()) -> Mapping[str, Any]:
@@ -350,7 +351,8 @@ def _modified_request(rule: Rule, wire: JSONObject, variables: Mapping[str, Any]
     try:
         return parse_request(request)
     except AOSRequestError as error:
-        raise _RuleError("modify", f"the modified request is invalid: {error.message}") from None
+        # The answer quotes the reason, whose path may hold a member name the rule took from the request.
+        raise _RuleError("modify", f"the modified request is invalid: {bounded(error).message}") from None
 
 
 def _assign(params: dict[str, Any], path: str, value: Any) -> None:
