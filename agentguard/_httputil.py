@@ -22,6 +22,7 @@ __all__ = [
     "bearer_challenge",
     "content_codings",
     "declared_too_large",
+    "excerpt",
     "is_json_media_type",
     "is_loopback",
     "read_limited",
@@ -50,6 +51,31 @@ def content_codings(headers: Iterable[str]) -> list[str]:
     """
     codings = (coding.strip().lower() for header in headers for coding in header.split(","))
     return [coding for coding in codings if coding not in ("", "identity")]
+
+
+MAX_QUOTED = 160
+"""The most characters of one text a client wrote that an answer quotes."""
+
+
+def excerpt(text: str) -> str:
+    """``text`` (a client's) as an answer quotes it: whole up to :data:`MAX_QUOTED` characters, else its start
+    and its end joined by ``...`` (both say what arrived). A header or a body is as long as the server lets it
+    be; quoted whole, one request of a megabyte was answered with a megabyte, shown in full by every log and
+    client that shows the answer.
+
+    The characters are kept as they came (a newline, a NUL, a lone surrogate): a JSON answer escapes each, and
+    a client shows them escaped as it must any peer's text. Changed, they would make a method name or a path
+    its client could no longer recognise as its own.
+
+        >>> excerpt("tasks/send")
+        'tasks/send'
+        >>> len(excerpt("x" * 1_000_000)) == MAX_QUOTED
+        True
+    """
+    if len(text) <= MAX_QUOTED:
+        return text
+    head = MAX_QUOTED * 2 // 3
+    return f"{text[:head]}...{text[len(text) - (MAX_QUOTED - head - 3) :]}"
 
 
 def bearer_challenge(authorization: str, token: bytes, *, realm: str) -> str | None:

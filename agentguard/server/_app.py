@@ -68,6 +68,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from agentguard._httputil import (
     content_codings,
     declared_too_large,
+    excerpt,
     is_json_media_type,
     read_limited,
 )
@@ -201,7 +202,9 @@ class _Api:
         if codings:
             # Never inflated: a small compressed body can inflate far past max_body_bytes. Nor read as if it
             # were not compressed: the client and the server would mean two different inputs.
-            message = f"content-encoding {', '.join(codings)} is not accepted: send the input uncompressed"
+            message = (
+                f"content-encoding {excerpt(', '.join(codings))} is not accepted: send the input uncompressed"
+            )
             return _refuse(415, message, {"Accept-Encoding": "identity"})
         if declared_too_large(request.headers.get("content-length"), limit):
             return _refuse(413, f"the body is larger than {limit} bytes")

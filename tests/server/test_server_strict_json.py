@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from agentguard import Engagement, Guard
+from agentguard._httputil import MAX_QUOTED
 from agentguard.aos import strict_json
 from agentguard.server import RunningServer, create_app, serve_in_thread
 from tests.conftest import spec_text
@@ -113,6 +114,19 @@ def test_a_compressed_body_is_refused_without_being_inflated(client: httpx.Clien
     assert STARTED == []
     identity = {"Content-Type": "application/json", "Content-Encoding": "identity"}
     assert client.post("/agents/echo", content=b'{"amount": 5}', headers=identity).status_code == 303
+
+
+def test_a_content_coding_is_named_bounded(client: httpx.Client) -> None:
+    """The 415 names the codings it refused: a 60 KB header was answered whole (and shown whole by every log
+    and client that shows the answer)."""
+    headers = {"Content-Type": "application/json", "Content-Encoding": "x" * 60_000}
+    answer = client.post("/agents/echo", content=b"{}", headers=headers)
+    assert answer.status_code == 415
+    message = answer.json()["error"]
+    assert message.startswith("content-encoding xxx")
+    assert message.endswith("xxx is not accepted: send the input uncompressed")
+    assert len(message) <= MAX_QUOTED + len("content-encoding  is not accepted: send the input uncompressed")
+    assert STARTED == []
 
 
 @pytest.mark.parametrize("score", SCORES)

@@ -14,7 +14,7 @@ client differently::
     413  -32002  the body is larger than ``max_body_bytes`` (declared or as it streams in)
     408  -32006  the whole body did not arrive within ``body_timeout`` seconds (the connection is closed)
 
-A 415 names the content codings it refused as an excerpt (:func:`._quoted.excerpt`): the header is as long
+A 415 names the content codings it refused as an excerpt (:func:`agentguard._httputil.excerpt`): the header is as long
 as the head allows.
 
 Everything else is JSON-RPC, answered with HTTP 200 (or 204 when there is nothing to answer), including
@@ -44,7 +44,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from opentelemetry.trace import TracerProvider
 
 from agentguard import __version__
-from agentguard._httputil import bearer_challenge, content_codings, declared_too_large, is_json_media_type
+from agentguard._httputil import (
+    bearer_challenge,
+    content_codings,
+    declared_too_large,
+    excerpt,
+    is_json_media_type,
+)
 from agentguard.aos import ErrorCode
 from agentguard.guardian._tracing import ServerSpan, ServerTracing
 from agentguard.serving import require_bounds
@@ -52,7 +58,6 @@ from agentguard.serving import require_bounds
 from ._deadlines import Deadlines
 from ._dispatch import MAX_BATCH, Dispatcher, error_body
 from ._pool import DecisionPool
-from ._quoted import excerpt
 from ._rules import GuardianRules
 
 __all__ = ["ENDPOINTS", "GuardianApp", "ServerErrorCode", "create_app"]

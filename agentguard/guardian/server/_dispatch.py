@@ -13,7 +13,7 @@ layer around it only checks headers and limits. What it guarantees, for any byte
   first :data:`._quoted.MAX_FIELD_ERRORS` of them);
 - anything that goes wrong while deciding -> ``-32603`` (logged here; no detail leaves the server);
 - what the client wrote (an id, an unknown method) is logged bounded and escaped (:func:`._logged.logged`),
-  and an answer quotes it bounded (:func:`._quoted.excerpt`), its ``id`` aside;
+  and an answer quotes it bounded (:func:`agentguard._httputil.excerpt`), its ``id`` aside;
 - every refusal is logged at debug level only, so that a flood of bad requests does not flood the log;
 - a notification (a valid request without ``id``) is decided and logged but never answered, even when
   it fails; a batch is answered by an array of the non-notification answers, or by nothing at all.
