@@ -41,8 +41,8 @@ Every object of the specification is a pydantic model: snake_case in Python, cam
 
 Validating a decoded request (:func:`parse_request`) tells the three refusals apart, each carrying its
 JSON-RPC code and the request's id: :class:`InvalidRequestError` (-32600), :class:`MethodNotFoundError`
-(-32601) and :class:`InvalidParamsError` (-32602, naming every failing field by path). Unknown members are
-kept and round-trip; values are validated strictly.
+(-32601) and :class:`InvalidParamsError` (-32602, naming the failing fields by path: the first 100, and how
+many more). Unknown members are kept and round-trip; values are validated strictly.
 
 Where the specification's text contradicts itself, its published schema, or plain sense, this package
 decides as follows (the text wins over the schema, ARCHITECTURE decision 9):

@@ -75,11 +75,20 @@ def _path(loc: Sequence[int | str]) -> str:
     return path or "<document>"
 
 
-def _field_errors(error: ValidationError) -> tuple[FieldError, ...]:
-    return tuple(
+MAX_FIELD_ERRORS = 100
+"""The most failing fields a parse error lists (:attr:`InvalidParamsError.omitted` counts the others). A
+400 KB ``params`` can fail in 200,000 fields: listing each cost a guardian more than a second of CPU per
+request, and made an answer forty times the request's size."""
+
+
+def _field_errors(error: ValidationError) -> tuple[tuple[FieldError, ...], int]:
+    """The first :data:`MAX_FIELD_ERRORS` failing fields of ``error``, and how many more there are."""
+    details = error.errors(include_url=False, include_context=False, include_input=False)
+    listed = tuple(
         FieldError(_path(detail["loc"]), detail["msg"].removeprefix("Value error, "))
-        for detail in error.errors(include_url=False)
+        for detail in details[:MAX_FIELD_ERRORS]
     )
+    return listed, len(details) - len(listed)
 
 
 class AOSRequestError(ValueError):
@@ -121,28 +130,34 @@ class MethodNotFoundError(AOSRequestError):
 
 
 class InvalidParamsError(AOSRequestError):
-    """-32602: ``params`` do not fit the method. :attr:`errors` lists every failing field by path.
+    """-32602: ``params`` do not fit the method. :attr:`errors` lists the failing fields by path, at most
+    :data:`MAX_FIELD_ERRORS` of them; :attr:`omitted` counts the others.
 
-    The message names the first one; ``data.errors`` carries them all as ``{path, message}``.
+    The message names the first one; ``data.errors`` carries those listed as ``{path, message}``, and
+    ``data.omitted`` the count of the others when there are any.
     """
 
     code = ErrorCode.INVALID_PARAMS
 
-    def __init__(self, errors: Sequence[FieldError], *, request_id: RequestId | None = None) -> None:
+    def __init__(
+        self, errors: Sequence[FieldError], *, request_id: RequestId | None = None, omitted: int = 0
+    ) -> None:
         self.errors = tuple(errors)
-        super().__init__(
-            f"Invalid params: {self.errors[0]}",
-            request_id=request_id,
-            data={"errors": [{"path": e.path, "message": e.message} for e in self.errors]},
-        )
+        self.omitted = omitted
+        data: dict[str, JsonValue] = {"errors": [{"path": e.path, "message": e.message} for e in self.errors]}
+        if omitted:
+            data["omitted"] = omitted
+        super().__init__(f"Invalid params: {self.errors[0]}", request_id=request_id, data=data)
 
 
 class AOSResponseError(ValueError):
     """A guardian's reply is not a well-formed AOS response. :attr:`errors` lists what is wrong, by path."""
 
-    def __init__(self, errors: Sequence[FieldError]) -> None:
+    def __init__(self, errors: Sequence[FieldError], *, omitted: int = 0) -> None:
         self.errors = tuple(errors)
-        super().__init__("malformed AOS response: " + "; ".join(map(str, self.errors)))
+        self.omitted = omitted
+        more = f" (and {omitted} more)" if omitted else ""
+        super().__init__("malformed AOS response: " + "; ".join(map(str, self.errors)) + more)
 
 
 def _request_id(obj: dict[str, Any]) -> RequestId | None:
@@ -186,7 +201,8 @@ def parse_request(obj: Any) -> AOSRequest:
     try:
         return model.model_validate(obj)
     except ValidationError as error:
-        raise InvalidParamsError(_field_errors(error), request_id=request_id) from None
+        listed, omitted = _field_errors(error)
+        raise InvalidParamsError(listed, request_id=request_id, omitted=omitted) from None
 
 
 def parse_response(obj: Any) -> AOSResponse:
@@ -212,7 +228,8 @@ def parse_response(obj: Any) -> AOSResponse:
     try:
         return model.model_validate(obj)
     except ValidationError as error:
-        raise AOSResponseError(_field_errors(error)) from None
+        listed, omitted = _field_errors(error)
+        raise AOSResponseError(listed, omitted=omitted) from None
 
 
 def dump(model: WireModel) -> dict[str, JsonValue]:

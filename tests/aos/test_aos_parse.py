@@ -293,6 +293,27 @@ def test_random_params_for_a_known_method_are_a_typed_refusal(
         assert outcome.id == request_id
 
 
+def test_a_params_failing_in_many_fields_lists_the_first_hundred(
+    by_method: dict[str, dict[str, Any]],
+) -> None:
+    """Listing all 200,000 failing fields of a 400 KB ``params`` took a guardian 1.7 s of CPU per request (now
+    about a third of it, mostly pydantic's own), and its answer was forty times the request."""
+    request = copy.deepcopy(by_method["steps/toolCallRequest"])
+    request["params"]["toolCallRequest"]["inputs"] = [{}] * 100_000
+    error = _invalid_params(request)
+    assert len(error.errors) == 100
+    assert error.omitted == 199_900
+    assert isinstance(error.data, dict)
+    assert error.data["omitted"] == 199_900
+    assert len(error.data["errors"]) == 100
+    modify = {"decision": "modify", "message": "m", "modifiedRequest": request}
+    with pytest.raises(aos.AOSResponseError) as caught:
+        aos.parse_response({"jsonrpc": "2.0", "id": 1, "result": modify})
+    assert len(caught.value.errors) == 100
+    assert caught.value.omitted > 0
+    assert str(caught.value).endswith(f"(and {caught.value.omitted} more)")
+
+
 # ------------------------------------------------------------------------------------- parse_response
 
 

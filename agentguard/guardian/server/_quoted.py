@@ -37,9 +37,6 @@ def bounded(error: AOSRequestError) -> AOSRequestError:
             FieldError(excerpt(field.path), excerpt(field.message))
             for field in error.errors[:MAX_FIELD_ERRORS]
         ]
-        listed = InvalidParamsError(fields, request_id=error.request_id)
-        omitted = len(error.errors) - len(fields)
-        if omitted and isinstance(listed.data, dict):
-            listed.data["omitted"] = omitted
-        return listed
+        omitted = error.omitted + len(error.errors) - len(fields)
+        return InvalidParamsError(fields, request_id=error.request_id, omitted=omitted)
     return error
