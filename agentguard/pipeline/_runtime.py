@@ -99,7 +99,7 @@ class Runtime:
         default_factory=lambda: contextvars.ContextVar("agentguard_tokens", default=())
     )
 
-    _shared: dict[tuple[Rule, Phase, str, str, str | None], Decision] = field(
+    _shared: dict[tuple[Rule, Phase, str, str, str | None, bool], Decision] = field(
         default_factory=dict, repr=False
     )
     _chains: Chains = field(default_factory=dict, repr=False)
@@ -127,13 +127,21 @@ class Runtime:
             step.add_shared(shared, self._chains)
 
     def allowed(
-        self, rule: Rule, phase: Phase, reason: str, capability: str, expression: str | None = None
+        self,
+        rule: Rule,
+        phase: Phase,
+        reason: str,
+        capability: str,
+        expression: str | None = None,
+        *,
+        in_spec: bool = False,
     ) -> Decision:
-        """The shared allow decision of ``rule`` for ``capability`` (built on first use, then reused)."""
-        key = (rule, phase, reason, capability, expression)
+        """The shared allow decision of ``rule`` for ``capability`` (built on first use, then reused);
+        ``in_spec``: see :attr:`~agentguard.record.Decision.in_spec`."""
+        key = (rule, phase, reason, capability, expression, in_spec)
         shared = self._shared.get(key)
         if shared is None:
-            shared = Decision.untimed(rule, Outcome.ALLOW, phase, reason, capability, expression)
+            shared = Decision.untimed(rule, Outcome.ALLOW, phase, reason, capability, expression, in_spec)
             if len(self._shared) < _SHARED_LIMIT:  # names come from agents: the cache must not grow unbounded
                 self._shared[key] = shared
         return shared
@@ -143,7 +151,7 @@ class Runtime:
         allows = self._allows.get(name)
         if allows is None or allows.rule is not rule:
             inp, out = rule.input_assertion, rule.output_assertion
-            capability = self.allowed(Rule.CAPABILITY, Phase.INPUT, rule.allow_reason, name)
+            capability = self.allowed(Rule.CAPABILITY, Phase.INPUT, rule.allow_reason, name, in_spec=True)
             short_circuit = self.allowed(Rule.SHORT_CIRCUIT, Phase.INPUT, NO_LOOP, name)
             begun = (capability,) if self.policy.short_circuit is None else (capability, short_circuit)
             input_ = self.allowed(Rule.RESTRICTION, Phase.INPUT, HOLDS, name, inp.source) if inp else None

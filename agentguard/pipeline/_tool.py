@@ -308,7 +308,9 @@ def _capability(
         ctx.allow(state, step, allows.capability)
         return allows
     if name in policy.guardrail_tools:
-        ctx.allow(state, step, ctx.allowed(Rule.CAPABILITY, Phase.INPUT, "guardrail tool", name))
+        ctx.allow(
+            state, step, ctx.allowed(Rule.CAPABILITY, Phase.INPUT, "guardrail tool", name, in_spec=True)
+        )
         return None
     if name[:1] == "_":  # would overwrite recent._name, history._list or history._total
         reason = f"{kind} name {name!r} is reserved: the Engagement's own members start with '_'"

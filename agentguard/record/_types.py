@@ -90,6 +90,9 @@ class Decision:
     at: float = field(default_factory=time.time)
     data: Mapping[str, Any] | None = None
     severity: str = "error"  # of the check: error blocks; warning / info only record (shadow mode)
+    in_spec: bool = False
+    """A capability decision that allows a call of a tool or agent the spec names (one of its capabilities, a
+    guardrail tool): the call's name is the spec's, not only its caller's (telemetry records it then)."""
 
     @property
     def blocked(self) -> bool:
@@ -104,13 +107,14 @@ class Decision:
         reason: str,
         capability: str | None = None,
         expression: str | None = None,
+        in_spec: bool = False,
     ) -> Decision:
         """A decision taken the same way on many steps, built once and shared: it takes each step's time.
 
         For the allow decisions of the per-call path (capability, short-circuit, restriction): recording one
         costs a list append instead of an object and a clock read.
         """
-        return cls(rule, outcome, phase, reason, capability, expression, at=_UNTIMED)
+        return cls(rule, outcome, phase, reason, capability, expression, at=_UNTIMED, in_spec=in_spec)
 
     def timed(self) -> Decision:
         """This decision taken now (a copy stamped with the current time)."""
@@ -133,6 +137,7 @@ class Decision:
             at,
             self.data,
             self.severity,
+            self.in_spec,
         )
 
 

@@ -58,12 +58,6 @@ UNKNOWN_TOOL = "_unknown"
 Not a valid capability name (spec names are lowercase letters, digits, '-' and '.'), and reserved for a call
 (names starting with '_' are refused): it stands for no real tool."""
 
-# The reasons of the capability decisions that put a call under the spec (policy/_policy.py,
-# CapabilityRule.allow_reason, and pipeline/_tool.py's guardrail tool): a positive list, so that a new wording
-# hides a name (tests/telemetry pin it) rather than records one the spec does not know.
-_SPEC_ALLOW = "capability "
-_GUARDRAIL_TOOL = "guardrail tool"
-
 _TARGETS = {
     "steps/knowledgeRetrieval": "knowledge_result",
     "steps/memoryStore": "memory_store",
@@ -83,11 +77,7 @@ def names_tool(decision: Decision) -> bool:
     capability was looked up) would be a new span name and a new value of ``gen_ai.tool.name`` each time
     (unbounded cardinality where a backend derives metrics from span names), and its text, lone surrogates
     and control characters included, would leave the process with content capture off."""
-    return (
-        decision.rule is Rule.CAPABILITY
-        and decision.outcome is Outcome.ALLOW
-        and (decision.reason.startswith(_SPEC_ALLOW) or decision.reason == _GUARDRAIL_TOOL)
-    )
+    return decision.rule is Rule.CAPABILITY and decision.outcome is Outcome.ALLOW and decision.in_spec
 
 
 def unnamed_tool(step: StepRecord) -> str | None:
