@@ -9,6 +9,7 @@ what is delivered. The JSON-RPC messages are reported as AOS ``protocols/MCP`` s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -26,16 +27,24 @@ from agentguard import (
     serving,
 )
 from agentguard.aos import unique_keys
+from agentguard.runs import Timeout, ToolTimeout
 from agentguard.steps import MCP
-from agentguard_mcp._host import INTERNAL_ERROR, INVALID_PARAMS, MCPError
+from agentguard.timeline import visible
+from agentguard_mcp._host import INTERNAL_ERROR, INVALID_PARAMS, REQUEST_TIMEOUT, MCPError
 
 __all__ = [
+    "CALL_TIMEOUT",
     "MAX_LISTING_PAGES",
+    "MAX_RESULT_BYTES",
+    "MAX_TOOLS",
+    "MAX_TOOL_BYTES",
     "RELIST_INTERVAL",
+    "Beyond",
     "Catalog",
     "Names",
     "denial_result",
     "guarded_call",
+    "guarded_listing",
     "report_message",
     "wire",
 ]
@@ -96,12 +105,102 @@ against it rather than read again (``relist_interval``, the proxy's ``--relist-i
 bound, a model that calls made-up tool names makes the guard list the server's tools (every page) once per
 call."""
 
-List = Callable[[str | None], Awaitable[tuple[list[str], str | None]]]
-"""One ``tools/list`` page: given a cursor, the tool names and the next cursor."""
+CALL_TIMEOUT = 60.0
+"""Seconds the guard waits for the server's answer to one ``tools/call`` (``call_timeout``, the proxy's
+``--call-timeout``), and for a ``tools/list`` (all its pages, when the guard reads them itself). The MCP
+TypeScript SDK's default request timeout; the Python SDK has none, so a server that never answers (or answers
+with a line its transport cannot parse, which leaves the request pending) held the call, and the host, for
+ever. A call past it is a recorded denial (an OS Protocol :class:`~agentguard.runs.Timeout`, rule ``run``),
+and the server's request is cancelled (``notifications/cancelled``)."""
+
+MAX_RESULT_BYTES = 4 * 1024 * 1024
+"""The largest answer of the server the guard takes, as UTF-8 JSON: a ``tools/call`` result or JSON-RPC error,
+a ``tools/list`` page (``max_result_bytes``, the proxy's ``--max-result-bytes``; 4 MiB, the MCP SDK's largest
+request body). Beyond it the answer is refused, never cut: the checks, the engagement's record and the guardian
+would each hold a copy of it, and the model the rest."""
+
+MAX_TOOLS = 10_000
+"""The most tools the guard takes from one listing, all its pages (``max_tools``, the proxy's ``--max-tools``):
+a server listing millions would have the guard hold and resolve every name."""
+
+MAX_TOOL_BYTES = 32 * 1024
+"""The largest entry of one offered tool, as UTF-8 JSON once its descriptions are made visible (``max_tool_bytes``,
+the proxy's ``--max-tool-bytes``): its name, title, description and schemas reach the model as the server wrote
+them, and no spec rule reads them (tool poisoning, see the README)."""
+
+List = Callable[[str | None], Awaitable[Wire]]
+"""One ``tools/list`` page, as its JSON wire dict, given a cursor."""
+
+
+class Beyond(MCPError):
+    """An answer of the server beyond one of the guard's bounds, refused with a JSON-RPC error whose message
+    agentguard wrote: it quotes nothing of the server's answer (the server wrote all of it)."""
+
+    def __init__(self, message: str, code: int = INTERNAL_ERROR) -> None:
+        super().__init__(code, f"agentguard refused the server's answer: {message}")
+
+
+def _measure(value: Any) -> tuple[int, bool]:
+    """How many bytes ``value`` takes as UTF-8 JSON, and whether its text is valid Unicode: not so with a lone
+    surrogate, which JSON's ``\\ud800`` escape carries and no UTF-8 message can hold (the SDK's transports fail to
+    write a message with one: the request it belongs to is never sent or never answered). One serialization
+    answers both. A host's own objects (a datetime) count as their ``str``; a value JSON cannot write (one that
+    holds itself, or nested deeper than it recurses) counts as nothing here: the core's
+    :class:`~agentguard.ValueLimits` refuse it."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (ValueError, RecursionError):
+        return 0, True
+    try:
+        return len(text.encode("utf-8")), True
+    except UnicodeEncodeError:
+        return len(text.encode("utf-8", "surrogatepass")), False
+
+
+def _not_unicode(value: Any) -> bool:
+    """Does ``value`` hold a string that is not valid Unicode (see :func:`_measure`)? Such a call is refused before
+    it is run, and such an answer withheld: the host would wait for ever."""
+    return not _measure(value)[1]
+
+
+_SHOWN = frozenset({"description", "title"})
+"""The keys of a tool's listing entry whose text is written for the model, at any depth (the tool's own, its
+annotations', its schemas' and their properties')."""
+
+
+def _shown(value: Any, key: str | None = None) -> Any:
+    """A tool's listing entry with each text written for the model (:data:`_SHOWN`) made visible: every character
+    that is not printable written as its escape (:func:`agentguard.timeline.visible`; line feeds stay), so a
+    terminal control sequence, a bidi override, a zero-width or tag character cannot hide instructions in a
+    description that reads as harmless, and a lone surrogate cannot stop the listing from being written."""
+    if isinstance(value, str):
+        return "\n".join(visible(line) for line in value.split("\n")) if key in _SHOWN else value
+    if isinstance(value, Mapping):
+        return {name: _shown(item, name) for name, item in value.items()}
+    if isinstance(value, list):
+        return [_shown(item) for item in value]
+    return value
+
+
+def _listed(page: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    tools = page.get("tools")
+    return [t for t in tools if isinstance(t, Mapping)] if isinstance(tools, list) else []
+
+
+def _names(page: Mapping[str, Any]) -> list[str]:
+    return [str(t.get("name")) for t in _listed(page)]
+
+
+def _whole(**bounds: int) -> None:
+    """``ValueError`` unless each of ``bounds`` (already positive and finite) is a whole number."""
+    for name, value in bounds.items():
+        if not isinstance(value, int):
+            raise ValueError(f"{name} must be a whole number, not {value!r}")
 
 
 class Catalog:
-    """The tools a server lists, each with the capability it stands for (see :meth:`Names.resolve`).
+    """The tools a server lists, each with the capability it stands for (see :meth:`Names.resolve`), and the
+    bounds on what the guard takes from the server.
 
     A call is placed only against what the server lists: a tool name not seen in a listing makes the guard
     list the server's tools itself (every page, at most ``max_listing_pages``) before it decides, so a tool
@@ -110,6 +209,10 @@ class Catalog:
     that, such a call is refused against the latest listing, so calls to made-up names cannot make the guard
     flood the server with listings. One catalog serves every session of a client or server; a listing that
     differs by session makes the catalog the latest one's.
+
+    What the guard waits for and reads is bounded: ``call_timeout`` seconds for an answer, ``max_result_bytes``
+    for one answer, ``max_tools`` for one listing, ``max_tool_bytes`` for each offered tool's entry (see the
+    constants of the same names). Past any of them the answer is refused, never cut short.
     """
 
     def __init__(
@@ -118,13 +221,27 @@ class Catalog:
         *,
         relist_interval: float = RELIST_INTERVAL,
         max_listing_pages: int = MAX_LISTING_PAGES,
+        call_timeout: float = CALL_TIMEOUT,
+        max_result_bytes: int = MAX_RESULT_BYTES,
+        max_tools: int = MAX_TOOLS,
+        max_tool_bytes: int = MAX_TOOL_BYTES,
     ) -> None:
-        serving.require_bounds(relist_interval=relist_interval, max_listing_pages=max_listing_pages)
-        if not isinstance(max_listing_pages, int):
-            raise ValueError(f"max_listing_pages must be a whole number, not {max_listing_pages!r}")
+        whole = {
+            "max_listing_pages": max_listing_pages,
+            "max_result_bytes": max_result_bytes,
+            "max_tools": max_tools,
+            "max_tool_bytes": max_tool_bytes,
+        }
+        serving.require_bounds(relist_interval=relist_interval, call_timeout=call_timeout, **whole)
+        _whole(**whole)
         self.names = names
         self.relist_interval = relist_interval
         self.max_listing_pages = max_listing_pages
+        self.call_timeout = call_timeout
+        self.max_result_bytes = max_result_bytes
+        self.max_tools = max_tools
+        self.max_tool_bytes = max_tool_bytes
+        self.timeout = Timeout(ms=max(1, round(call_timeout * 1000)))
         self._listed: set[str] = set()
         self._resolved: dict[str, str] = {}
         self._incomplete = False
@@ -146,19 +263,92 @@ class Catalog:
         """Was the server's list read (or an attempt made) within the last ``relist_interval`` seconds?"""
         return self._read_at is not None and time.monotonic() - self._read_at < self.relist_interval
 
+    async def listing(self, asked: Awaitable[Wire]) -> Wire:
+        """The server's ``tools/list`` page, awaited at most ``call_timeout`` seconds (:class:`Beyond`, code
+        ``REQUEST_TIMEOUT``, past them: the request is cancelled) and refused when it is larger than
+        ``max_result_bytes``."""
+        try:
+            with anyio.fail_after(self.call_timeout):
+                page = await asked
+        except TimeoutError:
+            raise Beyond(
+                f"no answer to this tools/list within {self.call_timeout:g} s (call_timeout)", REQUEST_TIMEOUT
+            ) from None
+        self.admit(page, "tools/list", whole=False)
+        return page
+
+    def admit(self, answer: Any, method: str, *, whole: bool = True) -> None:
+        """:class:`Beyond` unless ``answer`` is at most ``max_result_bytes`` of UTF-8 JSON and, when it is handed
+        on ``whole`` (not a listing, whose offered entries are checked each), valid Unicode."""
+        size, unicode = _measure(answer)
+        if whole and not unicode:
+            raise Beyond(
+                f"its answer to this {method} holds text that is not valid Unicode (a lone surrogate, which a JSON "
+                "escape can carry), which no MCP message can pass on"
+            )
+        if size > self.max_result_bytes:
+            raise Beyond(
+                f"its answer to this {method} is {size:,} bytes of JSON, more than max_result_bytes "
+                f"({self.max_result_bytes:,}) lets through"
+            )
+
+    def _count(self, tools: int) -> None:
+        if tools > self.max_tools:
+            raise Beyond(f"its tool list holds more than max_tools ({self.max_tools:,}) tools")
+
+    def offer(self, guard: Guard, page: Wire, *, first: bool) -> list[Wire]:
+        """The entries of a ``tools/list`` page the host asked for that it may see, once their tools are learnt:
+        those that stand for a capability of ``guard``'s spec (:meth:`offered`), each text written for the model
+        made visible (:func:`_shown`). :class:`Beyond` when the listing holds more than ``max_tools`` tools (this
+        page with the earlier ones, unless it is the ``first``), or an offered entry is larger than
+        ``max_tool_bytes`` or not valid Unicode: refused whole, never handed on in part."""
+        names = _names(page)
+        self._count(len(names) + (0 if first else len(self._listed)))
+        self.learn(names, complete=first and page.get("nextCursor") is None)
+        offered: list[Wire] = []
+        for tool in _listed(page):
+            if not self.offered(guard, str(tool.get("name"))):
+                continue
+            capability = self._capability(str(tool.get("name")))
+            try:
+                shown: Wire = _shown(tool)
+            except RecursionError:  # a server's own schema, in process: the SDK's parser stops far sooner
+                raise Beyond(
+                    f"the entry of its tool for capability {capability!r} is nested too deep"
+                ) from None
+            size, unicode = _measure(shown)
+            if not unicode:
+                raise Beyond(
+                    f"the entry of its tool for capability {capability!r} holds text that is not valid Unicode "
+                    "(a lone surrogate), which no MCP message can pass on"
+                )
+            if size > self.max_tool_bytes:
+                raise Beyond(
+                    f"the entry of its tool for capability {capability!r} is {size:,} bytes of JSON, more than "
+                    f"max_tool_bytes ({self.max_tool_bytes:,}) lets through"
+                )
+            offered.append(shown)
+        return offered
+
     async def relist(self, list_page: List) -> None:
-        """List every page of the server's tools (at most ``max_listing_pages``) and learn them. The attempt
-        counts as a reading even when a page fails: a server that answers ``tools/list`` with an error is not
-        asked again for every call."""
+        """List every page of the server's tools (at most ``max_listing_pages``, within ``call_timeout`` seconds
+        in all, each page within ``max_result_bytes`` and all of them within ``max_tools``) and learn them. The
+        attempt counts as a reading even when a page fails: a server that answers ``tools/list`` with an error
+        (or not at all) is not asked again for every call."""
         self._read_at = time.monotonic()
         tools: list[str] = []
         cursor: str | None = None
-        for _ in range(self.max_listing_pages):
-            page, cursor = await list_page(cursor)
-            tools.extend(page)
-            if cursor is None:
-                self.learn(tools, complete=True)
-                return
+        with anyio.fail_after(self.call_timeout):
+            for _ in range(self.max_listing_pages):
+                page = await list_page(cursor)
+                self.admit(page, "tools/list", whole=False)
+                tools.extend(_names(page))
+                self._count(len(tools))
+                following = page.get("nextCursor")
+                cursor = following if isinstance(following, str) else None
+                if cursor is None:
+                    self.learn(tools, complete=True)
+                    return
         self.learn(tools, complete=False)
         self._incomplete = True
 
@@ -181,6 +371,13 @@ class Catalog:
                 if tool not in self._listed and not self._fresh():  # not read while this call waited
                     try:
                         await self.relist(list_page)
+                    except Beyond as exc:  # agentguard's own words
+                        self._unread = f"the server's tool list could not be read ({exc.message})"
+                    except TimeoutError:
+                        self._unread = (
+                            f"the server's tool list could not be read (no answer within {self.call_timeout:g} s, "
+                            "call_timeout)"
+                        )
                     except Exception as exc:  # the call is refused, and recorded, as one it cannot place
                         self._unread = f"the server's tool list could not be read ({type(exc).__name__})"
         return self._capability(tool)
@@ -271,17 +468,32 @@ def delivered(output: Any, received: Wire, derived: Any) -> Wire:
     return {**_envelope(received), "content": content, "isError": False}
 
 
+def _error_result(text: str, *, modern: bool) -> Wire:
+    result: Wire = {"content": [_text(text)], "isError": True}
+    if modern:
+        result["resultType"] = "complete"
+    return result
+
+
 def denial_result(exc: PolicyViolation, *, modern: bool, why: str | None = None) -> Wire:
     """What the model reads instead of the tool's result: an ``isError`` result naming the rule (and ``why``
     the call stood for no capability, when that was the reason)."""
     after = (
         "The tool ran, but its result was withheld." if exc.phase is Phase.OUTPUT else "The tool was not run."
     )
-    text = f"agentguard denied this tool call: {exc}. {why + '. ' if why else ''}{after}"
-    result: Wire = {"content": [_text(text)], "isError": True}
-    if modern:
-        result["resultType"] = "complete"
-    return result
+    return _error_result(
+        f"agentguard denied this tool call: {exc}. {why + '. ' if why else ''}{after}", modern=modern
+    )
+
+
+def timeout_result(exc: ToolTimeout, *, modern: bool) -> Wire:
+    """What the model reads when the server did not answer within ``call_timeout``: an ``isError`` result, as
+    for a denial it can recover from (it may try again, or do without)."""
+    return _error_result(
+        f"agentguard denied this tool call: {exc} (call_timeout). The request to the server was cancelled; "
+        "the tool may have run in part.",
+        modern=modern,
+    )
 
 
 NOT_A_RESULT = (
@@ -291,28 +503,6 @@ NOT_A_RESULT = (
 )
 """Why an answer that is not yet the tool's result is refused. It quotes nothing of the answer: the server
 wrote all of it."""
-
-
-NOT_UNICODE = (
-    "agentguard withheld the server's answer to this tools/call: it holds text that is not valid Unicode (a "
-    "lone surrogate, which a JSON escape can carry), which no MCP message can pass on"
-)
-
-
-def _not_unicode(value: Any) -> bool:
-    """Does ``value`` hold a string that is not valid Unicode: a lone surrogate, which JSON's ``\\ud800``
-    escape carries? No UTF-8 message can hold it, so the SDK's transports fail to write a message with one:
-    the request it belongs to is never sent or never answered, and the host waits for ever. So such a call is
-    refused before it is run, and such an answer withheld."""
-    try:  # a host's own objects (a datetime) are the core's to convert: only their strings matter here
-        text = json.dumps(value, ensure_ascii=False, default=str)
-    except (ValueError, RecursionError):  # a value that holds itself, or too deep: the core refuses it
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 class ToolFailed(Exception):
@@ -339,6 +529,30 @@ async def report_message(guard: Guard, message: Wire) -> None:
             "modify the tool call instead",
             phase=Phase.INPUT if "method" in message else Phase.OUTPUT,
         )
+
+
+async def guarded_listing(
+    guard: Guard, catalog: Catalog, request: Wire, fetch: Callable[[], Awaitable[Wire]], *, first: bool
+) -> Wire:
+    """Run one ``tools/list`` the host asked for (``request``, the JSON-RPC message; ``fetch()`` asks the server
+    for the page, the ``first`` or one after it); returns the result the host may see: the page with only the
+    tools :meth:`Catalog.offer` offers.
+
+    The request and the server's answer are recorded as AOS ``protocols/MCP`` steps. An answer beyond the
+    catalog's bounds (no answer within ``call_timeout``, more than ``max_result_bytes``, a listing of more than
+    ``max_tools``, an offered entry over ``max_tool_bytes``) is refused with :class:`Beyond`, recorded as the
+    error the host gets in place of the server's answer, which is not kept.
+    """
+    await report_message(guard, request)
+    try:
+        result = await catalog.listing(fetch())
+        offered = catalog.offer(guard, result, first=first)
+    except Beyond as refused:
+        error = {"code": refused.code, "message": refused.message}
+        await report_message(guard, {"jsonrpc": "2.0", "id": request["id"], "error": error})
+        raise
+    await report_message(guard, {"jsonrpc": "2.0", "id": request["id"], "result": result})
+    return {**result, "tools": offered}
 
 
 async def guarded_call(
@@ -368,8 +582,10 @@ async def guarded_call(
     capability = await catalog.place(tool, list_page)
     why = None if capability is not None else catalog.refusal(tool)
     received: list[tuple[Wire, Any]] = []
+    running: list[asyncio.Task[Any] | None] = []  # the task the call to the server runs in
 
     async def run(**inputs: Any) -> Any:
+        running.append(asyncio.current_task())
         # No capability: the pipeline denies before this; nothing is sent whatever it does.
         if why is not None:
             raise RuntimeError(f"agentguard refused MCP tool {tool!r}: {why}")
@@ -382,15 +598,16 @@ async def guarded_call(
                 "params": {"name": tool, "arguments": inputs},
             },
         )
+        # An answer beyond max_result_bytes, or not valid Unicode, is refused before it is recorded: as a call
+        # that failed (Beyond), its text agentguard's.
         try:
             result = await send(inputs)
         except MCPError as exc:  # a JSON-RPC error: recorded as received, handed on as far as it is checked
-            if _not_unicode(exc.message):
-                raise MCPError(INTERNAL_ERROR, NOT_UNICODE) from None
-            await report_message(guard, {"jsonrpc": "2.0", "id": message_id, "error": wire(exc.error)})
+            error = wire(exc.error)
+            catalog.admit(error, "tools/call")  # its data too: no check reads it, but the record keeps it
+            await report_message(guard, {"jsonrpc": "2.0", "id": message_id, "error": error})
             raise MCPError(exc.code, exc.message) from None  # the checks read its message, not its data
-        if _not_unicode(result):
-            raise MCPError(INTERNAL_ERROR, NOT_UNICODE)
+        catalog.admit(result, "tools/call")
         await report_message(guard, {"jsonrpc": "2.0", "id": message_id, "result": result})
         if result.get("resultType", "complete") != "complete":
             # Checked as the (empty) text found in it, a question or a handle passed as the tool's output, and
@@ -403,12 +620,23 @@ async def guarded_call(
 
     try:
         # A tool that stands for no capability goes under a name no capability can have (a spec name holds no
-        # ":"), so it is denied and recorded as any call outside the spec is, and answered with ``why``.
-        output = await guard.acall(capability or f"mcp:{tool}", arguments, run)
+        # ":"), so it is denied and recorded as any call outside the spec is, and answered with ``why``. The
+        # call runs under an OS Protocol Timeout of call_timeout: past it the pipeline records a denial (rule
+        # ``run``) and cancels the task ``run`` runs in, and the SDK tells the server (notifications/cancelled).
+        output = await guard.acall(capability or f"mcp:{tool}", arguments, run, timeout=catalog.timeout)
     except ToolFailed as failed:  # its text passed the output checks
         return {**_envelope(failed.result), "content": [_text(str(failed))], "isError": True}
+    except ToolTimeout as exc:
+        return timeout_result(exc, modern=modern)
     except PolicyViolation as exc:
         if not exc.recoverable:
             raise
         return denial_result(exc, modern=modern, why=why)
+    finally:
+        # Under a timeout ``run`` runs in a task of its own, which a cancelled caller (the client cancelled the
+        # request, its session ended) does not cancel: its call to the server is cancelled here, as it was when
+        # it ran in the caller's task. A task that is done is left as it is.
+        for task in running:
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
     return delivered(output, *received[-1])

@@ -9,12 +9,17 @@ from typing import Any
 
 from agentguard import Guard
 from agentguard_mcp._calls import (
+    CALL_TIMEOUT,
     MAX_LISTING_PAGES,
+    MAX_RESULT_BYTES,
+    MAX_TOOL_BYTES,
+    MAX_TOOLS,
     RELIST_INTERVAL,
     Catalog,
     Names,
+    Wire,
     guarded_call,
-    report_message,
+    guarded_listing,
     wire,
 )
 from agentguard_mcp._host import (
@@ -63,6 +68,11 @@ class GuardedClient:
     within ``relist_interval`` seconds (:class:`Catalog`). A denial the model can recover from comes back as a
     ``CallToolResult`` with ``is_error=True`` naming the rule; a loop stop or failed guardrail raises
     agentguard's typed error. Each request and response is recorded as an AOS ``protocols/MCP`` step.
+
+    The server is not trusted to answer, nor to answer within reason: a call it does not answer within
+    ``call_timeout`` seconds is a recorded denial (an ``is_error`` result) and its request is cancelled; an
+    answer larger than ``max_result_bytes``, a listing of more than ``max_tools`` tools, or an offered tool
+    whose entry is larger than ``max_tool_bytes`` is refused with an ``MCPError`` (see :class:`Catalog`).
     """
 
     def __init__(
@@ -74,6 +84,10 @@ class GuardedClient:
         names: Mapping[str, str] | None = None,
         relist_interval: float = RELIST_INTERVAL,
         max_listing_pages: int = MAX_LISTING_PAGES,
+        call_timeout: float = CALL_TIMEOUT,
+        max_result_bytes: int = MAX_RESULT_BYTES,
+        max_tools: int = MAX_TOOLS,
+        max_tool_bytes: int = MAX_TOOL_BYTES,
     ) -> None:
         self._client = client
         self.guard = guard
@@ -81,26 +95,30 @@ class GuardedClient:
             Names(prefix, dict(names or {})),
             relist_interval=relist_interval,
             max_listing_pages=max_listing_pages,
+            call_timeout=call_timeout,
+            max_result_bytes=max_result_bytes,
+            max_tools=max_tools,
+            max_tool_bytes=max_tool_bytes,
         )
 
     async def list_tools(self, **kwargs: Any) -> ListToolsResult:
-        """The server's tools, less those that stand for no capability of the spec."""
-        message_id = f"agentguard-{next(_ids)}"
-        await report_message(self.guard, {"jsonrpc": "2.0", "id": message_id, "method": "tools/list"})
-        listed = await self._client.list_tools(**kwargs)
-        await report_message(self.guard, {"jsonrpc": "2.0", "id": message_id, "result": wire(listed)})
-        first = kwargs.get("cursor") is None and getattr(kwargs.get("params"), "cursor", None) is None
-        self.catalog.learn((t.name for t in listed.tools), complete=first and listed.next_cursor is None)
-        offered = [tool for tool in listed.tools if self.catalog.offered(self.guard, tool.name)]
-        return listed.model_copy(update={"tools": offered})
+        """The server's tools, less those that stand for no capability of the spec, each text written for the
+        model made visible (a control or bidi character shown as its escape)."""
 
-    async def _page(self, cursor: str | None) -> tuple[list[str], str | None]:
+        async def fetch() -> Wire:
+            return wire(await self._client.list_tools(**kwargs))
+
+        request = {"jsonrpc": "2.0", "id": f"agentguard-{next(_ids)}", "method": "tools/list"}
+        first = kwargs.get("cursor") is None and getattr(kwargs.get("params"), "cursor", None) is None
+        return ListToolsResult.model_validate(
+            await guarded_listing(self.guard, self.catalog, request, fetch, first=first)
+        )
+
+    async def _page(self, cursor: str | None) -> Wire:
         """One page of the server's tool list, read fresh (not from the client's cache) for the catalog."""
         if isinstance(self._client, ClientSession):
-            listed = await self._client.list_tools(params=PaginatedRequestParams(cursor=cursor))
-        else:
-            listed = await self._client.list_tools(cursor=cursor, cache_mode="refresh")
-        return [t.name for t in listed.tools], listed.next_cursor
+            return wire(await self._client.list_tools(params=PaginatedRequestParams(cursor=cursor)))
+        return wire(await self._client.list_tools(cursor=cursor, cache_mode="refresh"))
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any] | None = None, **kwargs: Any

@@ -17,6 +17,7 @@ try:
     from mcp_types import (
         INTERNAL_ERROR,
         INVALID_PARAMS,
+        REQUEST_TIMEOUT,
         CallToolResult,
         ListToolsResult,
         PaginatedRequestParams,
@@ -29,6 +30,7 @@ __all__ = [
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "MODERN_PROTOCOL_VERSIONS",
+    "REQUEST_TIMEOUT",
     "CallNext",
     "CallToolResult",
     "Client",

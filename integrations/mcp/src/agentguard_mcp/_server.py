@@ -16,13 +16,17 @@ from typing import Any
 
 from agentguard import Approval, Engagement, Guard, PolicyViolation, Reviewer, ReviewRequest, User
 from agentguard_mcp._calls import (
+    CALL_TIMEOUT,
     MAX_LISTING_PAGES,
+    MAX_RESULT_BYTES,
+    MAX_TOOL_BYTES,
+    MAX_TOOLS,
     RELIST_INTERVAL,
     Catalog,
     Names,
     Wire,
     guarded_call,
-    report_message,
+    guarded_listing,
 )
 from agentguard_mcp._host import (
     MODERN_PROTOCOL_VERSIONS,
@@ -151,7 +155,10 @@ class GuardMiddleware:
     approve its own calls); turn it on when the client's user is the reviewer the spec means. Without it, an
     engagement does not start while a reviewer is missing (:meth:`agentguard.Guard.missing_configuration`).
     A call to a tool the server's list does not hold makes the guard read the list again (at most
-    ``max_listing_pages`` pages), at most once every ``relist_interval`` seconds (:class:`Catalog`).
+    ``max_listing_pages`` pages), at most once every ``relist_interval`` seconds (:class:`Catalog`). What the
+    handlers below answer is bounded as a remote server's is (``call_timeout``, ``max_result_bytes``,
+    ``max_tools``, ``max_tool_bytes``; see :class:`Catalog`): behind the proxy they are the upstream server's
+    answers.
     """
 
     def __init__(
@@ -167,12 +174,20 @@ class GuardMiddleware:
         idle_timeout: float | None = None,
         relist_interval: float = RELIST_INTERVAL,
         max_listing_pages: int = MAX_LISTING_PAGES,
+        call_timeout: float = CALL_TIMEOUT,
+        max_result_bytes: int = MAX_RESULT_BYTES,
+        max_tools: int = MAX_TOOLS,
+        max_tool_bytes: int = MAX_TOOL_BYTES,
     ) -> None:
         self.guard = guard
         self.catalog = Catalog(
             Names(prefix, dict(names or {})),
             relist_interval=relist_interval,
             max_listing_pages=max_listing_pages,
+            call_timeout=call_timeout,
+            max_result_bytes=max_result_bytes,
+            max_tools=max_tools,
+            max_tool_bytes=max_tool_bytes,
         )
         self._user = user
         self._key = engagement_key or default_engagement_key
@@ -255,32 +270,25 @@ class GuardMiddleware:
             _request.reset(token)
 
     async def _list(self, ctx: Request, params: Wire, call_next: CallNext) -> HandlerResult:
+        async def fetch() -> Wire:
+            return _as_wire(await call_next(ctx))
+
         request = {"jsonrpc": "2.0", "id": ctx.request_id, "method": "tools/list", "params": params}
-        await report_message(self.guard, request)
-        result = _as_wire(await call_next(ctx))
-        await report_message(self.guard, {"jsonrpc": "2.0", "id": ctx.request_id, "result": result})
-        listed = [t for t in result.get("tools", []) if isinstance(t, Mapping)]
-        complete = params.get("cursor") is None and result.get("nextCursor") is None
-        self.catalog.learn((str(t.get("name")) for t in listed), complete=complete)
-        return {
-            **result,
-            "tools": [t for t in listed if self.catalog.offered(self.guard, str(t.get("name")))],
-        }
+        return await guarded_listing(
+            self.guard, self.catalog, request, fetch, first=params.get("cursor") is None
+        )
 
     async def _call(self, ctx: Request, params: Wire, call_next: CallNext) -> HandlerResult:
         async def send(inputs: dict[str, Any]) -> Wire:
             return _as_wire(await call_next(dataclasses.replace(ctx, params={**params, "arguments": inputs})))
 
-        async def list_page(cursor: str | None) -> tuple[list[str], str | None]:
+        async def list_page(cursor: str | None) -> Wire:
             """A page of the server's own tool list, from the handler chain below (not reported: the guard's
             own look-up, not a step of the agent's)."""
             page = {key: params[key] for key in ("_meta",) if key in params}  # the protocol's, on 2026-07-28
             if cursor is not None:
                 page["cursor"] = cursor
-            listed = _as_wire(await call_next(dataclasses.replace(ctx, method="tools/list", params=page)))
-            names = [str(t.get("name")) for t in listed.get("tools", []) if isinstance(t, Mapping)]
-            following = listed.get("nextCursor")
-            return names, following if isinstance(following, str) else None
+            return _as_wire(await call_next(dataclasses.replace(ctx, method="tools/list", params=page)))
 
         tool = str(params.get("name", ""))
         arguments = params.get("arguments") or {}

@@ -15,6 +15,9 @@ Over HTTP each MCP session is an engagement of its own (a client without a sessi
 ``--shared-engagement``), and the proxy listens as agentguard's other servers do (:mod:`agentguard.serving`):
 beyond loopback only with a bearer token (``--token-env``) or ``--insecure-open``, and within the same limits
 (a deadline for each request head and for each body, a cap on open connections, the largest head and body).
+The upstream server is bounded too: an answer within ``--call-timeout`` seconds (a call past it is a recorded
+denial, its request cancelled), of at most ``--max-result-bytes``, a listing of at most ``--max-tools`` tools,
+each offered tool's entry at most ``--max-tool-bytes``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,14 @@ import anyio
 from anyio.abc import TaskGroup
 
 from agentguard import Guard, serving
-from agentguard_mcp._calls import MAX_LISTING_PAGES, RELIST_INTERVAL
+from agentguard_mcp._calls import (
+    CALL_TIMEOUT,
+    MAX_LISTING_PAGES,
+    MAX_RESULT_BYTES,
+    MAX_TOOL_BYTES,
+    MAX_TOOLS,
+    RELIST_INTERVAL,
+)
 from agentguard_mcp._host import (
     INTERNAL_ERROR,
     CallToolResult,
@@ -336,6 +346,36 @@ def _parser() -> argparse.ArgumentParser:
         help=f"the most tools/list pages read in one listing (default {MAX_LISTING_PAGES}); a tool beyond "
         "them is refused",
     )
+    parser.add_argument(
+        "--call-timeout",
+        type=float,
+        default=CALL_TIMEOUT,
+        metavar="SECONDS",
+        help="how long the upstream has to answer one tools/call, or one tools/list (default "
+        f"{CALL_TIMEOUT:g}); a call past it is denied, recorded, and its request cancelled",
+    )
+    parser.add_argument(
+        "--max-result-bytes",
+        type=int,
+        default=MAX_RESULT_BYTES,
+        metavar="N",
+        help=f"the largest upstream answer taken, as JSON (default {MAX_RESULT_BYTES}); a larger one is refused",
+    )
+    parser.add_argument(
+        "--max-tools",
+        type=int,
+        default=MAX_TOOLS,
+        metavar="N",
+        help=f"the most tools taken from one upstream listing (default {MAX_TOOLS}); a longer one is refused",
+    )
+    parser.add_argument(
+        "--max-tool-bytes",
+        type=int,
+        default=MAX_TOOL_BYTES,
+        metavar="N",
+        help=f"the largest entry of one offered tool (description, schemas), as JSON (default {MAX_TOOL_BYTES}); "
+        "a listing with a larger one is refused",
+    )
     parser.add_argument("--guardian", metavar="URL", help="an AOS guardian asked about every step")
     parser.add_argument(
         "--elicit-reviews",
@@ -361,10 +401,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = "--name takes TOOL=CAPABILITY"
     if args.max_upstreams < 1:
         problem = "--max-upstreams must be at least 1"
+    bounds = {
+        "relist_interval": args.relist_interval,
+        "max_listing_pages": args.max_listing_pages,
+        "call_timeout": args.call_timeout,
+        "max_result_bytes": args.max_result_bytes,
+        "max_tools": args.max_tools,
+        "max_tool_bytes": args.max_tool_bytes,
+    }
     try:
-        serving.require_bounds(
-            **{"--relist-interval": args.relist_interval, "--max-listing-pages": args.max_listing_pages}
-        )
+        serving.require_bounds(**{"--" + name.replace("_", "-"): value for name, value in bounds.items()})
     except ValueError as exc:
         problem = str(exc)
     if problem is not None:
@@ -383,8 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "elicit_reviews": args.elicit_reviews,
         "upstream_per_session": not args.shared_upstream,
         "max_upstreams": args.max_upstreams,
-        "relist_interval": args.relist_interval,
-        "max_listing_pages": args.max_listing_pages,
+        **bounds,
     }
     if args.shared_engagement:
         proxy_options["engagement_key"] = lambda ctx, user: "shared"
