@@ -68,6 +68,33 @@ async def test_retain_memory_false_pops_only_the_blocks_own_items(build_agent: B
     assert await sdk_session.get_items() == earlier
 
 
+async def test_retain_memory_false_clears_only_the_blocks_own_items(build_agent: BuildAgent) -> None:
+    """``clear_session`` of a block that shows nothing emptied the real session, earlier runs included."""
+    h = build_agent([answer("Hi.")], retain=False)
+    sdk_session = SQLiteSession("conv-clear")
+    async with h.guarded.session(sdk_session) as session:
+        await Runner.run(h.agent, "My name is Ann", session=session)
+    earlier = await sdk_session.get_items()
+    async with h.guarded.session(sdk_session) as session:
+        await session.add_items([{"role": "user", "content": "Mine"}])
+        await session.clear_session()
+        assert await session.get_items() == []
+    assert await sdk_session.get_items() == earlier
+
+
+async def test_retain_memory_false_pops_no_other_blocks_item(build_agent: BuildAgent) -> None:
+    """Two blocks over one SDK session (two requests of one conversation at once): A's pop took B's item."""
+    h = build_agent([answer("Hi.")], retain=False)
+    sdk_session = SQLiteSession("conv-two")
+    a, b = h.guarded.session(sdk_session), h.guarded.session(sdk_session)
+    async with a, b:
+        await a.add_items([{"role": "user", "content": "A's"}])
+        await b.add_items([{"role": "user", "content": "B's"}])
+        assert await a.pop_item() == {"role": "user", "content": "A's"}
+        assert await b.pop_item() == {"role": "user", "content": "B's"}
+    assert await sdk_session.get_items() == [{"role": "user", "content": "A's"}]  # under B's: left in place
+
+
 async def test_concurrent_sessions_keep_separate_engagements(shop_guard: Any) -> None:
     guard: Guard = shop_guard()
     guarded = AgentGuard(guard)

@@ -31,8 +31,11 @@ from agents.items import TResponseStreamEvent
 from agents.testing import assistant_message, function_call
 from openai.types.responses import (
     Response,
+    ResponseAudioTranscriptDeltaEvent,
     ResponseCompletedEvent,
     ResponseCreatedEvent,
+    ResponseErrorEvent,
+    ResponseFunctionCallArgumentsDeltaEvent,
     ResponseIncompleteEvent,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
@@ -41,6 +44,7 @@ from openai.types.responses import (
     ResponseTextDeltaEvent,
 )
 from openai.types.responses.response_reasoning_item import Summary
+from openai.types.responses.response_text_delta_event import Logprob
 from pydantic import BaseModel
 
 from agentguard import Guard, GuardianDenied, GuardrailViolation, User
@@ -303,7 +307,25 @@ def _text_delta(text: str, index: int, item_id: str) -> ResponseTextDeltaEvent:
 
 
 _LOOKUP = function_call("lookup_order", {"order_id": "A-1"}, call_id="call-odd")
-_STUPID = assistant_message("You are stupid.", item_id="msg-odd")
+_STUPID_TEXT = "You are stupid."
+_STUPID = assistant_message(_STUPID_TEXT, item_id="msg-odd")
+_SAID = assistant_message("Let me look.", item_id="msg-odd")
+
+
+def _no_index(kind: Any, type_: str, **fields: Any) -> Any:
+    """An event of ``kind`` without its ``output_index``, as the openai client builds one from a stream's JSON
+    (unvalidated) when the provider left the field out."""
+    return kind.model_construct(type=type_, item_id="msg-odd", sequence_number=0, **fields)
+
+
+def _arguments_delta(index: int, item_id: str) -> ResponseFunctionCallArgumentsDeltaEvent:
+    return ResponseFunctionCallArgumentsDeltaEvent(
+        type="response.function_call_arguments.delta",
+        item_id=item_id,
+        output_index=index,
+        delta=_STUPID_TEXT,
+        sequence_number=0,
+    )
 
 
 @pytest.mark.parametrize(
@@ -364,6 +386,74 @@ _STUPID = assistant_message("You are stupid.", item_id="msg-odd")
                 ),
             ),
             id="a-reasoning-summary-other-than-the-checked-one",
+        ),
+        pytest.param(
+            _malformed(
+                [_LOOKUP],
+                _no_index(
+                    ResponseTextDeltaEvent,
+                    "response.output_text.delta",
+                    delta=_STUPID_TEXT,
+                    content_index=0,
+                    logprobs=[],
+                ),
+            ),
+            id="a-text-delta-of-no-item",
+        ),
+        pytest.param(
+            _malformed(
+                [_SAID, _LOOKUP],
+                ResponseOutputItemAddedEvent(
+                    type="response.output_item.added", item=_STUPID, output_index=0, sequence_number=0
+                ),
+            ),
+            id="an-item-added-with-its-id-and-other-text",
+        ),
+        pytest.param(
+            _malformed([_SAID, _LOOKUP], _arguments_delta(0, "msg-odd")),
+            id="argument-deltas-at-a-message",
+        ),
+        pytest.param(
+            _malformed([_LOOKUP], _arguments_delta(0, "call-odd")), id="argument-deltas-other-than-the-calls"
+        ),
+        pytest.param(
+            _malformed(
+                [_SAID, _LOOKUP],
+                ResponseTextDeltaEvent(
+                    type="response.output_text.delta",
+                    item_id="msg-odd",
+                    output_index=0,
+                    content_index=0,
+                    delta="Let me look.",
+                    sequence_number=0,
+                    logprobs=[Logprob(token=_STUPID_TEXT, logprob=0.0, top_logprobs=[])],
+                ),
+            ),
+            id="token-alternatives-beside-the-checked-text",
+        ),
+        pytest.param(
+            _malformed(
+                [_LOOKUP],
+                ResponseAudioTranscriptDeltaEvent(
+                    type="response.audio.transcript.delta", delta=_STUPID_TEXT, sequence_number=0
+                ),
+            ),
+            id="an-audio-transcript",
+        ),
+        pytest.param(
+            _malformed(
+                [_LOOKUP], _no_index(ResponseOutputItemDoneEvent, "response.output_item.done", item=_STUPID)
+            ),
+            id="an-item-done-of-no-index",
+        ),
+        pytest.param(
+            _malformed(
+                [_LOOKUP],
+                ResponseErrorEvent(
+                    type="error", message=_STUPID_TEXT, code=None, param=None, sequence_number=0
+                ),
+            ),
+            id="an-error-event-beside-the-completed-response",
         ),
     ],
 )

@@ -77,17 +77,36 @@ class GuardedSession:
 
     async def pop_item(self) -> TResponseInputItem | None:
         mine = self._added.pop() if self._added else None
-        # Without memory, earlier runs' items are hidden from the block, and not its to remove.
-        if self.session is None or (mine is None and not self._keep):
+        if self.session is None:
             return mine
-        return await self.session.pop_item()
+        if self._keep:
+            return await self.session.pop_item()
+        # Without memory the block removes only its own items: earlier runs' are hidden from it, and another
+        # block of the same session may have added one since.
+        if mine is not None:
+            await _pop_own(self.session, [mine])
+        return mine
 
     async def clear_session(self) -> None:
-        self._added.clear()
-        if self.session is not None:
+        added, self._added = self._added, []
+        if self.session is None:
+            return
+        if self._keep:
             await self.session.clear_session()
+        else:
+            await _pop_own(self.session, added)
 
     def __getattr__(self, name: str) -> Any:  # compaction and other session extras reach the real session
         if self.session is None:
             raise AttributeError(name)
         return getattr(self.session, name)
+
+
+async def _pop_own(session: Session, items: list[TResponseInputItem]) -> None:
+    """Pop ``items`` (a block's own, oldest first) from the end of ``session``, newest first, for as long as its
+    last item is the block's next one: an item another writer added since stays, and so do the block's items
+    before it."""
+    for item in reversed(items):
+        if await session.get_items(1) != [item]:
+            return
+        await session.pop_item()

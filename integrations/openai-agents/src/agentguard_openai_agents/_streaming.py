@@ -49,6 +49,7 @@ from agentguard_openai_agents._host import (
     ResponseCompletedEvent,
     ResponseContentPartAddedEvent,
     ResponseContentPartDoneEvent,
+    ResponseFunctionToolCall,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
     ResponseOutputMessage,
@@ -204,10 +205,14 @@ class CheckedModel(Model):
         held = [e for event in held if (e := _of_the_output(event, items, completed)) is not None]
         for index, item in items.items():
             if index not in replaced and isinstance(item, Shown) and not _streamed(held, index, item):
-                replaced[index] = (
-                    item,
-                    item,
-                )  # its events carry other text than was checked: this goes instead
+                replaced[index] = (item, item)  # its events carry other text than was checked: this instead
+            elif isinstance(item, ResponseFunctionToolCall) and not _arguments_streamed(held, index, item):
+                # Other arguments than the call's: its output_item.done carries the call as checked.
+                held = [
+                    e
+                    for e in held
+                    if getattr(e, "output_index", None) != index or not e.type.startswith(_ARGUMENT_EVENTS)
+                ]
         return _with_replaced(held, replaced, output) if replaced else held
 
     async def _check(
@@ -278,16 +283,34 @@ _TEXT_EVENTS = ("response.output_text.", "response.refusal.", "response.content_
 """Event types that carry an item's text, which the checks read only of messages and reasoning items."""
 
 
+_RESPONSE_EVENTS = frozenset(
+    {"response.created", "response.in_progress", "response.queued", "response.completed"}
+)
+"""The events of the response itself (no output index) that the caller is handed; any other event without an
+output index (an error event beside a completed response, an audio transcript) carries what no check read."""
+
+_PLACE = frozenset({"type", "item_id", "output_index", "content_index", "summary_index", "sequence_number"})
+"""The fields of a stream event that say where it belongs, not what the model wrote."""
+
+_ARGUMENT_EVENTS = ("response.function_call_arguments.",)
+
+
 def _of_the_output(
     event: TResponseStreamEvent, items: dict[int, TResponseOutputItem], completed: ResponseCompletedEvent
 ) -> TResponseStreamEvent | None:
     """``event`` as the caller may see it of a checked response (``items``: its output, by output index), else
-    ``None``. The checks read the completed response's output; a malformed stream's other events would reach the
-    caller unchecked: those of an item the output lacks, or under another item's id, text events at a tool
-    call's index, an item event carrying another item than the output's, a response event other than the
-    completed one carrying output. Those are dropped, or carry the checked item (or no output) instead."""
+    ``None``: denied unless known. The checks read the completed response's output, so the caller is handed
+    the response's own events (its output, if any, only in the completed one), each item's ``output_item``
+    events carrying the item as checked, the text events of a message or reasoning item (their token
+    alternatives, ``logprobs``, left out: no check read them; that they add up to the checked text is
+    :func:`_streamed`'s), a function call's argument events (:func:`_arguments_streamed`), and any other
+    event of an item that carries nothing but where it belongs. Everything else a malformed or hostile stream
+    may send -- events of an item the output lacks or under another item's id, text at a tool call's index,
+    events of no item, payloads of kinds this does not know -- is dropped."""
     index = getattr(event, "output_index", None)
     if index is None:
+        if event.type not in _RESPONSE_EVENTS:
+            return None
         response = getattr(event, "response", None)
         if event is completed or not isinstance(response, Response) or not response.output:
             return event
@@ -295,13 +318,43 @@ def _of_the_output(
     item = items.get(index)
     if item is None or getattr(event, "item_id", None) not in (None, getattr(item, "id", None)):
         return None
-    if isinstance(event, ResponseOutputItemDoneEvent) and event.item != item:
-        return event.model_copy(update={"item": item})
-    if isinstance(event, ResponseOutputItemAddedEvent) and (
-        type(event.item) is not type(item) or getattr(event.item, "id", None) != getattr(item, "id", None)
-    ):
-        return event.model_copy(update={"item": _started(item) if isinstance(item, Shown) else item})
-    return event if isinstance(item, Shown) or not event.type.startswith(_TEXT_EVENTS) else None
+    if isinstance(event, ResponseOutputItemDoneEvent):
+        return event if event.item == item else event.model_copy(update={"item": item})
+    if isinstance(event, ResponseOutputItemAddedEvent):
+        started = _started(item) if isinstance(item, Shown) else item
+        return event if event.item == started else event.model_copy(update={"item": started})
+    if isinstance(item, Shown) and event.type.startswith(_TEXT_EVENTS):
+        return event.model_copy(update={"logprobs": []}) if getattr(event, "logprobs", None) else event
+    if isinstance(item, ResponseFunctionToolCall) and event.type.startswith(_ARGUMENT_EVENTS):
+        return event
+    return None if _carries(event) else event
+
+
+def _carries(event: TResponseStreamEvent) -> bool:
+    """Does ``event`` carry anything beyond where it belongs (a text, a list, an object)?"""
+    for name in type(event).model_fields:
+        if name not in _PLACE:
+            value = getattr(event, name, None)
+            if value is not None and not isinstance(value, bool | int | float):
+                return True
+    return False
+
+
+def _arguments_streamed(held: list[TResponseStreamEvent], index: int, call: ResponseFunctionToolCall) -> bool:
+    """Do ``held``'s argument events of the function call at ``index`` carry its arguments as checked: deltas
+    that add up to them, a done event with them?"""
+    pieces = ""
+    for event in held:
+        if getattr(event, "output_index", None) != index or not event.type.startswith(_ARGUMENT_EVENTS):
+            continue
+        if event.type.endswith(".delta"):
+            delta = getattr(event, "delta", None)
+            if not isinstance(delta, str):
+                return False
+            pieces += delta
+        elif getattr(event, "arguments", None) != call.arguments:
+            return False
+    return pieces in ("", call.arguments)
 
 
 _DELTAS = {
