@@ -450,17 +450,17 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
     def _end_run(self, state: Mapping[str, Any]) -> tuple[dict[str, Any] | None, Session | None]:
         """End the run's turn: the state update to make, and the session to close if the run had no thread.
 
-        The update is what the session knows of the thread's messages (:data:`INPUTS_KEY`), for a worker that
-        does not know it: another one of the thread (a shared store), this one after a restart or an eviction
-        (``max_engagements``). Written once a run, as it ends (and by a model call that checked new input,
-        with a shared store), so that the checkpoint holds one record per run rather than one per model call
-        (each a copy of the whole record). A worker that continues a run another one started checks that
-        run's produced messages again (fail closed).
+        The update is what the session knows of the thread's messages (:data:`INPUTS_KEY`), for a worker
+        that does not know it: this one after a restart, or an eviction (``max_engagements``), takes no
+        earlier answer for input either. With a shared store the model calls wrote it: what is left is a
+        tool's message that ended the run (``return_direct``), which no model call followed.
         """
         session = self._sessions.get(_engagement_id(state))
         if session is None or session.thread is None:
             return None, session
         session.engagement.end_turn()
+        if self._shared and not session.produced:
+            return None, None
         _learn_produced(session)
         return {INPUTS_KEY: _record(session)}, None
 
@@ -508,7 +508,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             result: ModelResult = handler(request)
         answers, structured = _answers(result), _structured(result)
         if not answers and structured is None:  # only tool calls: nothing reaches the user
-            return self._delivered(result, session, pending)
+            return self._delivered(result, session)
         # Text beside tool calls reaches the user too: it is guarded alike.
         guarded = [self._check_answer(eng, text) for _, text in answers]
         delivered = _with_answers(result, answers, guarded)
@@ -520,7 +520,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                 structured,
                 self._check_answer(eng, structured),
             )
-        return self._delivered(delivered, session, pending)
+        return self._delivered(delivered, session)
 
     async def awrap_model_call(
         self,
@@ -545,7 +545,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             result: ModelResult = await handler(request)
         answers, structured = _answers(result), _structured(result)
         if not answers and structured is None:
-            return self._delivered(result, session, pending)
+            return self._delivered(result, session)
         guarded = [await self._acheck_answer(eng, text) for _, text in answers]
         delivered = _with_answers(result, answers, guarded)
         if structured is not None:
@@ -556,16 +556,16 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                 structured,
                 await self._acheck_answer(eng, structured),
             )
-        return self._delivered(delivered, session, pending)
+        return self._delivered(delivered, session)
 
-    def _delivered(self, result: ModelResult, session: Session, pending: Sequence[object]) -> ModelResult:
+    def _delivered(self, result: ModelResult, session: Session) -> ModelResult:
         """``result``, its messages known to the session as the guarded run's own (:func:`_produced`); with a
-        shared store, when the call checked new input (``pending``), what the session knows also in the graph's
-        state (:data:`INPUTS_KEY`), written as the model's node ends: the other workers of the thread read it
-        there, and check as input any message whose kind or text is not the one known.
+        shared store, what the session knows also in the graph's state (:data:`INPUTS_KEY`), written as the
+        model's node ends: the other workers of the thread read it there, and check as input any message
+        whose kind or text is not the one known.
         """
         _produced(session, _ai_messages(result))
-        if not (self._shared and pending):
+        if not self._shared:
             return result
         command: Command[Any] = Command(update={INPUTS_KEY: _record(session)})
         if isinstance(result, AIMessage):
