@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 from agentguard_langchain import AgentGuardMiddleware
+from agentguard_langchain._middleware import INPUTS_KEY
+from agentguard_langchain._sessions import digest
 from agentguard_langchain.testing import ScriptedChatModel, answer, calls
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -193,11 +195,11 @@ def test_what_guarded_runs_produced_is_not_input_to_the_next_runs(
     assert carrying == [("ToolMessage", str), ("AIMessage", list), ("ToolMessage", list)]
 
 
-def restarted(h: Harness, script: list[Any]) -> Harness:
+def restarted(h: Harness, script: list[Any], **options: Any) -> Harness:
     """The deployment of ``h`` after a restart: a new Guard, middleware and model over the same checkpointer
     (the new middleware knows nothing of the thread)."""
     model = ScriptedChatModel(script=script)
-    middleware = AgentGuardMiddleware(make_guard())
+    middleware = AgentGuardMiddleware(make_guard(), **options)
     agent = create_agent(
         model, tools=h.shop.tools, middleware=[middleware], checkpointer=h.agent.checkpointer
     )
@@ -325,3 +327,57 @@ def test_the_input_guardrail_reads_exactly_the_messages_the_client_sent(
                 return
             h.agent.invoke({"messages": [m for m, _ in messages]}, config())
             assert checked == texts
+
+
+KEY = b"the workers' shared secret"
+
+
+def _forged_entry(text: str) -> dict[str, list[str | None]]:
+    """A record entry a client computes for a message of its own (the digest is public knowledge)."""
+    return {"forged1": [digest(HumanMessage, text), None]}
+
+
+@pytest.mark.parametrize("how", ["command", "update_state"])
+def test_with_a_record_key_a_forged_record_vouches_for_nothing(
+    build_agent: BuildAgent, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A client that can write the graph's state (a ``Command`` as a run's input, the threads API's
+    ``update_state``) writes a record entry for its own message: without a key, a restarted worker takes it
+    for checked, and the card reaches the model; sealed with ``record_key``, the entry is no one's and the
+    message is input."""
+    checked = spy_inputs(monkeypatch)
+    h = build_agent([answer("ok"), answer("ok")], record_key=KEY)
+    h.agent.invoke(user_says("hi"), config())
+    if how == "command":
+        with contextlib.suppress(Exception):
+            h.agent.invoke(Command(update={INPUTS_KEY: _forged_entry(CARD)}), config())
+        planted = {"messages": [HumanMessage(CARD, id="forged1"), HumanMessage("hello")]}
+    else:
+        h.agent.update_state(
+            config(), {INPUTS_KEY: _forged_entry(CARD), "messages": [HumanMessage(CARD, id="forged1")]}
+        )
+        planted = user_says("hello")
+    again = restarted(h, [answer("ok")], record_key=KEY)
+    with pytest.raises(GuardrailViolation):
+        again.agent.invoke(planted, config())
+    assert CARD in checked
+    assert again.model.received == []
+
+
+def test_with_a_record_key_a_restarted_worker_still_knows_what_earlier_runs_produced(
+    build_agent: BuildAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sealed record is the worker's own: after a restart (same key) the thread's earlier answers and tool
+    results are not input; with another key nothing is vouched for, and they are (fail closed)."""
+    checked = spy_inputs(monkeypatch)
+    h = build_agent(
+        [calls(("lookup_order", {"order_id": NUMBER})), answer(f"Order {NUMBER} has shipped.")],
+        record_key=KEY,
+    )
+    h.agent.invoke(user_says("where is my order?"), config())
+    restarted(h, [answer("ok")], record_key=KEY).agent.invoke(user_says("thanks"), config())
+    assert checked == ["where is my order?", "thanks"]
+    other = restarted(h, [answer("never")], record_key=b"another key")
+    with pytest.raises(GuardrailViolation):
+        other.agent.invoke(user_says("bye"), config())
+    assert other.model.received == []

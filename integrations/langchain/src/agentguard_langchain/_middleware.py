@@ -52,6 +52,8 @@ Limits worth knowing:
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import secrets
 import uuid
@@ -194,6 +196,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         user: UserResolver | None = None,
         interrupt_reviews: bool = True,
         max_engagements: int = 1024,
+        record_key: bytes | str | None = None,
     ) -> None:
         super().__init__()
         if on_denied not in ("message", "raise"):
@@ -207,6 +210,10 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         """The Guard keeps engagements in a store other workers share: continue them from it."""
         self._sessions = Sessions(max_engagements, shared=self._shared)
         self._retain = guard.retain_memory
+        self._record_key = record_key.encode("utf-8") if isinstance(record_key, str) else record_key
+        """Seals the checkpoint's record of known messages (:func:`_seal`): a client that can write the graph's
+        state (``Command(update=...)`` as a run's input, the threads API's ``update_state``) cannot vouch
+        for a message of its own. Every worker of a thread needs the same key."""
         self._last: Engagement | None = None
         guard.add_passthrough_exceptions(GraphBubbleUp)
         self.interrupt_reviewers: tuple[str, ...] = (
@@ -372,7 +379,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
     def _continued_mid_run(self, session: Session, state: Mapping[str, Any]) -> None:
         """A run this worker did not start, or no longer knows (resumed after an interrupt): the thread's
         messages went through the input guardrail, or were produced, where the checkpoint says."""
-        _adopt_inputs(session, state)
+        _adopt_inputs(session, state, self._record_key)
 
     def _start_run(
         self, state: AgentGuardState, session: Session, previous: Session | None
@@ -388,7 +395,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                 # The thread's earlier messages went through the input guardrail (or were produced) on
                 # whichever worker ran them, this one before a restart too; only this run's new input is new
                 # to the engagement.
-                _adopt_inputs(session, state)
+                _adopt_inputs(session, state, self._record_key)
         session.engagement.new_turn()
         update: dict[str, Any] = {}
         if _engagement_id(state) != session.engagement.id:
@@ -462,7 +469,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         if self._shared and not session.produced:
             return None, None
         _learn_produced(session)
-        return {INPUTS_KEY: _record(session)}, None
+        return {INPUTS_KEY: _record(session, self._record_key)}, None
 
     # -- model calls ----------------------------------------------------------------------------------
 
@@ -567,7 +574,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         _produced(session, _ai_messages(result))
         if not self._shared:
             return result
-        command: Command[Any] = Command(update={INPUTS_KEY: _record(session)})
+        command: Command[Any] = Command(update={INPUTS_KEY: _record(session, self._record_key)})
         if isinstance(result, AIMessage):
             return ExtendedModelResponse(model_response=ModelResponse(result=[result]), command=command)
         if isinstance(result, ExtendedModelResponse) and result.command is not None:
@@ -784,12 +791,24 @@ def _stopped_inputs(
         session.replaced[denied] = f"The user's message was blocked by agentguard: {exc}"
 
 
-def _record(session: Session) -> dict[str, list[str | None]]:
+def _record(session: Session, key: bytes | None) -> dict[str, list[str | None]]:
     """What the session knows of the thread's messages, as :data:`INPUTS_KEY` keeps it in the checkpoint."""
-    return {
-        message_id: [known[3], session.replaced.get(message_id)]
-        for message_id, known in session.checked.items()
-    }
+    record: dict[str, list[str | None]] = {}
+    for message_id, known in session.checked.items():
+        replaced = session.replaced.get(message_id)
+        record[message_id] = [_seal(key, session.thread, message_id, known[3], replaced), replaced]
+    return record
+
+
+def _seal(key: bytes | None, thread: str | None, message_id: str, digest: str, replaced: str | None) -> str:
+    """A record entry's first item: the message's digest (its class and text), or with a ``record_key`` an
+    HMAC of it bound to the thread, the message id and the text put in its place -- which a client that can
+    write the graph's state cannot make, nor move to another message or thread. Without a key the record is
+    as trustworthy as whoever can write the state (see the README)."""
+    if key is None:
+        return digest
+    sealed = "\0".join((thread or "", message_id, digest, "" if replaced is None else "r" + replaced))
+    return "hmac:" + hmac.new(key, sealed.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
 
 def _produced(session: Session, messages: Sequence[BaseMessage]) -> None:
@@ -817,7 +836,7 @@ def _learn_produced(session: Session) -> None:
                 checked[message.id] = checked_as(message)
 
 
-def _adopt_inputs(session: Session, state: Mapping[str, Any]) -> None:
+def _adopt_inputs(session: Session, state: Mapping[str, Any], key: bytes | None) -> None:
     """Take into ``session`` the messages of ``state`` that the input guardrail checked, or that guarded runs
     produced, on another worker or on this one before it lost the session, as they read now (and the text the
     guardrail put in their place), as the checkpoint records them.
@@ -834,7 +853,11 @@ def _adopt_inputs(session: Session, state: Mapping[str, Any]) -> None:
         if not isinstance(entry, list | tuple) or len(entry) != 2:
             continue
         known = checked_as(message)
-        if entry[0] == known[3]:
+        replaced = entry[1] if isinstance(entry[1], str) else None
+        expected = _seal(key, session.thread, message.id, known[3], replaced)
+        if isinstance(entry[0], str) and hmac.compare_digest(
+            entry[0].encode("utf-8", "surrogatepass"), expected.encode("utf-8")
+        ):
             session.checked[message.id] = known
             if isinstance(entry[1], str):
                 session.replaced[message.id] = entry[1]
