@@ -15,7 +15,6 @@ from agentguard_openai_agents import AgentGuard
 from agentguard_openai_agents.testing import ModelStep, ScriptedModel, answer, calls
 from agents import Agent, FileSearchTool, HostedMCPTool, Runner, WebSearchTool, function_tool
 from openai.types.responses import (
-    Response,
     ResponseCompletedEvent,
     ResponseCreatedEvent,
     ResponseOutputItemAddedEvent,
@@ -26,7 +25,7 @@ from openai.types.responses.response_output_item import McpCall
 from agentguard import Guard
 
 from .conftest import Shop, make_guard, reachable
-from .test_oa_streaming import UNCHECKED
+from .test_oa_streaming import UNCHECKED, _response
 from .test_oa_withheld import MODELS, MODES, run
 
 MCP = HostedMCPTool(
@@ -53,18 +52,7 @@ def mcp_call() -> McpCall:
 
 def streamed(output: list[Any]) -> ModelStep:
     """``output`` as a provider streams it: each item's ``output_item.added`` and ``done``, then the response."""
-    response = Response(
-        id="resp-hosted",
-        created_at=0,
-        model="scripted-model",
-        object="response",
-        output=output,
-        tool_choice="auto",
-        tools=[],
-        top_p=None,
-        parallel_tool_calls=False,
-        status="completed",
-    )
+    response = _response("completed", output)
     started = response.model_copy(update={"output": [], "status": "in_progress"})
     events: list[Any] = [ResponseCreatedEvent(type="response.created", response=started, sequence_number=0)]
     for index, item in enumerate(output):

@@ -214,24 +214,30 @@ def _cut_off(text: str) -> ModelStep:
     return cut_off(text, [message], "scripted-message")
 
 
+def _response(status: Any, items: list[Any], **fields: Any) -> Response:
+    """A scripted response with ``status`` and ``items`` as its output."""
+    return Response(
+        id="resp-scripted",
+        created_at=0,
+        model="scripted-model",
+        object="response",
+        output=items,
+        tool_choice="auto",
+        tools=[],
+        top_p=None,
+        parallel_tool_calls=False,
+        status=status,
+        **fields,
+    )
+
+
 def cut_off(text: str, output: list[Any], item_id: str) -> ModelStep:
     """A response the provider cuts off after streaming ``text`` as the message ``item_id``: a delta, then
     ``response.incomplete`` carrying ``output`` (that message, and whatever else the response had)."""
 
     def response(status: Any, items: list[Any]) -> Response:
-        return Response(
-            id="resp-cut",
-            created_at=0,
-            model="scripted-model",
-            object="response",
-            output=items,
-            tool_choice="auto",
-            tools=[],
-            top_p=None,
-            parallel_tool_calls=False,
-            status=status,
-            incomplete_details={"reason": "max_output_tokens"} if status == "incomplete" else None,
-        )
+        details = {"reason": "max_output_tokens"} if status == "incomplete" else None
+        return _response(status, items, incomplete_details=details)
 
     delta = ResponseTextDeltaEvent(
         type="response.output_text.delta",
@@ -270,25 +276,11 @@ def _malformed(output: list[Any], *events: Any, created: tuple[Any, ...] = ()) -
     ``response.created`` event carrying ``created`` as its output: what a malformed (or hostile) provider stream
     may send, which the SDK hands the caller as raw events."""
 
-    def response(status: Any, items: list[Any]) -> Response:
-        return Response(
-            id="resp-odd",
-            created_at=0,
-            model="scripted-model",
-            object="response",
-            output=items,
-            tool_choice="auto",
-            tools=[],
-            top_p=None,
-            parallel_tool_calls=False,
-            status=status,
-        )
-
     first = ResponseCreatedEvent(
-        type="response.created", response=response("in_progress", list(created)), sequence_number=0
+        type="response.created", response=_response("in_progress", list(created)), sequence_number=0
     )
     done = ResponseCompletedEvent(
-        type="response.completed", response=response("completed", output), sequence_number=0
+        type="response.completed", response=_response("completed", output), sequence_number=0
     )
     numbered = [e.model_copy(update={"sequence_number": n}) for n, e in enumerate([first, *events, done])]
     return ModelStep.stream(numbered)
