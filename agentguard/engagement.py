@@ -261,7 +261,7 @@ class Engagement:
         self.state.stop(record.EngagementStatus.CLOSED, "engagement closed")
         store = self.runtime.store
         if isinstance(store, MemoryStore):
-            store.forget(self.state.id)
+            store.forget(self.state)
         observers = self.runtime.observers
         if was_open and observers:
             observers.engagement_ended(self.state)

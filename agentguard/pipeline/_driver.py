@@ -256,70 +256,143 @@ def _settled(state: EngagementState, sent: int, appended: Appended, snapshot: Sn
     return ok
 
 
-def _to_send(effect: Commit) -> tuple[list[str], int] | None:
-    """The events (and the change to ``history._total``) a commit appends: the record's unsent ones, none
-    when only a fetch was asked for, ``None`` when there is nothing to do."""
-    batch = effect.state.batch()
-    if batch is None and effect.fetch:
-        return [], 0
-    return batch
+_Bounds = tuple[int | None, int | None]
+"""What one append's round trip carries at most: bytes of encoded events, events (``None``: no bound)."""
+
+
+def _bounds(journal: Journal) -> _Bounds:
+    """The journal's round trip, from its ``max_append_bytes`` and ``max_append_events`` attributes (not
+    part of :class:`~agentguard.record.Journal`: a store without them takes any append in one)."""
+    max_bytes, max_events = (
+        getattr(journal, name, None) for name in ("max_append_bytes", "max_append_events")
+    )
+    return (
+        max_bytes if type(max_bytes) is int and max_bytes > 0 else None,
+        max_events if type(max_events) is int and max_events > 0 else None,
+    )
+
+
+_RECHECK = object()
+"""What :func:`_to_send` answers when the calls still to be checked are to be checked again, unsent."""
+
+
+def _to_send(effect: Commit, bounds: _Bounds, since: int) -> tuple[list[str], int, bool] | object | None:
+    """The next append of a commit: its events, their change to ``history._total`` and whether it is the
+    last (the commit's own: exclusive when the commit is, posted when it is); ``None`` when there is nothing
+    to do, :data:`_RECHECK` when the calls still to be checked must be checked again first.
+
+    An outbox of more than one round trip (``bounds``: what grew while the store was away, under
+    ``on_failure: allow``) goes as prefixes, each appended and settled on its own (its ``total`` its own
+    events' change: one that landed is never counted again), the earlier ones non-exclusively. For an
+    exclusive commit those end before the first ``b`` of a call still to be checked
+    (:meth:`~agentguard.record.EngagementState.unchecked`): that ``b`` and what follows go in the last, one
+    exclusive append. The calls are checked again instead, unsent, when that rest is more than one round
+    trip, or when the record moved past ``since`` -- the version they were checked at -- by what other
+    processes appended (found by an earlier prefix, or by the answer of a posted append read at this commit):
+    sent at the version after it, the compare-and-set would compare with a record they were not checked
+    against."""
+    state = effect.state
+    max_bytes, max_events = bounds
+    batch = state.batch(max_bytes, max_events)
+    if batch is None:
+        return ([], 0, True) if effect.fetch else None
+    events, total = batch
+    whole = len(events) == state.waiting()
+    if not effect.exclusive:
+        return events, total, whole
+    end = state.unchecked()
+    if end < state.waiting() and state.version != since:
+        return _RECHECK
+    if whole:
+        return events, total, True
+    if end == 0:
+        return _RECHECK
+    events, total = cast(tuple[list[str], int], state.batch(max_bytes, max_events, end=end))
+    return events, total, False
 
 
 def _commit(effect: Commit) -> bool:
-    """One append at a time per record (the lock), so that each is made against the version it saw."""
+    """One append at a time per record (the lock), so that each is made against the version it saw; an
+    outbox of more than one round trip goes in several (see :func:`_to_send`)."""
     state = effect.state
     journal = _journal(state)
     with state.commit_lock:
-        _confirm(state, journal)
-        batch = _to_send(effect)
-        if batch is None:
-            return True
-        events, total = batch
-        try:
-            if effect.post and _pipelined(journal):
-                state.posted = (
-                    cast(Pipelined, journal).post(state.id, state.version, events, total),
-                    len(events),
-                )
+        since = _confirm(state, journal)
+        bounds = _bounds(journal)
+        while True:
+            batch = _to_send(effect, bounds, since)
+            if batch is None:
                 return True
-            appended = journal.append(state.id, state.version, events, total, exclusive=effect.exclusive)
-            snapshot = journal.load(state.id) if appended.gap else None
-        except KeyError:
-            raise _expired(state) from None
-        except EventRefused as exc:
-            state.refuse(exc.positions)
-            raise
-        return _settled(state, len(events), appended, snapshot)
+            if batch is _RECHECK:
+                state.recheck()
+                return False
+            events, total, last = cast(tuple[list[str], int, bool], batch)
+            try:
+                if last and effect.post and _pipelined(journal):
+                    state.posted = (
+                        cast(Pipelined, journal).post(state.id, state.version, events, total),
+                        len(events),
+                    )
+                    return True
+                exclusive = effect.exclusive and last
+                appended = journal.append(state.id, state.version, events, total, exclusive=exclusive)
+                snapshot = journal.load(state.id) if appended.gap else None
+            except KeyError:
+                raise _expired(state) from None
+            except EventRefused as exc:
+                state.refuse(exc.positions)
+                raise
+            ok = _settled(state, len(events), appended, snapshot)
+            if last:
+                return ok
+            since = _moved(since, len(events), appended)
 
 
 async def _acommit(effect: Commit) -> bool:
+    """:func:`_commit` under asyncio."""
     state = effect.state
     journal = _journal(state)
     if state.acommit_lock is None:
         state.acommit_lock = asyncio.Lock()
     async with state.acommit_lock:
-        await _aconfirm(state, journal)
-        batch = _to_send(effect)
-        if batch is None:
-            return True
-        events, total = batch
-        try:
-            if effect.post and _pipelined(journal):
-                state.posted = (
-                    await cast(Pipelined, journal).apost(state.id, state.version, events, total),
-                    len(events),
-                )
+        since = await _aconfirm(state, journal)
+        bounds = _bounds(journal)
+        while True:
+            batch = _to_send(effect, bounds, since)
+            if batch is None:
                 return True
-            appended = await journal.aappend(
-                state.id, state.version, events, total, exclusive=effect.exclusive
-            )
-            snapshot = await journal.aload(state.id) if appended.gap else None
-        except KeyError:
-            raise _expired(state) from None
-        except EventRefused as exc:
-            state.refuse(exc.positions)
-            raise
-        return _settled(state, len(events), appended, snapshot)
+            if batch is _RECHECK:
+                state.recheck()
+                return False
+            events, total, last = cast(tuple[list[str], int, bool], batch)
+            try:
+                if last and effect.post and _pipelined(journal):
+                    state.posted = (
+                        await cast(Pipelined, journal).apost(state.id, state.version, events, total),
+                        len(events),
+                    )
+                    return True
+                exclusive = effect.exclusive and last
+                appended = await journal.aappend(state.id, state.version, events, total, exclusive=exclusive)
+                snapshot = await journal.aload(state.id) if appended.gap else None
+            except KeyError:
+                raise _expired(state) from None
+            except EventRefused as exc:
+                state.refuse(exc.positions)
+                raise
+            ok = _settled(state, len(events), appended, snapshot)
+            if last:
+                return ok
+            since = _moved(since, len(events), appended)
+
+
+def _moved(since: int, sent: int, appended: Appended) -> int:
+    """The version the calls still to be checked were checked at, after a prefix of ``sent`` events was
+    appended at it: moved on by that prefix alone when nobody else appended before it, else ``-1`` (never a
+    version: the engagement changed, they are checked again)."""
+    if appended.missed or appended.gap or appended.reloaded is not None or appended.version != since + sent:
+        return -1
+    return appended.version
 
 
 _PIPELINED: dict[type, bool] = {}
@@ -334,15 +407,20 @@ def _pipelined(journal: Journal) -> bool:
     return known
 
 
-def _confirm(state: EngagementState, journal: Journal) -> None:
+def _confirm(state: EngagementState, journal: Journal) -> int:
     """Read the answer to the record's posted append, if any, and apply it. A failure fails the step that
     reads it, as any append's would: the posted events are still first in the outbox and go with the next
     append (an event that did land after all is applied once) -- but for events the store refused for good,
     which are replaced there (:meth:`~agentguard.record.EngagementState.refuse`), so that only this step
-    fails, not every later one."""
+    fails, not every later one.
+
+    Returns the version the calls still to be checked were checked at, as :func:`_moved` tells it: when the
+    answer brought what other processes appended meanwhile, those calls were checked without it, and an
+    exclusive append at the version after it would let them through unchecked (see :func:`_to_send`)."""
+    since = state.version
     posted = state.posted
     if posted is None:
-        return
+        return since
     state.posted = None
     handle, sent = posted
     try:
@@ -354,12 +432,15 @@ def _confirm(state: EngagementState, journal: Journal) -> None:
         state.refuse(exc.positions)
         raise
     _settled(state, sent, appended, snapshot)
+    return _moved(since, sent, appended)
 
 
-async def _aconfirm(state: EngagementState, journal: Journal) -> None:
+async def _aconfirm(state: EngagementState, journal: Journal) -> int:
+    """:func:`_confirm` under asyncio."""
+    since = state.version
     posted = state.posted
     if posted is None:
-        return
+        return since
     state.posted = None
     handle, sent = posted
     try:
@@ -371,6 +452,7 @@ async def _aconfirm(state: EngagementState, journal: Journal) -> None:
         state.refuse(exc.positions)
         raise
     _settled(state, sent, appended, snapshot)
+    return _moved(since, sent, appended)
 
 
 async def _invoke_with_timeout(effect: Invoke, timeout_ms: int) -> Any:

@@ -52,7 +52,7 @@ Left in the outbox, the event would be sent again, and refused again, by every l
 engagement in that process: one oversized tool output would deny them all.
 
 A store implements :class:`Journal`: four methods, each with an ``a``-prefixed async twin, each one round
-trip (an append too large for one is written in parts: see :meth:`Journal.append`). A store that can send
+trip (a store that takes only so much in one says so: see :meth:`Journal.append`). A store that can send
 a command without waiting for its answer also implements :class:`Pipelined`: then the events a guarded call
 ends with are *posted* -- sent before its output is handed on, their answer read when the record next talks
 to the store (the next call's begin, a refresh, a close) -- so that a call costs one round trip, not two.
@@ -172,10 +172,14 @@ class Journal(Protocol):
         log is still at ``since``. A ``u`` event scrubs the ``p`` events of its call id (see the module's
         docstring). Raises :class:`KeyError` when the engagement does not exist (expired).
 
-        An append too large for one round trip may be written in parts, each atomic and each (after the
-        first) only where the previous one ended; a part that fails raises
-        :class:`~agentguard.errors.StoreUnavailable`, and the caller sends all the events again, as after an
-        answer that was lost (the parts that landed are applied once)."""
+        A store that takes only so much in one round trip says so with the attributes ``max_append_bytes``
+        (of encoded events) and ``max_append_events``, and may refuse a larger append (sending nothing).
+        The pipeline then appends a larger outbox as several appends, each a prefix of it within them
+        (:meth:`~agentguard.record.EngagementState.batch`, whose ``total`` is that prefix's alone) and settled
+        on its own: those before the first call still to be checked non-exclusively, the rest -- the new
+        call's begin -- in one exclusive append, or the calls are checked again when that rest is more than
+        one round trip or the engagement changed meanwhile. A store never splits an append itself: its
+        parts could not be one compare-and-set."""
         ...
 
     def claim(self, engagement_id: str, key: str, owner: str, *, since: int) -> str:

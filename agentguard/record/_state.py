@@ -795,11 +795,53 @@ class EngagementState:
                 self._emit(["u", call_id])
             return held
 
-    def batch(self) -> tuple[list[str], int] | None:
+    def batch(
+        self, max_bytes: int | None = None, max_events: int | None = None, *, end: int | None = None
+    ) -> tuple[list[str], int] | None:
         """The events to append next and how they change ``history._total``; ``None`` when there are none.
-        Call with :attr:`commit_lock` (or :attr:`acommit_lock`) held, then :meth:`settle`."""
+        Call with :attr:`commit_lock` (or :attr:`acommit_lock`) held, then :meth:`settle`.
+
+        Bounded (a store's one round trip: ``max_bytes`` of encoded events, ``max_events`` events), it is the
+        longest prefix of the outbox within them -- at least its first event, whose size the store checks
+        itself -- and, with ``end``, of its first ``end`` events. ``total`` is the change of *those* events
+        only, so that a prefix that landed and was settled is never counted again with the rest (see
+        :meth:`waiting`, :meth:`unchecked`)."""
         with self._lock:
-            return (list(self._outbox), sum(self._deltas)) if self._outbox else None
+            stop = len(self._outbox) if end is None else min(end, len(self._outbox))
+            if stop == 0:
+                return None
+            count = stop
+            if max_bytes is not None or max_events is not None:
+                count = _fitting(self._outbox, stop, max_bytes, max_events)
+            return self._outbox[:count], sum(self._deltas[:count])
+
+    def waiting(self) -> int:
+        """How many events the outbox holds (a :meth:`batch` of them all is the whole outbox)."""
+        with self._lock:
+            return len(self._outbox)
+
+    def unchecked(self) -> int:
+        """The outbox's position of the first ``b`` event of a call still to be checked against the store
+        (unsent, neither run anyway under ``on_failure: allow`` nor denied), the outbox's length when there
+        is none. The events before it record what happened already and may be appended whatever came before;
+        that ``b`` and everything after it go in the one exclusive append (a ``b`` appended non-exclusively
+        was never compared with what other processes recorded meanwhile)."""
+        with self._lock:
+            checking = [
+                position
+                for position, record in self._unsent
+                if id(record) not in self._forced and record.status != "denied"
+            ]
+            return min(checking, default=len(self._outbox))
+
+    def recheck(self) -> None:
+        """Take back every call still to be checked (see :meth:`unchecked`) without an append: its ``b``
+        cannot go in one exclusive append (what follows it in the outbox is more than one round trip), or
+        the engagement changed in another process while the events before it were appended. Each is checked
+        again by its flow (status ``recheck``), as after a refused exclusive append. Call with
+        :attr:`commit_lock` held."""
+        with self._lock:
+            self._recheck_unsent(set(), checked_only=True)
 
     def settle(self, sent: int, appended: Appended) -> bool:
         """Apply the store's answer to an append of the outbox's first ``sent`` events.
@@ -822,23 +864,7 @@ class EngagementState:
                 del self._outbox[:sent]
                 del self._deltas[:sent]
             else:
-                kept: list[tuple[int, CallRecord]] = []
-                landed = {_begun(event) for event in missed} - {None}  # the calls whose b landed
-                for position, record in self._unsent:
-                    if id(record) in self._forced:
-                        kept.append((position, record))
-                        continue
-                    self._void(position, ["x"])
-                    if record.token not in landed:
-                        # Its ``b`` never counted in the store's total: a take-back of it still to send
-                        # (the call was refused when an append timed out) must not count either.
-                        self._uncount_rollback(record.token)
-                    if record.status == "denied":
-                        continue  # taken back already, its attempt counted: nobody checks it again
-                    self._take_back(record, "checked again: the engagement changed in another process", False)
-                    record.status = "recheck"
-                    self._settled(record)
-                self._unsent = kept
+                self._recheck_unsent({_begun(event) for event in missed} - {None}, checked_only=False)
             if reloaded is not None:
                 self.reload(reloaded)
                 return appended.ok
@@ -848,6 +874,27 @@ class EngagementState:
             self.version = appended.version
             self._offset = appended.total + sum(self._deltas) - len(self._names)
             return appended.ok
+
+    def _recheck_unsent(self, landed: set[str | None], *, checked_only: bool) -> None:
+        """Void the unsent ``b`` events (but those of calls that ran anyway) and take their calls back to
+        be checked again; ``landed``: the calls whose ``b`` the store has after all. ``checked_only``: leave
+        the ``b`` of a denied call too (it is sent with its take-back, as any record of what happened)."""
+        kept: list[tuple[int, CallRecord]] = []
+        for position, record in self._unsent:
+            if id(record) in self._forced or (checked_only and record.status == "denied"):
+                kept.append((position, record))
+                continue
+            self._void(position, ["x"])
+            if record.token not in landed:
+                # Its ``b`` never counted in the store's total: a take-back of it still to send
+                # (the call was refused when an append timed out) must not count either.
+                self._uncount_rollback(record.token)
+            if record.status == "denied":
+                continue  # taken back already, its attempt counted: nobody checks it again
+            self._take_back(record, "checked again: the engagement changed in another process", False)
+            record.status = "recheck"
+            self._settled(record)
+        self._unsent = kept
 
     def _uncount_rollback(self, token: str | None) -> None:
         """The unsent ``r`` of call ``token`` changes ``history._total`` by nothing (see :meth:`settle`)."""
@@ -985,6 +1032,21 @@ def _iso_time(value: object) -> datetime | None:
 def _long_text(value: object) -> bool:
     """Whether ``value`` is a text :meth:`EngagementState.refuse` would cut short."""
     return type(value) is str and len(value) > _SHORT_REASON
+
+
+def _fitting(outbox: Sequence[str], stop: int, max_bytes: int | None, max_events: int | None) -> int:
+    """How many of ``outbox``'s first ``stop`` events one round trip carries: at most ``max_events`` of them,
+    of at most ``max_bytes`` in all (the events are ASCII: :func:`encode_event`), and never none."""
+    if max_events is not None:
+        stop = min(stop, max(1, max_events))
+    if max_bytes is None:
+        return stop
+    size = 0
+    for index in range(stop):
+        size += len(outbox[index])
+        if size > max_bytes:
+            return max(1, index)
+    return stop
 
 
 def _begun(event: Event) -> str | None:

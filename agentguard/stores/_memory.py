@@ -18,7 +18,8 @@ that holds an expired engagement.
 Two threads that open a new id at the same moment may both find it not held yet (:meth:`resume`, then
 :meth:`hold`). The first to hold it keeps it; the other's record is stopped as it is offered, so that thread's
 steps are refused until it opens the id again (and continues the held one); closing that stopped record
-does not forget the held one. Stopping the first instead would leave the call it may already be running go
+does not forget the held one, whatever its status (:meth:`MemoryStore.forget` drops only the record it is
+given). Stopping the first instead would leave the call it may already be running go
 on beside a fresh record that does not count it: two calls where a count assertion or the loop detector
 allows one.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 import weakref
 from collections import OrderedDict
 
@@ -102,15 +104,29 @@ class MemoryStore:
             and state.status is not EngagementStatus.CLOSED
         )
 
-    def forget(self, engagement_id: str) -> None:
-        """Drop the engagement of this id (it was closed) -- unless the record held is still active: then the
-        one closed was another record of the id (the one stopped as it was opened at the same time, or an
-        earlier life), and forgetting the active one would let the next open of the id start a second
-        record beside it."""
+    def forget(self, state: EngagementState | str) -> None:
+        """Drop ``state`` (it was closed) if it is the record held for its id. Another record of the id -- the
+        one stopped as it was opened at the same time, an earlier life -- forgets nothing: the held one, active
+        or stopped by the guard (a loop, a failed guardrail), stays the engagement, or the next open of the id
+        would start a fresh record beside it (its loop count and history gone).
+
+        Given an engagement id (deprecated: give the record), it drops the record held for it only when that
+        one is closed (a stopped record is held, as :meth:`resume` holds it)."""
+        if isinstance(state, str):
+            warnings.warn(
+                "MemoryStore.forget(engagement_id) is deprecated: give the closed EngagementState",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            with self._lock:
+                held = self._held.get(state)
+                if held is not None and held[0].status is EngagementStatus.CLOSED:
+                    del self._held[state]
+            return
         with self._lock:
-            held = self._held.get(engagement_id)
-            if held is not None and held[0].status is not EngagementStatus.ACTIVE:
-                del self._held[engagement_id]
+            held = self._held.get(state.id)
+            if held is not None and held[0] is state:
+                del self._held[state.id]
 
     def __len__(self) -> int:
         return len(self._held)

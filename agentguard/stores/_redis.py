@@ -13,8 +13,10 @@ made, never by ``import agentguard``.
 slot (a script may only touch keys of one slot)::
 
     {prefix}:{<id>}:meta      hash: meta (the first open's, as the event ["meta", meta]), life, version,
-                              total, trimmed, claims (how many the claims hash holds), and held:<call id>
-                              (the versions of the p events that hold that paused review's output)
+                              total, trimmed, claims (how many the claims hash holds), held:<call id>
+                              (the versions of the p events that hold that paused review's output),
+                              held@<version> (the call id of that p event) and holding (how many
+                              held@ fields there are): only for p events the log still keeps
     {prefix}:{<id>}:log       list: the newest ``max_events`` encoded events, oldest first (newest right)
     {prefix}:{<id>}:claims    hash: claimed key -> owner (see claim)
 
@@ -43,8 +45,7 @@ same script (see ``append``): the caller reloads the life it was behind in, neve
 store keeps nothing per engagement. Records written before lives existed (no ``life`` field) are refused as
 not a journal's: give an upgraded fleet a new ``prefix``.
 
-**One round trip, atomically.** Each method is one Lua script (an append too large for one round trip, a
-script a part) (``EVALSHA``, written straight onto a pooled
+**One round trip, atomically.** Each method is one Lua script (``EVALSHA``, written straight onto a pooled
 connection; when the server answers ``NOSCRIPT``, after a restart or a failover, nothing ran and redis-py's
 ``Script`` sends it again, loading it): Redis runs a script
 alone, so reading the version, comparing it with the caller's, appending, trimming, counting and refreshing
@@ -67,17 +68,18 @@ the time to live happen with nothing in between, which is what makes the exclusi
   live of all three keys. A ``p`` event's version is noted under ``held:<call id>`` in the meta hash; a
   ``u`` event of that call id (it was resumed) overwrites each such ``p`` still in the log with ``["x"]``
   and drops the field, so that the output the review held -- refused, perhaps -- does not stay in Redis
-  (see :class:`~agentguard.record.Journal`). An append of more than ``max_append_bytes`` of events (or of
-  more than 100,000 events: Redis before 7 takes no command of more than 1024 * 1024 arguments) is written
-  in parts, one round trip each, each part after the first only where the previous one ended when the
-  append is exclusive: sent whole, it may be more than the server takes (its query buffer, its memory) or
-  can receive within ``timeout_seconds`` -- and then every later step would send it again, and fail again.
-  A part that fails is a failed append (``StoreUnavailable``): the record sends every event again, and
-  those that landed are applied once.
+  (see :class:`~agentguard.record.Journal`). The versions ``LTRIM`` drops leave those fields too: a pause
+  never resumed keeps no field once its ``p`` left the log (as ``GraphStore`` drops its held counts). An
+  append of more than ``max_append_bytes`` of events or more than ``max_append_events`` events raises
+  :class:`ValueError`, sending nothing: sent whole, it may be more than the server takes (its query
+  buffer, its memory) or can receive within ``timeout_seconds``, and the store does not split it (its parts
+  could not be one compare-and-set). The pipeline reads both bounds off the store and appends a larger
+  outbox -- what a worker recorded while the store was away, under ``on_failure="allow"`` -- as several
+  appends (:meth:`~agentguard.record.EngagementState.batch`): the call's own begin in the last, exclusive
+  one.
 * ``post`` (:class:`~agentguard.record.Pipelined`) sends a non-exclusive ``append`` on a connection it takes
   out of the pool and returns without reading the answer; the pipeline reads it at the record's next commit,
-  so the events a call ends with do not cost a round trip of their own (one in parts is written at once, a
-  round trip a part). Every method first reads the answer
+  so the events a call ends with do not cost a round trip of their own. Every method first reads the answer
   of this store's posted append for the same engagement, so this process's commands for one engagement keep
   their order (and another record of it opened here sees the events); at most 64 answers wait unread (each
   holds a connection), past that the oldest is read. A posted script the server no longer knows
@@ -136,8 +138,10 @@ given. A store without an async client raises :class:`~agentguard.errors.Configu
 Both clients must be made with ``decode_responses=False`` (the default): the store encodes and decodes
 itself, so that any string round-trips. ``max_events``: how many events the log keeps (a process further
 behind reloads the record). ``max_event_bytes``: the largest event sent, encoded (8 MiB).
-``max_append_bytes``: the most bytes of events one round trip carries (64 MiB, at least ``max_event_bytes``;
-a larger append goes in parts, see ``append``). ``ttl_seconds``:
+``max_append_bytes``: the most bytes of events one round trip carries (8 MiB, at least ``max_event_bytes``;
+the events only: a ``p`` or ``u`` event's call id goes once more beside it, at most that event's size
+again). Sent within ``timeout_seconds`` (2 s), 8 MiB needs about 4 MB/s; raise one with the other.
+``max_append_events``: the most events one round trip carries (100,000, the most allowed). ``ttl_seconds``:
 how long an engagement lives after its last open, append or claim. ``on_failure``: ``"deny"`` or
 ``"allow"``, read by the pipeline (:class:`~agentguard.record.Journal`).
 
@@ -157,7 +161,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar, cast
 from urllib.parse import quote, urlsplit
@@ -235,12 +239,15 @@ return {m[1], m[2], m[3], m[4], events}
 """
 )
 
-# ARGV: max_events, ttl_ms, life, since, total, exclusive ('1' or '0'), reload ('1' or '0'), held (how many
-# pairs follow), the pairs (a p event's position among the events, or minus a u event's; its call id), events...
+# ARGV: max_events, ttl_ms, life, since, total, exclusive ('1' or '0'), held (how many pairs follow), the pairs
+# (a p event's position among the events, or minus a u event's; its call id), events...
 # Reply: {0} no such engagement (or not the life the caller saw); {1, life, version, total, gap, missed}
-# appended; {2, ...} exclusive conflict; after a gap (or with reload), meta and the kept events follow: the
-# record as it is now (missed is empty). A p event's version is kept in the meta hash (field held:<call id>);
-# a u event of that call id replaces each one still in the log by ["x"]: the held output goes with its review.
+# appended; {2, ...} exclusive conflict; after a gap, meta and the kept events follow: the record as it is now
+# (missed is empty). A p event's versions are kept in the meta hash (field held:<call id>, and held@<version>
+# naming the call id, counted by 'holding'); a u event of that call id replaces each one still in the log by
+# ["x"]: the held output goes with its review. The versions LTRIM drops leave the held fields too (a pause
+# never resumed must not keep a field after its event is gone): each version is trimmed once, so this costs
+# one HGET per trimmed version, and nothing when no p event is kept.
 _APPEND = (
     """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
@@ -248,7 +255,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
     + _CHECK
     + """
 if m[2] ~= ARGV[3] then return {0} end
-local since, first = tonumber(ARGV[4]), 9 + 2 * tonumber(ARGV[8])
+local since, first = tonumber(ARGV[4]), 8 + 2 * tonumber(ARGV[7])
 local gap = 0
 local missed = {}
 if since > version or since < version - length then
@@ -265,12 +272,13 @@ if ARGV[6] ~= '1' or since == version then
     end
     local before = version
     version = redis.call('HINCRBY', KEYS[1], 'version', #ARGV - first + 1)
-    for h = 9, first - 1, 2 do
+    for h = 8, first - 1, 2 do
       local at, field = tonumber(ARGV[h]), 'held:' .. ARGV[h + 1]
       local kept = redis.call('HGET', KEYS[1], field)
       if at > 0 then
         local held = string.format('%d', before + at)
-        redis.call('HSET', KEYS[1], field, kept and (kept .. ',' .. held) or held)
+        redis.call('HSET', KEYS[1], field, kept and (kept .. ',' .. held) or held, 'held@' .. held, ARGV[h + 1])
+        redis.call('HINCRBY', KEYS[1], 'holding', 1)
       elseif kept then
         for held in string.gmatch(kept, '%d+') do
           local index = tonumber(held) - trimmed - 1
@@ -280,14 +288,41 @@ if ARGV[6] ~= '1' or since == version then
       end
     end
     redis.call('LTRIM', KEYS[2], -tonumber(ARGV[1]), -1)
-    redis.call('HSET', KEYS[1], 'trimmed', version - redis.call('LLEN', KEYS[2]))
+    local now = version - redis.call('LLEN', KEYS[2])
+    redis.call('HSET', KEYS[1], 'trimmed', now)
+    local holding = tonumber(redis.call('HGET', KEYS[1], 'holding') or '0')
+    if holding > 0 and now > trimmed then
+      for n = trimmed + 1, now do
+        local at = string.format('%d', n)
+        local call = redis.call('HGET', KEYS[1], 'held@' .. at)
+        if call then
+          holding = holding - 1
+          redis.call('HDEL', KEYS[1], 'held@' .. at)
+          local field = 'held:' .. call
+          local kept = redis.call('HGET', KEYS[1], field)
+          if kept then
+            local left = {}
+            for held in string.gmatch(kept, '%d+') do
+              if tonumber(held) > now then left[#left + 1] = held end
+            end
+            if #left == 0 then
+              redis.call('HDEL', KEYS[1], field)
+            else
+              redis.call('HSET', KEYS[1], field, table.concat(left, ','))
+            end
+          end
+          if holding == 0 then break end
+        end
+      end
+      redis.call('HSET', KEYS[1], 'holding', holding)
+    end
   end
   total = redis.call('HINCRBY', KEYS[1], 'total', ARGV[5])
 """
     + _TOUCH
     + """
 end
-if gap == 1 or ARGV[7] == '1' then
+if gap == 1 then
   return {code, m[2], version, total, gap, {}, m[1], redis.call('LRANGE', KEYS[2], -tonumber(ARGV[1]), -1)}
 end
 return {code, m[2], version, total, gap, missed}
@@ -323,14 +358,14 @@ _Arg = bytes | str | int
 _POSTED_MAX = 64
 """Posted appends whose answer waits unread, at most per client (each holds a connection)."""
 
-_HEADER = 8
-"""The append script's arguments before its held pairs and events (``ARGV[1]`` to ``ARGV[8]`` in Lua); the
+_HEADER = 7
+"""The append script's arguments before its held pairs and events (``ARGV[1]`` to ``ARGV[7]`` in Lua); the
 last of them is how many held pairs follow."""
 
-_PART_EVENTS = 100_000
-"""The most events one append's round trip carries: Redis before 7 refuses a command of more than 1024 * 1024
-arguments (``invalid multibulk length``), whatever their size. Larger appends go in parts (see
-:meth:`RedisStore.append`)."""
+_APPEND_EVENTS = 100_000
+"""The default of ``max_append_events``: Redis before 7 refuses a command of more than 1024 * 1024 arguments
+(``invalid multibulk length``), whatever their size; an append's arguments are at most three per event (a
+``p`` or ``u`` event adds its position and call id) and a few more."""
 
 _BULK_FLOOR = 1024 * 1024
 """The least ``proto-max-bulk-len`` Redis may be configured with: the largest argument every server takes."""
@@ -542,27 +577,6 @@ class _APosted:
         return _unpack(self._read.result())
 
 
-class _Written:
-    """A posted append of more events than one round trip carries: written at once, in parts (see
-    :meth:`RedisStore.append`), so its answer is already here."""
-
-    __slots__ = ("_appended",)
-
-    def __init__(self, appended: Appended) -> None:
-        self._appended = appended
-
-    def result(self) -> Appended:
-        return self._appended
-
-    async def aresult(self) -> Appended:
-        return self._appended
-
-
-_Parts = Generator[tuple[int, list[_Arg]], Appended, Appended]
-"""An append written in parts (:meth:`RedisStore._parts`): yields each part's first event's index and
-arguments, is sent each part's answer, returns the append's."""
-
-
 # -- deadlines of sync answers -------------------------------------------------------------------------
 
 
@@ -651,7 +665,8 @@ class RedisStore:
         prefix: str = "agentguard",
         max_events: int = 10_000,
         max_event_bytes: int = 8 * 1_048_576,
-        max_append_bytes: int = 64 * 1_048_576,
+        max_append_bytes: int = 8 * 1_048_576,
+        max_append_events: int = _APPEND_EVENTS,
         ttl_seconds: float = 7 * 24 * 3600,
         timeout_seconds: float = 2.0,
         on_failure: Literal["deny", "allow"] = "deny",
@@ -673,6 +688,11 @@ class RedisStore:
             raise ValueError(
                 f"max_append_bytes must be an integer of at least max_event_bytes ({max_event_bytes}: every "
                 f"event must fit in one round trip), not {max_append_bytes!r}"
+            )
+        if type(max_append_events) is not int or not 1 <= max_append_events <= _APPEND_EVENTS:
+            raise ValueError(
+                f"max_append_events must be an integer from 1 to {_APPEND_EVENTS} (Redis before 7 takes no "
+                f"command of more than 1024 * 1024 arguments), not {max_append_events!r}"
             )
         if not ttl_seconds > 0 or int(ttl_seconds * 1000) < 1:
             raise ValueError(f"ttl_seconds must be positive (1 ms or more), not {ttl_seconds!r}")
@@ -697,6 +717,7 @@ class RedisStore:
         self.max_events = max_events
         self.max_event_bytes = max_event_bytes
         self.max_append_bytes = max_append_bytes
+        self.max_append_events = max_append_events
         self.ttl_seconds = ttl_seconds
         self.timeout_seconds = timeout_seconds
         self._url = url
@@ -820,28 +841,29 @@ class RedisStore:
 
     def _appending(
         self, engagement_id: str, since: int, events: Sequence[str], total: int, exclusive: bool
-    ) -> list[_Arg] | _Parts:
-        """The append script's arguments, or, for events more than one round trip carries
-        (``max_append_bytes``, :data:`_PART_EVENTS`), the plan that writes them in parts (:meth:`_parts`).
-        Raises :class:`~agentguard.record.EventRefused`, sending nothing, for events larger than
-        ``max_event_bytes``."""
+    ) -> list[_Arg]:
+        """The append script's arguments. Raises :class:`~agentguard.record.EventRefused`, sending nothing,
+        for events larger than ``max_event_bytes``, and :class:`ValueError` for more events than one round
+        trip carries (``max_append_bytes``, ``max_append_events``): the store does not split an append (its
+        parts could not be one compare-and-set); the pipeline appends a larger outbox as several prefixes,
+        each within these bounds (read off the store), the call's own begin in the last, exclusive one."""
         encoded = [event.encode("utf-8", "surrogatepass") for event in events]
         refused = [index for index, data in enumerate(encoded) if len(data) > self.max_event_bytes]
         if refused:
             largest = max(len(encoded[index]) for index in refused)
             raise EventRefused(self._too_large("append", engagement_id, largest), refused)
-        if len(encoded) <= _PART_EVENTS and sum(map(len, encoded)) <= self.max_append_bytes:
-            return self._append_args(since, events, encoded, total, exclusive, False)
-        return self._parts(engagement_id, since, events, encoded, total, exclusive)
+        size = sum(map(len, encoded))
+        if len(encoded) > self.max_append_events or size > self.max_append_bytes:
+            raise ValueError(
+                f"Redis store {self._where}: append of engagement {engagement_id!r:.80} refused: "
+                f"{len(encoded)} events of {size} bytes are more than one round trip carries "
+                f"(max_append_events {self.max_append_events}, max_append_bytes {self.max_append_bytes}); "
+                "append them in several (EngagementState.batch takes these bounds)"
+            )
+        return self._append_args(since, events, encoded, total, exclusive)
 
     def _append_args(
-        self,
-        since: int,
-        events: Sequence[str],
-        encoded: Sequence[bytes],
-        total: int,
-        exclusive: bool,
-        reload: bool,
+        self, since: int, events: Sequence[str], encoded: Sequence[bytes], total: int, exclusive: bool
     ) -> list[_Arg]:
         """One round trip's arguments (see the script): with the positions and call ids of the events that
         hold a paused review's output or end that review, so that the script scrubs the held output."""
@@ -854,102 +876,12 @@ class RedisStore:
             n,
             int(total),
             b"1" if exclusive else b"0",
-            b"1" if reload else b"0",
             len(held),
         ]
         for index, call_id, holds in held:
             args += [index + 1 if holds else -index - 1, call_id.encode("utf-8", "surrogatepass")]
         args.extend(encoded)
         return args
-
-    def _parts(
-        self,
-        engagement_id: str,
-        since: int,
-        events: Sequence[str],
-        encoded: list[bytes],
-        total: int,
-        exclusive: bool,
-    ) -> _Parts:
-        """Write ``events`` in parts of at most ``max_append_bytes`` (and :data:`_PART_EVENTS` events): one
-        command of them all may be more than the server takes, or receives within ``timeout_seconds``, and
-        then it would fail each time it is sent again -- with every later step of the engagement, an outbox
-        that grew while the store was away never getting through.
-
-        Yields ``(first event's index, arguments)`` for each round trip and is sent its answer. Each part is
-        atomic, and each after the first is exclusive at the version the previous one left when the append
-        is (so an exclusive append's events still land together right after ``since``, or not at all past
-        its first part): a part that finds the engagement changed raises
-        :class:`~agentguard.errors.StoreUnavailable`, the caller sends every event again, and those that
-        landed twice are applied once, as after a lost answer. The first part carries ``total`` (sent again,
-        it may count twice: ``history._total`` errs high, on the refusing side). A part after a gap asks the
-        last one for the whole record."""
-        bounds: list[int] = [0]
-        size = 0
-        for index, data in enumerate(encoded):
-            if index > bounds[-1] and (
-                size + len(data) > self.max_append_bytes or index - bounds[-1] >= _PART_EVENTS
-            ):
-                bounds.append(index)
-                size = 0
-            size += len(data)
-        bounds.append(len(encoded))
-        count = len(bounds) - 1
-        missed: list[str] = []
-        reload = False
-        answer: Appended | None = None
-        for part in range(count):
-            start, end = bounds[part], bounds[part + 1]
-            args = self._append_args(
-                since,
-                events[start:end],
-                encoded[start:end],
-                total if part == 0 else 0,
-                exclusive,
-                reload and part == count - 1,
-            )
-            answer = yield start, args
-            if not answer.ok:
-                if part == 0:
-                    return answer  # nothing was written
-                why = f"the engagement changed in another process after {part} of its {count} parts were written"
-                raise self._unavailable("append", engagement_id, RuntimeError(why))
-            reload = reload or answer.reloaded is not None
-            missed.extend(answer.missed)
-            since = answer.version
-        assert answer is not None  # there is always a part
-        if answer.reloaded is not None:
-            return answer
-        return Appended(ok=True, version=answer.version, total=answer.total, missed=missed)
-
-    def _write(self, engagement_id: str, plan: _Parts) -> Appended:
-        """Drive :meth:`_parts` with the sync client. An event the server refuses in a part is named by its
-        position among all the events (the record replaces it there; the parts before it landed, and go again
-        with the rest, applied once)."""
-        start, args = next(plan)
-        while True:
-            try:
-                answer = self._append_reply(engagement_id, self._run("append", engagement_id, 2, args))
-            except EventRefused as exc:  # refused in this part: its position among all the events
-                raise EventRefused(str(exc), [start + index for index in exc.positions]) from exc
-            try:
-                start, args = plan.send(answer)
-            except StopIteration as done:
-                return cast(Appended, done.value)
-
-    async def _awrite(self, engagement_id: str, plan: _Parts) -> Appended:
-        """:meth:`_write` with the async client."""
-        start, args = next(plan)
-        while True:
-            try:
-                reply = await self._arun("append", engagement_id, 2, args)
-                answer = self._append_reply(engagement_id, reply)
-            except EventRefused as exc:
-                raise EventRefused(str(exc), [start + index for index in exc.positions]) from exc
-            try:
-                start, args = plan.send(answer)
-            except StopIteration as done:
-                return cast(Appended, done.value)
 
     def _open_args(self, engagement_id: str, meta: Mapping[str, Any]) -> list[_Arg]:
         life = secrets.randbelow(_LIFE) + 1  # kept only if this open creates the record: see the docstring
@@ -1021,7 +953,9 @@ class RedisStore:
         try:
             try:
                 return self._read_answer(conn)
-            except self._error_reply:
+            except self._error_reply as exc:
+                if _closing(exc):
+                    conn.disconnect()
                 raise
             except BaseException:
                 conn.disconnect()
@@ -1063,7 +997,9 @@ class RedisStore:
         try:
             try:
                 return await conn.read_response()
-            except self._error_reply:
+            except self._error_reply as exc:
+                if _closing(exc):
+                    await conn.disconnect()
                 raise
             except BaseException:
                 await conn.disconnect()
@@ -1163,10 +1099,8 @@ class RedisStore:
     def post(self, engagement_id: str, since: int, events: Sequence[str], total: int) -> Posted:
         """Send a non-exclusive :meth:`append` and return without its answer (see the module's docstring).
         Raises :class:`~agentguard.errors.StoreUnavailable` when it cannot be sent. Events more than one round
-        trip carries are written at once, in parts (see :meth:`append`)."""
+        trip carries raise :class:`ValueError` (see :meth:`append`)."""
         args = self._appending(engagement_id, since, events, total, False)
-        if not isinstance(args, list):
-            return _Written(self._write(engagement_id, args))
         self._drain(engagement_id)
         try:
             pool, conn = self._send(2, engagement_id, args)
@@ -1181,8 +1115,6 @@ class RedisStore:
     async def apost(self, engagement_id: str, since: int, events: Sequence[str], total: int) -> Posted:
         """:meth:`post` with the async client."""
         args = self._appending(engagement_id, since, events, total, False)
-        if not isinstance(args, list):
-            return _Written(await self._awrite(engagement_id, args))
         await self._adrain(engagement_id)
         try:
             pool, conn = await self._asend(2, engagement_id, args)
@@ -1210,11 +1142,9 @@ class RedisStore:
         self, engagement_id: str, since: int, events: Sequence[str], total: int, *, exclusive: bool
     ) -> Appended:
         """Append ``events`` atomically (see :meth:`Journal.append` and the module's docstring: after a gap,
-        the answer holds the record), in parts when they are more than one round trip carries (see
-        :meth:`_parts`). Raises :class:`KeyError` when the engagement does not exist."""
+        the answer holds the record). Raises :class:`KeyError` when the engagement does not exist, and
+        :class:`ValueError` for more events than one round trip carries (see :meth:`_appending`)."""
         args = self._appending(engagement_id, since, events, total, exclusive)
-        if not isinstance(args, list):
-            return self._write(engagement_id, args)
         return self._append_reply(engagement_id, self._run("append", engagement_id, 2, args))
 
     def claim(self, engagement_id: str, key: str, owner: str, *, since: int) -> str:
@@ -1239,14 +1169,19 @@ class RedisStore:
     ) -> Appended:
         """:meth:`append` with the async client."""
         args = self._appending(engagement_id, since, events, total, exclusive)
-        if not isinstance(args, list):
-            return await self._awrite(engagement_id, args)
         return self._append_reply(engagement_id, await self._arun("append", engagement_id, 2, args))
 
     async def aclaim(self, engagement_id: str, key: str, owner: str, *, since: int) -> str:
         """:meth:`claim` with the async client."""
         reply = await self._arun("claim", engagement_id, 3, self._claim_args(since, key, owner))
         return _present(self._read("claim", engagement_id, _holder, reply), engagement_id)
+
+
+def _closing(exc: BaseException) -> bool:
+    """Whether an error reply is a protocol error after which the server closes the connection (an argument
+    past its ``proto-max-bulk-len``): that connection must not go back to the pool as if it were usable, or
+    the next command on it fails (the server reset it)."""
+    return "invalid bulk length" in str(exc) or "Protocol error" in str(exc)
 
 
 def _present(answer: _T | None, engagement_id: str) -> _T:

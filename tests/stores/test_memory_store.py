@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentguard import Guard, Outcome, PolicyViolation, User
+from agentguard import EngagementStatus, Guard, Outcome, PolicyViolation, User
 from agentguard.record import EngagementState
 from agentguard.stores import MemoryStore
 
@@ -137,3 +137,54 @@ def test_two_threads_opening_a_new_id_at_once_never_both_run_a_call_it_allows_on
     with pytest.raises(PolicyViolation):  # and allows no second call
         _call(guard, again, "once", "third")
     assert ran == ["first"]
+
+
+class _RacedOnce(MemoryStore):
+    """Its next resume, once ``race`` is set, answers "not held": another thread held the id after this
+    one looked (the race above, one step at a time)."""
+
+    race = False
+
+    def resume(self, engagement_id: str) -> EngagementState | None:
+        if self.race:
+            self.race = False
+            return None
+        return super().resume(engagement_id)
+
+
+def test_closing_the_raced_record_does_not_forget_the_held_one_the_guard_stopped() -> None:
+    store = _RacedOnce()
+    ran: list[str] = []
+    guard = _guard(store, ran)
+    first = guard.engagement(USER, engagement_id="x")
+    store.race = True
+    raced = guard.engagement(USER, engagement_id="x")  # the thread that lost the race: its record is stopped
+    assert not raced.state.active
+    for index in range(5):
+        _call(guard, first, LOOP[index], str(index))
+    with pytest.raises(PolicyViolation):
+        _call(guard, first, LOOP[5], "5")  # the loop stops the engagement held for the id
+    assert not first.state.active
+    # The losing thread's request ends. The old forget(id) dropped the held record whenever it was not
+    # active: the next open started a fresh record, the loop count gone, and the looping call ran.
+    raced.close()
+    again = guard.engagement(USER, engagement_id="x")
+    assert again.state is first.state
+    with pytest.raises(PolicyViolation):
+        _call(guard, again, LOOP[5], "again")
+    assert ran == ["0", "1", "2", "3", "4"]
+
+
+def test_forget_by_id_is_deprecated_and_drops_only_a_closed_record() -> None:
+    store = MemoryStore()
+    guard = _guard(store)
+    stopped = guard.engagement(USER, engagement_id="s")
+    stopped.state.stop(EngagementStatus.STOPPED, "a loop")
+    with pytest.warns(DeprecationWarning, match="forget"):
+        store.forget("s")
+    assert guard.engagement(USER, engagement_id="s").state is stopped.state
+    closed = guard.engagement(USER, engagement_id="c")
+    closed.state.stop(EngagementStatus.CLOSED, "closed")
+    with pytest.warns(DeprecationWarning, match="forget"):
+        store.forget("c")
+    assert len(store) == 1  # "s" only

@@ -8,8 +8,11 @@
 - An empty engagement id is not "no id".
 - A reload (the worker missed more than the store keeps) keeps what this worker did that the store does not
   have yet, and lists each call once; an ``r`` seen twice takes back one attempt.
-- An outbox that grew while the store was away, larger than the server takes in one command, goes in parts
-  (``max_append_bytes``): sent whole it was cut off again with every later step, and never got through.
+- An outbox that grew while the store was away, larger than the server takes in one command, goes in several
+  appends (``max_append_bytes``, ``max_append_events``): sent whole it was cut off again with every later
+  step, and never got through. Each counts its own events' change to ``history._total`` (sent again after a
+  later one failed, nothing counts twice), and another worker appending between them gets the new call
+  checked again (it ran unchecked under ``on_failure="allow"`` when the store wrote the parts itself).
 """
 
 from __future__ import annotations
@@ -29,10 +32,13 @@ from agentguard import (
     EngagementStatus,
     Guard,
     Outcome,
+    PolicyViolation,
     Rule,
     StoreDenied,
     StoreUnavailable,
 )
+from agentguard.pipeline._driver import _commit
+from agentguard.pipeline._effects import Commit
 from agentguard.record import EngagementState, EventRefused, decode_event, encode_event
 from agentguard.stores import RedisStore
 from tests.stores.keys import keys_of
@@ -173,16 +179,26 @@ def test_inputs_the_server_refuses_are_denied_and_later_steps_run(redis_url: str
     assert ["a", "fetch"] in logged(raw, "bulk-in")
 
 
+def commit(state: EngagementState, *, exclusive: bool = False) -> bool:
+    """The pipeline's commit of ``state``'s outbox (what a guarded step's flow yields), driven here."""
+    return _commit(Commit(state, exclusive))
+
+
 @pytest.mark.usefixtures("small_bulk")
-def test_an_event_the_server_refuses_in_a_later_part_is_named_among_all_the_events(redis_url: str) -> None:
+def test_an_event_the_server_refuses_in_a_later_round_trip_is_replaced_where_it_is(
+    redis_url: str, raw: redis.Redis
+) -> None:
     store = RedisStore(redis_url, max_event_bytes=1536 * 1024, max_append_bytes=1536 * 1024)
-    version = store.open("e", {}).version
-    events = [encode_event(["a", "x" * 700_000]), encode_event(["a", "y" * 700_000])]
-    # The second part: the server takes no argument past 1 MB.
-    events.append(encode_event(["a", "z" * 1_200_000]))
-    with pytest.raises(EventRefused) as refused:
-        store.append("e", version, events, 0, exclusive=False)
-    assert refused.value.positions == (2,)  # the record replaces that one, not the first of the outbox
+    state = EngagementState.shared("e", store.open("e", {}), store)
+    for size in (700_000, 700_000, 1_200_000):  # the third output goes in the second round trip
+        state.complete_call(state.begin_call("fetch", {}), "y" * size)
+    with pytest.raises(EventRefused) as refused:  # the server takes no argument past 1 MB
+        commit(state)
+    # Named in the outbox that is left (the first round trip landed and was settled): the third call's end.
+    assert refused.value.positions == (0,)
+    assert commit(state)
+    ends = [event for event in logged(raw, "e") if event[0] == "c"]
+    assert [len(end[2] or "") for end in ends] == [700_000, 700_000, 0]  # its end kept, not its output
     store.close()
 
 
@@ -282,20 +298,22 @@ def relay(redis_url: str) -> Iterator[CuttingRelay]:
     made.close()
 
 
+@pytest.mark.parametrize(
+    "bound", [{"max_event_bytes": 16 * 1024, "max_append_bytes": 48 * 1024}, {"max_append_events": 5}]
+)
 def test_an_outbox_larger_than_the_server_takes_at_once_goes_in_parts(
-    redis_url: str, relay: CuttingRelay
+    redis_url: str, relay: CuttingRelay, bound: dict[str, int]
 ) -> None:
     ran: list[str] = []
-    settings = {"max_event_bytes": 16 * 1024, "max_append_bytes": 48 * 1024, "on_failure": "allow"}
-    guard = fetch_guard(relay.url, ran, **settings)
+    guard = fetch_guard(relay.url, ran, on_failure="allow", **bound)
     eng = guard.engagement(USER, engagement_id="backlog")
     relay.away = True
     for index in range(8):  # each ran on a warning; its end (a 12 KiB output) waits in the outbox
         assert call(guard, eng, f"away-{index}", 12 * 1024).startswith("secret ")
     relay.away = False
-    # About 100 KiB of events, more than the server takes in one command. The old code sent them whole with
-    # every later step: each was cut off (a store that cannot answer: under allow, a warning) and the other
-    # workers never saw these calls.
+    # About 100 KiB of events, more than the server takes in one command. Sent whole with every later step,
+    # each was cut off (a store that cannot answer: under allow, a warning) and the other workers never saw
+    # these calls. The pipeline appends them in several round trips, the new call's begin in the last.
     call(guard, eng, "back")
     assert not [d for d in eng.steps[-1].decisions if d.rule is Rule.STORE]
     assert relay.cut == 0
@@ -303,6 +321,136 @@ def test_an_outbox_larger_than_the_server_takes_at_once_goes_in_parts(
     assert history["_total"] == 9
     assert [len(entry["outputs"]) for entry in history["fetch"]] == [7 + 12 * 1024] * 8 + [7]
     assert ran == [f"away-{index}" for index in range(8)] + ["back"]
+
+
+class FailingPart(RedisStore):
+    """Its ``fail_at``-th append round trip (counted once armed) fails before it is sent, each time."""
+
+    fail_at = 0
+    seen = 0
+
+    def _run(self, operation: str, engagement_id: str, script: int, args: Any) -> Any:
+        if operation == "append" and self.fail_at:
+            self.seen += 1
+            if self.seen % self.fail_at == 0:
+                raise self._unavailable(operation, engagement_id, ConnectionError("dropped"))
+        return super()._run(operation, engagement_id, script, args)
+
+
+def test_an_outbox_sent_again_after_a_later_round_trip_failed_counts_each_call_once(redis_url: str) -> None:
+    # The store wrote an append in parts, the first carrying the whole ``total``: each try after a later
+    # part failed counted it again -- here the outbox's total is negative (five take-backs, one call), so
+    # history._total ended at -11 and a count assertion passed calls it should refuse.
+    store = FailingPart(redis_url, max_event_bytes=1000, max_append_bytes=1000)
+    state = EngagementState.shared("e", store.open("e", {}), store)
+    records = [state.begin_call("lookup", {"i": i}) for i in range(5)]
+    assert commit(state, exclusive=True)
+    assert state.view()["history"]["_total"] == 5
+    for record in records:  # five calls taken back (paused in review, say): r events, -1 each
+        state.rollback_call(record, reason="taken back")
+    state.complete_call(state.begin_call("ping", {"pad": "y" * 800}), "x" * 800)  # two round trips
+    store.fail_at = 2  # every second round trip fails: the second of each try
+    for _ in range(2):
+        with pytest.raises(StoreUnavailable):
+            commit(state)
+    store.fail_at = 0
+    assert commit(state)
+    assert state.view()["history"]["_total"] == 1
+    fresh = EngagementState.shared("e", store.open("e", {}), store)
+    assert fresh.view()["history"]["_total"] == 1
+    assert fresh.view()["history"]["_list"] == ["ping"]
+    store.close()
+
+
+RACE_SPEC = """
+kind: openagentspec:v1/agent
+name: s
+description: d
+intent: i
+owner: o@corp.com
+capabilities:
+  fetch:
+  lookup:
+    input_restriction:
+      assertion: 'size(history.lookup) < 2'
+"""
+
+
+class Racing(RedisStore):
+    """Runs ``other`` (another worker's call) just before its ``nth`` append round trip once armed."""
+
+    armed = False
+    nth = 0
+    other: Any = None
+    seen = 0
+
+    def _run(self, operation: str, engagement_id: str, script: int, args: Any) -> Any:
+        if self.armed and operation == "append":
+            self.seen += 1
+            if self.seen == self.nth:
+                self.armed = False
+                self.other()
+        return super()._run(operation, engagement_id, script, args)
+
+
+def race_guard(store: RedisStore, ran: list[str]) -> Guard:
+    guard = Guard.from_yaml(RACE_SPEC, store=store, telemetry=False)
+
+    def fetch(q: str, size: int = 0) -> str:
+        ran.append("fetch")
+        return "secret " + "y" * size
+
+    def lookup(q: str) -> str:
+        ran.append(f"lookup {q}")
+        return "ok"
+
+    guard.tool(name="fetch")(fetch)
+    guard.tool(name="lookup")(lookup)
+    return guard
+
+
+@pytest.mark.parametrize("parts", [False, True])
+@pytest.mark.parametrize("policy", ["allow", "deny"])
+def test_another_worker_between_the_round_trips_of_an_outbox_gets_the_call_checked_again(
+    redis_url: str, parts: bool, policy: str
+) -> None:
+    # The store wrote an exclusive append too large for one round trip in parts; a later part that found
+    # the log moved raised StoreUnavailable, which under on_failure="allow" ran the call unchecked: both
+    # workers passed ``size(history.lookup) < 2``. Now it is a conflict: the call is checked again.
+    relay = CuttingRelay(redis_url, 1 << 30)
+    try:
+        ran_a: list[str] = []
+        ran_b: list[str] = []
+        big = 48 * 1024 if parts else 8 * 1024 * 1024
+        store_a = Racing(relay.url, max_event_bytes=16 * 1024, max_append_bytes=big, on_failure="allow")
+        guard_a = race_guard(store_a, ran_a)
+        guard_b = race_guard(RedisStore(redis_url, on_failure="allow"), ran_b)
+        eng_a = guard_a.engagement(USER, engagement_id="race")
+        eng_b = guard_b.engagement(USER, engagement_id="race")
+        relay.away = True
+        for index in range(8):  # a backlog: about 100 KiB waiting in A's outbox
+            with eng_a.activate():
+                guard_a.call("fetch", {"q": f"away-{index}", "size": 12 * 1024})
+        relay.away = False
+        store_a.on_failure = policy  # the backlog was recorded under allow; the racing call under policy
+
+        def worker_b() -> None:
+            with eng_b.activate():
+                guard_b.call("lookup", {"q": "B"})
+
+        store_a.other = worker_b
+        store_a.nth = 2 if parts else 1  # B's call lands between A's first and second round trip
+        store_a.armed = True
+        with eng_a.activate(), pytest.raises(PolicyViolation):
+            guard_a.call("lookup", {"q": "A"})
+        assert ran_b == ["lookup B"]
+        assert ran_a == ["fetch"] * 8
+        assert any("checked again" in d.reason for d in eng_a.steps[-1].decisions)
+        history = fetch_guard(redis_url, []).engagement(USER, engagement_id="race").view()["history"]
+        assert len(history["lookup"]) == 1
+        assert history["_total"] == 9
+    finally:
+        relay.close()
 
 
 def test_max_append_bytes_holds_every_event(redis_url: str) -> None:

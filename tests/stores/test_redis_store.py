@@ -24,7 +24,6 @@ from agentguard.errors import ConfigurationError, StoreUnavailable
 from agentguard.record import Appended, Snapshot, decode_event, encode_event
 from agentguard.record import Journal as JournalProtocol
 from agentguard.stores import RedisStore
-from agentguard.stores import _redis as redis_store_module
 from agentguard.stores._redis import _LIFE, _tag
 from tests.redis_support import RedisServer, start_redis
 from tests.stores.keys import keys_of
@@ -212,130 +211,38 @@ def test_a_batch_larger_than_the_cap_and_than_luas_unpack(make: Callable[..., Jo
     assert list(snapshot.events) == [ev("a", n) for n in range(2495, 2500)]
 
 
-# -- appends larger than one round trip carries: in parts ------------------------------------------------
+# -- appends larger than one round trip carries: refused whole (the pipeline sends them in several) -------
 
 
 def evalsha_calls(raw: redis.Redis) -> int:
     return int(raw.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
 
 
-def test_an_append_past_max_append_bytes_goes_in_parts_and_answers_as_one(
-    make: Callable[..., Journal], raw: redis.Redis
+@pytest.mark.parametrize("bound", ["bytes", "events"])
+def test_an_append_past_one_round_trip_is_refused_and_nothing_is_sent(
+    make: Callable[..., Journal], raw: redis.Redis, bound: str
 ) -> None:
-    journal = make(max_event_bytes=1000, max_append_bytes=2500)
+    # The store does not split an append: parts written one after the other are not one compare-and-set (an
+    # exclusive append's later part that found the log moved could only fail, and under on_failure="allow"
+    # the call then ran unchecked). The pipeline appends a larger outbox in several (tests/stores/test_outbox.py).
+    settings = (
+        {"max_event_bytes": 1000, "max_append_bytes": 2500} if bound == "bytes" else {"max_append_events": 4}
+    )
+    journal = make(**settings)
     journal.open("e", {})
     journal.append("e", 0, [], 0)  # the script is loaded
-    events = [ev("a", str(n) * 800) for n in range(9)]  # about 810 bytes each: three a round trip
-    events[1] = ev("p", "t1", "c1", "held " + "y" * 700, {})
-    events[7] = ev("u", "c1")  # resumed two parts later: the held output still goes
+    events = [ev("a", str(n) * 800) for n in range(5)] if bound == "bytes" else [ev("a", n) for n in range(5)]
     before = evalsha_calls(raw)
-    answer = journal.append("e", 0, events, 9, exclusive=True)
-    assert evalsha_calls(raw) - before == 3
-    assert answer == Appended(ok=True, version=9, total=9, missed=[])
-    snapshot = journal.load("e")
-    assert snapshot is not None
-    assert list(snapshot.events) == [*events[:1], ev("x"), *events[2:]]
+    with pytest.raises(ValueError, match="more than one round trip carries"):
+        journal.append("e", 0, events, 5, exclusive=True)
+    assert evalsha_calls(raw) == before
+    assert journal.append("e", 0, events[:2], 2) == Appended(ok=True, version=2, total=2, missed=[])
 
 
-def test_an_append_of_more_events_than_a_round_trip_carries_goes_in_parts(
-    make: Callable[..., Journal], raw: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Redis before 7 takes no command of more than 1024 * 1024 arguments, however small: the store sends at
-    # most _PART_EVENTS events a round trip (100,000; four here, not to send a million events).
-    monkeypatch.setattr(redis_store_module, "_PART_EVENTS", 4)
-    journal = make()
-    journal.open("e", {})
-    journal.append("e", 0, [], 0)  # the script is loaded
-    before = evalsha_calls(raw)
-    assert journal.append("e", 0, [ev("a", n) for n in range(10)], 10) == Appended(
-        ok=True, version=10, total=10, missed=[]
-    )
-    assert evalsha_calls(raw) - before == 3
-    assert list(journal.load("e").events) == [ev("a", n) for n in range(10)]  # type: ignore[union-attr]
-
-
-class Interleaved(RedisStore):
-    """A store after whose append round trips another worker appends the events of ``between``, one each."""
-
-    between: list[str]
-
-    def _another_worker(self, operation: str, engagement_id: str) -> None:
-        if operation == "append" and self.between:
-            other = RedisStore(self._url or "")
-            snapshot = other.load(engagement_id)
-            assert snapshot is not None
-            other.append(engagement_id, snapshot.version, [self.between.pop(0)], 1, exclusive=False)
-            other.close()
-
-    def _run(self, operation: str, engagement_id: str, script: int, args: Any) -> Any:
-        answer = super()._run(operation, engagement_id, script, args)
-        self._another_worker(operation, engagement_id)
-        return answer
-
-    async def _arun(self, operation: str, engagement_id: str, script: int, args: Any) -> Any:
-        answer = await super()._arun(operation, engagement_id, script, args)
-        self._another_worker(operation, engagement_id)
-        return answer
-
-
-@pytest.fixture
-def interleaved(redis_url: str, mode: str) -> Iterator[Journal]:
-    """A journal of two events a round trip (at most 1000 bytes), another worker appending after each."""
-    store = Interleaved(redis_url, max_event_bytes=1000, max_append_bytes=1000)
-    store.between = []
-    journal = Journal(store, mode)
-    journal.open("e", {})
-    yield journal
-    journal.close()
-
-
-def test_a_non_exclusive_append_in_parts_answers_what_others_appended_between_them(
-    interleaved: Journal,
-) -> None:
-    cast_store(interleaved).between = [ev("a", "between")]
-    answer = interleaved.append("e", 0, [ev("a", "x" * 900), ev("a", "y" * 900)], 2)
-    assert answer == Appended(ok=True, version=3, total=3, missed=[ev("a", "between")])
-    snapshot = interleaved.load("e")
-    assert snapshot is not None
-    assert list(snapshot.events) == [ev("a", "x" * 900), ev("a", "between"), ev("a", "y" * 900)]
-
-
-def test_an_exclusive_append_in_parts_fails_when_another_worker_appends_between_them(
-    interleaved: Journal,
-) -> None:
-    cast_store(interleaved).between = [ev("b", "between")]
-    events = [ev("a", "x" * 900), ev("b", "y" * 900)]
-    # Its b must land right after the version its checks saw, or not at all: another worker's b came between
-    # the parts, so the append fails (a store that cannot record the step) and nothing after it lands.
-    with pytest.raises(StoreUnavailable, match="changed in another process after 1 of its 2 parts"):
-        interleaved.append("e", 0, events, 2, exclusive=True)
-    snapshot = interleaved.load("e")
-    assert snapshot is not None
-    assert list(snapshot.events) == [events[0], ev("b", "between")]
-    # Sent again, as the record sends an outbox whose append failed: refused, with what it missed (its own
-    # first part included: the record applies an event it sent once).
-    again = interleaved.append("e", 0, events, 2, exclusive=True)
-    assert again == Appended(ok=False, version=2, total=3, missed=[events[0], ev("b", "between")])
-
-
-def test_an_append_in_parts_behind_a_gap_answers_with_the_record_after_its_last_part(
-    make: Callable[..., Journal],
-) -> None:
-    journal = make(max_events=2, max_event_bytes=1000, max_append_bytes=1000)
-    other = make(max_events=2)
-    journal.open("e", {})
-    other.open("e", {})
-    other.append("e", 0, [ev("a", n) for n in range(5)], 5)
-    events = [ev("a", "x" * 900), ev("a", "y" * 900)]
-    answer = journal.append("e", 0, events, 2)  # its first part finds the gap; the last reads the record
-    assert answer == Appended(
-        ok=True, version=7, total=7, reloaded=Snapshot(meta={}, version=7, total=7, events=events)
-    )
-
-
-def cast_store(journal: Journal) -> Interleaved:
-    assert isinstance(journal.store, Interleaved)
-    return journal.store
+def test_max_append_events_is_a_round_trip_redis_takes(redis_url: str) -> None:
+    for wrong in (0, 100_001, 1.5):
+        with pytest.raises(ValueError, match="max_append_events"):
+            RedisStore(redis_url, max_append_events=wrong)  # type: ignore[arg-type]
 
 
 # -- held outputs: a paused review's output leaves the log once the call is resumed ----------------------
@@ -374,13 +281,38 @@ def test_a_review_resumed_in_the_same_append_or_after_its_pause_was_trimmed_leav
     journal.append("e", 0, [ev("p", "t1", "c1", SECRET, {}), ev("u", "c1")], 0)  # the outbox held both
     assert raw.lrange(log, 0, -1) == [b'["x"]', b'["u","c1"]']
     journal.append("e", 2, [ev("p", "t2", "c2", SECRET, {}), *(ev("a", n) for n in range(3))], 0)
-    assert raw.hget(meta, "held:c2") == b"3"
+    # c2's p was trimmed in the same append: its field went with it (a pause never resumed keeps none)
+    assert raw.hget(meta, "held:c2") is None
     # c2's p was trimmed already (nothing to scrub: no error); "c3" never paused here (or an earlier
     # agentguard's store kept its p): nothing either
     journal.append("e", 6, [ev("u", "c2"), ev("u", "c3")], 0)
     assert SECRET not in repr(raw.lrange(log, 0, -1)) + repr(raw.hgetall(meta))
     assert not [field for field in raw.hkeys(meta) if field.startswith(b"held:")]
     assert journal.load("e").version == 8  # type: ignore[union-attr]
+
+
+def test_pauses_never_resumed_keep_no_fields_once_their_events_left_the_log(
+    redis_url: str, raw: redis.Redis
+) -> None:
+    # The meta hash kept a held:<call id> field for every pause never resumed (a run abandoned at its
+    # review), long after max_events had trimmed its p event: 2000 pauses, 2000 fields, 10 events kept.
+    store = RedisStore(redis_url, max_events=10)
+    meta, log, _ = keys_of("e")
+    version = store.open("e", {}).version
+    for n in range(300):
+        event = ev("p", f"t{n}", f"call_{n:05d}_" + "z" * 200, {"rows": "o" * 10}, {})
+        version = store.append("e", version, [event, ev("a", n)], 0, exclusive=False).version
+    assert raw.llen(log) == 10
+    held = {field: raw.hget(meta, field) for field in raw.hkeys(meta) if field.startswith(b"held")}
+    # The five p events still kept, each by its call id and its version: as GraphStore keeps its counts.
+    assert len([field for field in held if field.startswith(b"held:")]) == 5
+    assert len([field for field in held if field.startswith(b"held@")]) == 5
+    assert raw.hget(meta, "holding") == b"5"
+    assert len(raw.hkeys(meta)) <= 8 + 10
+    # A pause still kept is scrubbed as before when its call is resumed.
+    store.append("e", version, [ev("u", "call_00299_" + "z" * 200)], 0, exclusive=False)
+    assert b"rows" not in b"".join(raw.lrange(log, 0, -1)[-3:])
+    store.close()
 
 
 def test_time_to_live_is_set_and_refreshed(make: Callable[..., Journal], raw: redis.Redis) -> None:
