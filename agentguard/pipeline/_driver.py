@@ -456,13 +456,19 @@ async def _aconfirm(state: EngagementState, journal: Journal) -> int:
 
 
 async def _invoke_with_timeout(effect: Invoke, timeout_ms: int) -> Any:
-    """An async tool runs as a task (cancelled on timeout unless it must keep running); a sync tool runs in
-    a worker thread (which cannot be cancelled: its late outcome is reported through ``on_late``)."""
+    """An async tool runs as a task (cancelled on timeout unless it must keep running, and with its caller:
+    ``asyncio.wait`` leaves the task it waits for running when the waiter is cancelled, as awaiting the tool
+    itself would not); a sync tool runs in a worker thread (which cannot be cancelled: its late outcome is
+    reported through ``on_late``)."""
     if inspect.iscoroutinefunction(effect.fn):
         task: asyncio.Future[Any] = asyncio.ensure_future(
             call_async(effect.fn, effect.args, effect.kwargs, effect.credentials)
         )
-        done, _ = await asyncio.wait({task}, timeout=timeout_ms / 1000)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=timeout_ms / 1000)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
         if done:
             return task.result()
         if not effect.keep_running:

@@ -77,6 +77,37 @@ def test_async_timeout_cancels_the_tool() -> None:
     assert cancelled == [True]
 
 
+@pytest.mark.parametrize("keep_running", [False, True])
+def test_a_caller_cancelled_during_a_timed_call_cancels_the_tool(keep_running: bool) -> None:
+    """A call with a ``Timeout`` runs its async tool as a task of its own: a caller cancelled meanwhile (a client
+    that went away, an outer timeout) left that task running, its effects going on for no one (a call without a
+    timeout is cancelled with its caller). ``keep_running`` is about the timeout, not the caller."""
+    guard = Guard.from_yaml(SPEC)
+    started, cancelled = asyncio.Event(), []
+
+    @guard.tool(timeout=Timeout(ms=5_000, on_timeout="continue" if keep_running else "fail"))
+    async def slow() -> str:
+        started.set()
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        return "never"
+
+    async def main() -> None:
+        async with guard.engagement():
+            caller = asyncio.create_task(slow())
+            await started.wait()
+            caller.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await caller
+            await asyncio.sleep(0.05)
+            assert cancelled == [True]  # now, not when asyncio.run cancels what is left as it ends
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("is_async", [False, True])
 def test_timeout_continue_records_a_warning_and_waits(is_async: bool) -> None:
     guard = Guard.from_yaml(SPEC)

@@ -9,7 +9,6 @@ what is delivered. The JSON-RPC messages are reported as AOS ``protocols/MCP`` s
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -582,10 +581,8 @@ async def guarded_call(
     capability = await catalog.place(tool, list_page)
     why = None if capability is not None else catalog.refusal(tool)
     received: list[tuple[Wire, Any]] = []
-    running: list[asyncio.Task[Any] | None] = []  # the task the call to the server runs in
 
     async def run(**inputs: Any) -> Any:
-        running.append(asyncio.current_task())
         # No capability: the pipeline denies before this; nothing is sent whatever it does.
         if why is not None:
             raise RuntimeError(f"agentguard refused MCP tool {tool!r}: {why}")
@@ -622,7 +619,8 @@ async def guarded_call(
         # A tool that stands for no capability goes under a name no capability can have (a spec name holds no
         # ":"), so it is denied and recorded as any call outside the spec is, and answered with ``why``. The
         # call runs under an OS Protocol Timeout of call_timeout: past it the pipeline records a denial (rule
-        # ``run``) and cancels the task ``run`` runs in, and the SDK tells the server (notifications/cancelled).
+        # ``run``) and cancels the task ``run`` runs in (as it does when the caller is cancelled: the client
+        # cancelled the request, its session ended), and the SDK tells the server (notifications/cancelled).
         output = await guard.acall(capability or f"mcp:{tool}", arguments, run, timeout=catalog.timeout)
     except ToolFailed as failed:  # its text passed the output checks
         return {**_envelope(failed.result), "content": [_text(str(failed))], "isError": True}
@@ -632,11 +630,4 @@ async def guarded_call(
         if not exc.recoverable:
             raise
         return denial_result(exc, modern=modern, why=why)
-    finally:
-        # Under a timeout ``run`` runs in a task of its own, which a cancelled caller (the client cancelled the
-        # request, its session ended) does not cancel: its call to the server is cancelled here, as it was when
-        # it ran in the caller's task. A task that is done is left as it is.
-        for task in running:
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
     return delivered(output, *received[-1])
