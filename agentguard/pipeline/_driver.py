@@ -276,39 +276,60 @@ _RECHECK = object()
 """What :func:`_to_send` answers when the calls still to be checked are to be checked again, unsent."""
 
 
-def _to_send(effect: Commit, bounds: _Bounds, since: int) -> tuple[list[str], int, bool] | object | None:
+def _to_send(effect: Commit, bounds: _Bounds) -> tuple[list[str], int, bool] | object | None:
     """The next append of a commit: its events, their change to ``history._total`` and whether it is the
     last (the commit's own: exclusive when the commit is, posted when it is); ``None`` when there is nothing
     to do, :data:`_RECHECK` when the calls still to be checked must be checked again first.
 
+    A call's ``b`` is appended exclusively, by its own commit, at the version its checks saw: so a
+    non-exclusive commit (a flush, a post, a fetch) sends only the events before the first ``b`` of a call
+    still to be checked (:meth:`~agentguard.record.EngagementState.unchecked`). Sent by another thread's
+    flush, that ``b`` would land after whatever other processes appended meanwhile, never compared with it,
+    and its own exclusive commit would find nothing left to compare.
+
     An outbox of more than one round trip (``bounds``: what grew while the store was away, under
     ``on_failure: allow``) goes as prefixes, each appended and settled on its own (its ``total`` its own
     events' change: one that landed is never counted again), the earlier ones non-exclusively. For an
-    exclusive commit those end before the first ``b`` of a call still to be checked
-    (:meth:`~agentguard.record.EngagementState.unchecked`): that ``b`` and what follows go in the last, one
-    exclusive append. The calls are checked again instead, unsent, when that rest is more than one round
-    trip, or when the record moved past ``since`` -- the version they were checked at -- by what other
-    processes appended (found by an earlier prefix, or by the answer of a posted append read at this commit):
+    exclusive commit those end before that first ``b``: it and what follows go in the last, one exclusive
+    append. The calls are checked again instead, unsent, when that rest is more than one round trip, or when
+    the record applied what other processes appended since they were checked (an earlier prefix's answer, a
+    posted append's read at this commit, or another thread's append between their check and this commit):
     sent at the version after it, the compare-and-set would compare with a record they were not checked
     against."""
     state = effect.state
     max_bytes, max_events = bounds
+    end, stale = state.unchecked()
+    if not effect.exclusive:
+        batch = state.batch(max_bytes, max_events, end=end)
+        if batch is None:
+            return ([], 0, True) if effect.fetch else None
+        events, total = batch
+        return events, total, len(events) == end
+    if stale:
+        return _RECHECK
     batch = state.batch(max_bytes, max_events)
     if batch is None:
-        return ([], 0, True) if effect.fetch else None
+        return None
     events, total = batch
-    whole = len(events) == state.waiting()
-    if not effect.exclusive:
-        return events, total, whole
-    end = state.unchecked()
-    if end < state.waiting() and state.version != since:
-        return _RECHECK
-    if whole:
+    if len(events) == state.waiting():
         return events, total, True
     if end == 0:
         return _RECHECK
     events, total = cast(tuple[list[str], int], state.batch(max_bytes, max_events, end=end))
     return events, total, False
+
+
+def _unanswered(exc: ValueError) -> StoreUnavailable:
+    """A store's own bound (more events than one round trip carries, which :func:`_bounds` did not know of)
+    refused an append: a failed append, recorded and following ``on_failure``, not an error of the caller."""
+    return StoreUnavailable(f"the store refused the append ({exc})")
+
+
+def _stuck(state: EngagementState) -> StoreUnavailable:
+    """A store answered an append of part of the outbox without taking it: sent again, it would be again."""
+    return StoreUnavailable(
+        f"the store did not take an append of engagement {state.id!r}'s events: nothing was sent further"
+    )
 
 
 def _commit(effect: Commit) -> bool:
@@ -317,10 +338,10 @@ def _commit(effect: Commit) -> bool:
     state = effect.state
     journal = _journal(state)
     with state.commit_lock:
-        since = _confirm(state, journal)
+        _confirm(state, journal)
         bounds = _bounds(journal)
         while True:
-            batch = _to_send(effect, bounds, since)
+            batch = _to_send(effect, bounds)
             if batch is None:
                 return True
             if batch is _RECHECK:
@@ -342,10 +363,13 @@ def _commit(effect: Commit) -> bool:
             except EventRefused as exc:
                 state.refuse(exc.positions)
                 raise
+            except ValueError as exc:
+                raise _unanswered(exc) from exc
             ok = _settled(state, len(events), appended, snapshot)
             if last:
                 return ok
-            since = _moved(since, len(events), appended)
+            if not ok:
+                raise _stuck(state)
 
 
 async def _acommit(effect: Commit) -> bool:
@@ -355,10 +379,10 @@ async def _acommit(effect: Commit) -> bool:
     if state.acommit_lock is None:
         state.acommit_lock = asyncio.Lock()
     async with state.acommit_lock:
-        since = await _aconfirm(state, journal)
+        await _aconfirm(state, journal)
         bounds = _bounds(journal)
         while True:
-            batch = _to_send(effect, bounds, since)
+            batch = _to_send(effect, bounds)
             if batch is None:
                 return True
             if batch is _RECHECK:
@@ -380,19 +404,13 @@ async def _acommit(effect: Commit) -> bool:
             except EventRefused as exc:
                 state.refuse(exc.positions)
                 raise
+            except ValueError as exc:
+                raise _unanswered(exc) from exc
             ok = _settled(state, len(events), appended, snapshot)
             if last:
                 return ok
-            since = _moved(since, len(events), appended)
-
-
-def _moved(since: int, sent: int, appended: Appended) -> int:
-    """The version the calls still to be checked were checked at, after a prefix of ``sent`` events was
-    appended at it: moved on by that prefix alone when nobody else appended before it, else ``-1`` (never a
-    version: the engagement changed, they are checked again)."""
-    if appended.missed or appended.gap or appended.reloaded is not None or appended.version != since + sent:
-        return -1
-    return appended.version
+            if not ok:
+                raise _stuck(state)
 
 
 _PIPELINED: dict[type, bool] = {}
@@ -407,20 +425,16 @@ def _pipelined(journal: Journal) -> bool:
     return known
 
 
-def _confirm(state: EngagementState, journal: Journal) -> int:
+def _confirm(state: EngagementState, journal: Journal) -> None:
     """Read the answer to the record's posted append, if any, and apply it. A failure fails the step that
     reads it, as any append's would: the posted events are still first in the outbox and go with the next
     append (an event that did land after all is applied once) -- but for events the store refused for good,
     which are replaced there (:meth:`~agentguard.record.EngagementState.refuse`), so that only this step
-    fails, not every later one.
-
-    Returns the version the calls still to be checked were checked at, as :func:`_moved` tells it: when the
-    answer brought what other processes appended meanwhile, those calls were checked without it, and an
-    exclusive append at the version after it would let them through unchecked (see :func:`_to_send`)."""
-    since = state.version
+    fails, not every later one. What other processes appended meanwhile, applied here, has the calls still
+    to be checked checked again (see :func:`_to_send`)."""
     posted = state.posted
     if posted is None:
-        return since
+        return
     state.posted = None
     handle, sent = posted
     try:
@@ -432,15 +446,13 @@ def _confirm(state: EngagementState, journal: Journal) -> int:
         state.refuse(exc.positions)
         raise
     _settled(state, sent, appended, snapshot)
-    return _moved(since, sent, appended)
 
 
-async def _aconfirm(state: EngagementState, journal: Journal) -> int:
+async def _aconfirm(state: EngagementState, journal: Journal) -> None:
     """:func:`_confirm` under asyncio."""
-    since = state.version
     posted = state.posted
     if posted is None:
-        return since
+        return
     state.posted = None
     handle, sent = posted
     try:
@@ -452,7 +464,6 @@ async def _aconfirm(state: EngagementState, journal: Journal) -> int:
         state.refuse(exc.positions)
         raise
     _settled(state, sent, appended, snapshot)
-    return _moved(since, sent, appended)
 
 
 async def _invoke_with_timeout(effect: Invoke, timeout_ms: int) -> Any:

@@ -83,8 +83,13 @@ def begin_shared(
         decided, record = begin()
         try:
             yield from commit(ctx, state, step, name, Phase.INPUT, exclusive=True)
-        except PolicyViolation as violation:
-            state.rollback_call(record, reason=violation.reason)
+        except BaseException as exc:
+            # Also a flow that ends here otherwise (cancelled, interrupted): a call still to be checked would
+            # hold back every later non-exclusive commit of the record, which stops before its ``b``. A call
+            # checked again (``recheck``) was taken back already.
+            if record.status != "recheck":
+                reason = exc.reason if isinstance(exc, PolicyViolation) else type(exc).__name__
+                state.rollback_call(record, reason=reason)
             raise
         if record.status != "recheck":
             if state.unsent(record):  # the store failed and its policy is allow

@@ -121,9 +121,11 @@ class EngagementState:
         self._offset = 0  # calls invoked before the oldest event the store still keeps (history._total)
         self._outbox: list[str] = []  # encoded events not yet appended to the journal
         self._deltas: list[int] = []  # how much each changes history._total by
-        self._unsent: list[
-            tuple[int, CallRecord]
-        ] = []  # (position in the outbox, call) of unsent ``b`` events
+        # (position in the outbox, call, the epoch it was checked at) of unsent ``b`` events
+        self._unsent: list[tuple[int, CallRecord, int]] = []
+        # Bumped whenever events of other processes are applied (settle, reload): a call checked at an older
+        # epoch was checked without them, and is checked again before its ``b`` is appended (unchecked).
+        self._epoch = 0
         self._forced: set[int] = set()  # ids of unsent calls that ran anyway (the store's on_failure: allow)
         self._voided: set[str] = set()  # tokens of calls whose ``b`` the store refused for good (refuse)
         self._by_token: dict[str, CallRecord] = {}
@@ -281,7 +283,7 @@ class EngagementState:
             self._in_flight.add(id(record))
             if token is not None:
                 self._by_token[token] = record
-                self._unsent.append((len(self._outbox), record))
+                self._unsent.append((len(self._outbox), record, self._epoch))
                 self._emit(["b", token, name, kind, call_id, inputs, record.started_at], 1)
         return record
 
@@ -713,6 +715,7 @@ class EngagementState:
                 self.calls.append(record)
             self.version = snapshot.version
             self._offset = snapshot.total + sum(self._deltas) - len(self._names)
+            self._epoch += 1  # the calls still to be checked were checked without what it brought
 
     def _emit(self, event: Event, total: int = 0) -> None:
         self._outbox.append(encode_event(event))
@@ -756,7 +759,7 @@ class EngagementState:
                         self._outbox[position] = encode_event([*event[:5], None, event[6]])
                         continue
                     self._void(position, ["a", event[2]])
-                    self._unsent = [(p, r) for p, r in self._unsent if p != position]
+                    self._unsent = [unsent for unsent in self._unsent if unsent[0] != position]
                     self._uncount_rollback(token)
                     self._voided.add(token)
                 elif kind == "c" and len(event) == 5 and event[2] is not None:
@@ -770,7 +773,7 @@ class EngagementState:
     def unsent(self, record: CallRecord) -> bool:
         """Whether ``record``'s ``b`` event is still waiting to be appended."""
         with self._lock:
-            return any(unsent is record for _, unsent in self._unsent)
+            return any(unsent is record for _, unsent, _ in self._unsent)
 
     def ran_unsent(self, record: CallRecord) -> None:
         """``record`` runs although its ``b`` event could not be appended (the store's ``on_failure`` is
@@ -820,24 +823,35 @@ class EngagementState:
         with self._lock:
             return len(self._outbox)
 
-    def unchecked(self) -> int:
+    def unchecked(self) -> tuple[int, bool]:
         """The outbox's position of the first ``b`` event of a call still to be checked against the store
-        (unsent, neither run anyway under ``on_failure: allow`` nor denied), the outbox's length when there
-        is none. The events before it record what happened already and may be appended whatever came before;
-        that ``b`` and everything after it go in the one exclusive append (a ``b`` appended non-exclusively
-        was never compared with what other processes recorded meanwhile)."""
+        (:meth:`_checking`), the outbox's length when there is none; and whether any such call was checked
+        before the record last applied events of other processes (:meth:`settle`, :meth:`reload`).
+
+        The events before that ``b`` record what happened already and may be appended whatever came before
+        (a non-exclusive commit sends only them); that ``b`` and everything after it go in the one exclusive
+        append its call's commit makes: a ``b`` appended non-exclusively was never compared with what other
+        processes recorded meanwhile. A call checked before other processes' events were applied is checked
+        again (:meth:`recheck`) before any exclusive append: compared at the version after those events, it
+        would land although it was checked without them."""
         with self._lock:
-            checking = [
-                position
-                for position, record in self._unsent
-                if id(record) not in self._forced and record.status != "denied"
-            ]
-            return min(checking, default=len(self._outbox))
+            end, stale, epoch = len(self._outbox), False, self._epoch
+            for position, record, checked_at in self._unsent:
+                if self._checking(record):
+                    end = min(end, position)
+                    stale = stale or checked_at != epoch
+            return end, stale
+
+    def _checking(self, record: CallRecord) -> bool:
+        """Whether unsent ``record`` is still to be checked against the store: begun by a flow whose exclusive
+        commit has not happened yet (pending), not run anyway under ``on_failure: allow``. A call denied (its
+        take-back follows it) or recorded after the fact (ended already) goes as any record of what happened."""
+        return record.status == "pending" and id(record) not in self._forced
 
     def recheck(self) -> None:
         """Take back every call still to be checked (see :meth:`unchecked`) without an append: its ``b``
         cannot go in one exclusive append (what follows it in the outbox is more than one round trip), or
-        the engagement changed in another process while the events before it were appended. Each is checked
+        the record applied what other processes appended since they were checked. Each is checked
         again by its flow (status ``recheck``), as after a refused exclusive append. Call with
         :attr:`commit_lock` held."""
         with self._lock:
@@ -857,10 +871,10 @@ class EngagementState:
         missed = [decode_event(text) for text in (appended.missed if reloaded is None else reloaded.events)]
         with self._lock:
             if appended.ok:
-                for position, record in self._unsent:
+                for position, record, _ in self._unsent:
                     if position < sent:
                         self._forced.discard(id(record))
-                self._unsent = [(p - sent, r) for p, r in self._unsent if p >= sent]
+                self._unsent = [(p - sent, r, e) for p, r, e in self._unsent if p >= sent]
                 del self._outbox[:sent]
                 del self._deltas[:sent]
             else:
@@ -871,18 +885,22 @@ class EngagementState:
             if not appended.gap:
                 for event in missed:
                     self._apply(event)
+                if missed:
+                    self._epoch += 1
             self.version = appended.version
             self._offset = appended.total + sum(self._deltas) - len(self._names)
             return appended.ok
 
     def _recheck_unsent(self, landed: set[str | None], *, checked_only: bool) -> None:
         """Void the unsent ``b`` events (but those of calls that ran anyway) and take their calls back to
-        be checked again; ``landed``: the calls whose ``b`` the store has after all. ``checked_only``: leave
-        the ``b`` of a denied call too (it is sent with its take-back, as any record of what happened)."""
-        kept: list[tuple[int, CallRecord]] = []
-        for position, record in self._unsent:
-            if id(record) in self._forced or (checked_only and record.status == "denied"):
-                kept.append((position, record))
+        be checked again; ``landed``: the calls whose ``b`` the store has after all. ``checked_only``: only
+        those of calls still to be checked (:meth:`_checking`): the ``b`` of a denied call is sent with its
+        take-back, that of a call recorded after the fact with its end, as any record of what happened."""
+        kept: list[tuple[int, CallRecord, int]] = []
+        for unsent in self._unsent:
+            position, record, _ = unsent
+            if id(record) in self._forced or (checked_only and not self._checking(record)):
+                kept.append(unsent)
                 continue
             self._void(position, ["x"])
             if record.token not in landed:
