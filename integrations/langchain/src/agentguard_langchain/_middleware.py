@@ -182,6 +182,10 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
     ``max_engagements``
         how many engagements stay open in memory; the least recently used beyond it are closed (released
         only, when the Guard's store is shared: another worker may be using them).
+    ``record_key``
+        a secret (bytes or text, the same on every worker of a thread) that seals the checkpoint's record of
+        the messages the input guardrail checked or the runs produced: a client that can write the graph's
+        state then cannot vouch for a message of its own (without it, the record is trusted as written).
     """
 
     state_schema = AgentGuardState
