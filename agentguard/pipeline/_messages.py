@@ -199,7 +199,7 @@ def _recorded(
             short_circuit(ctx, state, step, name, refused=True)
         except ShortCircuitViolation as loop:  # recorded on the step, the engagement stopped
             refused = loop
-    record = state.begin_call(name, inputs, kind=kind, call_id=call_id)
+    record = state.begin_call(name, inputs, kind=kind, call_id=call_id, after_the_fact=True)
     step.call = record
     failed = error is not None
     if failed:

@@ -233,6 +233,7 @@ class EngagementState:
         started_at: float | None = ...,
         short_circuit: None = ...,
         max_block: int = ...,
+        after_the_fact: bool = ...,
     ) -> CallRecord: ...
 
     @overload
@@ -246,6 +247,7 @@ class EngagementState:
         started_at: float | None = ...,
         short_circuit: int | None,
         max_block: int,
+        after_the_fact: bool = ...,
     ) -> CallRecord | None: ...
 
     def begin_call(
@@ -258,10 +260,14 @@ class EngagementState:
         started_at: float | None = None,
         short_circuit: int | None = None,
         max_block: int = 1,
+        after_the_fact: bool = False,
     ) -> CallRecord | None:
         """Record an attempted call as the most recent one (decision 2: the pending call is visible).
 
         ``started_at``: when the call began (``time.time()``; default now), e.g. its step's time.
+        ``after_the_fact``: a call a host reports once it ran (recorded, not checked): in a shared record its
+        ``b`` goes with the next append as it is and is never checked again (:meth:`ran_unsent`), set under
+        the same lock, so that another thread's commit never takes it for a call still to be checked.
         ``short_circuit``: ``None``, with nothing recorded, when attempting ``name`` now would repeat a block
         ``short_circuit`` times (as :meth:`would_short_circuit`, asked again here, under the lock that counts
         the attempt: calls begun in parallel since the caller asked would each pass its own look).
@@ -285,6 +291,8 @@ class EngagementState:
                 self._by_token[token] = record
                 self._unsent.append((len(self._outbox), record, self._epoch))
                 self._emit(["b", token, name, kind, call_id, inputs, record.started_at], 1)
+                if after_the_fact:
+                    self._forced.add(id(record))
         return record
 
     def begin_direct(

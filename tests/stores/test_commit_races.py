@@ -126,6 +126,22 @@ def test_a_flush_of_another_thread_does_not_send_a_call_still_to_be_committed(
         store.close()
 
 
+def test_a_call_recorded_after_the_fact_is_never_one_still_to_be_checked(redis_url: str) -> None:
+    """A host's report of a call that already ran (``Engagement.record_call``) begins and ends its record
+    at once; in between, another thread's commit took it for a call still to be checked: a flush stopped before
+    it, and a stale exclusive commit took it back. Its begin is marked as it is recorded, under one lock."""
+    store = Hooked(redis_url)
+    try:
+        state = shared(store)
+        reported = state.begin_call("y", {}, after_the_fact=True)
+        assert state.unchecked()[0] == state.waiting()  # nothing held back by it
+        assert _commit(Commit(state, exclusive=False))
+        assert store_log(store) == ["b:y"]
+        assert reported.status == "pending"  # its end follows, from the host's report
+    finally:
+        store.close()
+
+
 def test_a_posted_or_fetched_commit_stops_before_a_call_still_to_be_committed(redis_url: str) -> None:
     store = Hooked(redis_url)
     try:
