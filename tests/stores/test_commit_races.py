@@ -27,20 +27,18 @@ from agentguard.pipeline._driver import _acommit, _commit
 from agentguard.pipeline._effects import Commit
 from agentguard.record import Appended, EngagementState, decode_event
 from agentguard.stores import RedisStore
+from tests.conftest import spec_text
 from tests.stores.workers import USER
 
-SPEC = """
-kind: openagentspec:v1/agent
-name: s
-description: d
-intent: i
-owner: o@corp.com
-capabilities:
-  fetch:
-  lookup:
-lifespan:
-  short_circuit: 2
-"""
+SPEC = spec_text(
+    """
+    capabilities:
+      fetch:
+      lookup:
+    lifespan:
+      short_circuit: 2
+    """
+)
 
 
 class Hooked(RedisStore):

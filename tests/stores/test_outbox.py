@@ -41,6 +41,7 @@ from agentguard.pipeline._driver import _commit
 from agentguard.pipeline._effects import Commit
 from agentguard.record import EngagementState, EventRefused, decode_event, encode_event
 from agentguard.stores import RedisStore
+from tests.conftest import spec_text
 from tests.stores.keys import keys_of
 from tests.stores.workers import USER, make_guard
 
@@ -362,18 +363,15 @@ def test_an_outbox_sent_again_after_a_later_round_trip_failed_counts_each_call_o
     store.close()
 
 
-RACE_SPEC = """
-kind: openagentspec:v1/agent
-name: s
-description: d
-intent: i
-owner: o@corp.com
-capabilities:
-  fetch:
-  lookup:
-    input_restriction:
-      assertion: 'size(history.lookup) < 2'
-"""
+RACE_SPEC = spec_text(
+    """
+    capabilities:
+      fetch:
+      lookup:
+        input_restriction:
+          assertion: 'size(history.lookup) < 2'
+    """
+)
 
 
 class Racing(RedisStore):
