@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import inspect
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 from agentguard._trampoline import adrive, drive
@@ -319,10 +320,24 @@ def _to_send(effect: Commit, bounds: _Bounds) -> tuple[list[str], int, bool] | o
     return events, total, False
 
 
-def _unanswered(exc: ValueError) -> StoreUnavailable:
-    """A store's own bound (more events than one round trip carries, which :func:`_bounds` did not know of)
-    refused an append: a failed append, recorded and following ``on_failure``, not an error of the caller."""
-    return StoreUnavailable(f"the store refused the append ({exc})")
+@contextlib.contextmanager
+def _answers_of(state: EngagementState, *, bounded: bool = True) -> Iterator[None]:
+    """What a store's append (or post, or the reading of a posted one's answer) raises, as the pipeline takes
+    it: no such engagement (``KeyError``) is an expired one; events refused for good are replaced in the
+    outbox (:meth:`~agentguard.record.EngagementState.refuse`) and the refusal goes on; with ``bounded``, a
+    store's own bound (``ValueError``: more events than one round trip carries, which :func:`_bounds` did
+    not know of) is a failed append, recorded and following ``on_failure``, not an error of the caller."""
+    try:
+        yield
+    except KeyError:
+        raise _expired(state) from None
+    except EventRefused as exc:
+        state.refuse(exc.positions)
+        raise
+    except ValueError as exc:
+        if not bounded:
+            raise
+        raise StoreUnavailable(f"the store refused the append ({exc})") from exc
 
 
 def _stuck(state: EngagementState) -> StoreUnavailable:
@@ -348,7 +363,7 @@ def _commit(effect: Commit) -> bool:
                 state.recheck()
                 return False
             events, total, last = cast(tuple[list[str], int, bool], batch)
-            try:
+            with _answers_of(state):
                 if last and effect.post and _pipelined(journal):
                     state.posted = (
                         cast(Pipelined, journal).post(state.id, state.version, events, total),
@@ -358,13 +373,6 @@ def _commit(effect: Commit) -> bool:
                 exclusive = effect.exclusive and last
                 appended = journal.append(state.id, state.version, events, total, exclusive=exclusive)
                 snapshot = journal.load(state.id) if appended.gap else None
-            except KeyError:
-                raise _expired(state) from None
-            except EventRefused as exc:
-                state.refuse(exc.positions)
-                raise
-            except ValueError as exc:
-                raise _unanswered(exc) from exc
             ok = _settled(state, len(events), appended, snapshot)
             if last:
                 return ok
@@ -389,7 +397,7 @@ async def _acommit(effect: Commit) -> bool:
                 state.recheck()
                 return False
             events, total, last = cast(tuple[list[str], int, bool], batch)
-            try:
+            with _answers_of(state):
                 if last and effect.post and _pipelined(journal):
                     state.posted = (
                         await cast(Pipelined, journal).apost(state.id, state.version, events, total),
@@ -399,13 +407,6 @@ async def _acommit(effect: Commit) -> bool:
                 exclusive = effect.exclusive and last
                 appended = await journal.aappend(state.id, state.version, events, total, exclusive=exclusive)
                 snapshot = await journal.aload(state.id) if appended.gap else None
-            except KeyError:
-                raise _expired(state) from None
-            except EventRefused as exc:
-                state.refuse(exc.positions)
-                raise
-            except ValueError as exc:
-                raise _unanswered(exc) from exc
             ok = _settled(state, len(events), appended, snapshot)
             if last:
                 return ok
@@ -437,14 +438,9 @@ def _confirm(state: EngagementState, journal: Journal) -> None:
         return
     state.posted = None
     handle, sent = posted
-    try:
+    with _answers_of(state, bounded=False):
         appended = handle.result()
         snapshot = journal.load(state.id) if appended.gap else None
-    except KeyError:
-        raise _expired(state) from None
-    except EventRefused as exc:
-        state.refuse(exc.positions)
-        raise
     _settled(state, sent, appended, snapshot)
 
 
@@ -455,14 +451,9 @@ async def _aconfirm(state: EngagementState, journal: Journal) -> None:
         return
     state.posted = None
     handle, sent = posted
-    try:
+    with _answers_of(state, bounded=False):
         appended = await handle.aresult()
         snapshot = await journal.aload(state.id) if appended.gap else None
-    except KeyError:
-        raise _expired(state) from None
-    except EventRefused as exc:
-        state.refuse(exc.positions)
-        raise
     _settled(state, sent, appended, snapshot)
 
 
