@@ -14,7 +14,7 @@ import contextvars
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, cast
 
 from agentguard._trampoline import adrive, drive
@@ -348,10 +348,18 @@ def _stuck(state: EngagementState) -> StoreUnavailable:
 
 
 def _commit(effect: Commit) -> bool:
-    """One append at a time per record (the lock), so that each is made against the version it saw; an
-    outbox of more than one round trip goes in several (see :func:`_to_send`)."""
+    """One append at a time per record (the lock, which async commits take too: see :func:`_holding`), so
+    that each is made against the version it saw and takes off the outbox only what it sent; an outbox of
+    more than one round trip goes in several (see :func:`_to_send`)."""
     state = effect.state
     journal = _journal(state)
+    if state.commit_thread == threading.get_ident():
+        # An async commit of this record holds the lock and waits for its answer on this very thread, which
+        # this call blocks: waiting for it would never end. A failed round trip, under the store's on_failure.
+        raise StoreUnavailable(
+            f"engagement {state.id!r}: a sync step on the event loop's thread while an async step of the same "
+            "engagement waits there for the store (use acall there)"
+        )
     with state.commit_lock:
         _confirm(state, journal)
         bounds = _bounds(journal)
@@ -384,9 +392,7 @@ async def _acommit(effect: Commit) -> bool:
     """:func:`_commit` under asyncio."""
     state = effect.state
     journal = _journal(state)
-    if state.acommit_lock is None:
-        state.acommit_lock = asyncio.Lock()
-    async with state.acommit_lock:
+    async with _holding(state):
         await _aconfirm(state, journal)
         bounds = _bounds(journal)
         while True:
@@ -412,6 +418,40 @@ async def _acommit(effect: Commit) -> bool:
                 return ok
             if not ok:
                 raise _stuck(state)
+
+
+@contextlib.asynccontextmanager
+async def _holding(state: EngagementState) -> AsyncIterator[None]:
+    """The record's commit lock, for an async commit: the thread lock the sync ones take, so that a
+    ``guard.call`` in a worker thread and a ``guard.acall`` on the loop never have two appends of one record
+    in flight (each would take the same prefix off the outbox, the second events that were never sent).
+
+    Taken without blocking the loop: tried, then tried again after a pause that doubles up to
+    :data:`_POLL_MOST`. Coroutines of one loop queue on an ``asyncio.Lock`` first (made for the loop that runs
+    them), so that only one of them polls. While held, ``commit_thread`` names the loop's thread: a sync
+    commit there would wait for a holder it keeps from running (:func:`_commit`).
+    """
+    loop = asyncio.get_running_loop()
+    queued = state.acommit_lock
+    if queued is None or queued[0] is not loop:
+        queued = state.acommit_lock = (loop, asyncio.Lock())
+    async with queued[1]:
+        lock, pause = state.commit_lock, _POLL_FIRST
+        while not lock.acquire(blocking=False):
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _POLL_MOST)
+        state.commit_thread = threading.get_ident()
+        try:
+            yield
+        finally:
+            state.commit_thread = None
+            lock.release()
+
+
+_POLL_FIRST = 0.0005
+_POLL_MOST = 0.02
+"""How long an async commit waits before it tries again for a commit lock a sync commit holds (seconds):
+a store round trip is a millisecond or two, so the first tries are quick and the pause never exceeds 20 ms."""
 
 
 _PIPELINED: dict[type, bool] = {}

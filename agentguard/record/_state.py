@@ -131,8 +131,9 @@ class EngagementState:
         self._by_token: dict[str, CallRecord] = {}
         # A posted append (Pipelined.post): the outbox's first ``n`` events were sent, their answer not read yet.
         self.posted: tuple[Posted, int] | None = None
-        self.commit_lock = threading.Lock()  # one append in flight per record (taken by the sync driver)
-        self.acommit_lock: Any = None  # the async driver's asyncio.Lock, made on first use
+        self.commit_lock = threading.Lock()  # one append in flight per record, sync or async (the driver)
+        self.acommit_lock: Any = None  # (loop, asyncio.Lock): where async commits of one loop queue (the driver)
+        self.commit_thread: int | None = None  # the event loop's thread, while an async commit holds commit_lock
 
     # -- the view -------------------------------------------------------------------------------------
 
@@ -810,7 +811,7 @@ class EngagementState:
         self, max_bytes: int | None = None, max_events: int | None = None, *, end: int | None = None
     ) -> tuple[list[str], int] | None:
         """The events to append next and how they change ``history._total``; ``None`` when there are none.
-        Call with :attr:`commit_lock` (or :attr:`acommit_lock`) held, then :meth:`settle`.
+        Call with :attr:`commit_lock` held, then :meth:`settle`.
 
         Bounded (a store's one round trip: ``max_bytes`` of encoded events, ``max_events`` events), it is the
         longest prefix of the outbox within them -- at least its first event, whose size the store checks
