@@ -23,6 +23,7 @@ from agentguard.record._journal import (
     Snapshot,
     decode_event,
     encode_event,
+    fresh_events,
     held_outputs,
 )
 from agentguard.record._loop import LoopDetector, find_short_circuit, repeated_block
@@ -82,6 +83,7 @@ __all__ = [
     "decode_event",
     "encode_event",
     "find_short_circuit",
+    "fresh_events",
     "held_outputs",
     "is_plain",
     "new_id",

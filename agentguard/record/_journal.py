@@ -27,6 +27,17 @@ never both pass a short-circuit or a count assertion. Every other event is appen
 before (it records what happened; there is nothing left to check), in the same round trip as the events it
 missed.
 
+**Sent again, counted once.** An append whose answer was lost may have landed; sent again -- alone, as a
+prefix of what it held, or with newer events after it -- its ``b`` and ``r`` events would count in
+``history._total`` twice (a ``b`` one too many, an ``r`` one too few: a count assertion would allow more
+calls). A store therefore appends a call's ``b`` or ``r`` only if the events it holds after ``since`` (all
+it keeps, after a gap) do not have it already, and takes each one it leaves out off the append's ``total``
+(:func:`fresh_events`): the lost copy landed after the version the caller had seen, so that is where it is,
+and the store keeps nothing more for it. Only a copy pushed out of the log before it was sent again
+(``max_events`` events by others in between) counts again. The record does its share: events of its outbox
+whose copy an answer shows in the log are not sent again from beyond it (see
+:meth:`~agentguard.record.EngagementState.settle`).
+
 **Behind a gap.** A process that missed more events than the store keeps must rebuild the record. A store
 answers such an append with the record itself, read in the same atomic step as the append
 (:attr:`Appended.reloaded`): a separate load would be a second round trip, in which the engagement could
@@ -68,7 +79,8 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -85,6 +97,7 @@ __all__ = [
     "Snapshot",
     "decode_event",
     "encode_event",
+    "fresh_events",
     "held_outputs",
     "tag",
     "untag",
@@ -170,7 +183,10 @@ class Journal(Protocol):
         """Append ``events`` (encoded) atomically: all or none. ``since`` is the version the caller has seen;
         ``total`` how much the events change ``history._total`` by. With ``exclusive``, append only if the
         log is still at ``since``. A ``u`` event scrubs the ``p`` events of its call id (see the module's
-        docstring). Raises :class:`KeyError` when the engagement does not exist (expired).
+        docstring). A call's ``b`` or ``r`` the log holds after ``since`` already is a copy of an append
+        whose answer was lost: a store leaves it out, with its change to ``total``
+        (:func:`fresh_events`), or counts it again. Raises :class:`KeyError` when the engagement does not
+        exist (expired).
 
         A store that takes only so much in one round trip says so with the attributes ``max_append_bytes``
         (of encoded events) and ``max_append_events``, and may refuse a larger append (sending nothing).
@@ -295,6 +311,40 @@ def encode_event(event: Event) -> str:
     if '"\\u0000' in text:
         return json.dumps(tag(event), separators=(",", ":"), allow_nan=False)
     return text
+
+
+_CALL_EVENT = re.compile(r'\["[br]","[^"\\]*",')
+"""How :func:`encode_event` starts a ``b`` or an ``r`` event: its kind and its call's token, which name it
+(a call begins once and is taken back at most once). The Lua of :class:`~agentguard.stores.RedisStore`
+matches the same prefix."""
+
+
+def call_event(text: str) -> str | None:
+    """The name of a ``b`` or ``r`` event (encoded): its kind and token, as the encoded text starts; ``None``
+    for any other event. One anchored match, whatever the event's size."""
+    match = _CALL_EVENT.match(text)
+    return match.group(0) if match is not None else None
+
+
+def fresh_events(events: Sequence[str], logged: Iterable[str], total: int) -> tuple[list[str], int]:
+    """What a store appends of ``events`` (encoded) and the change to ``history._total`` it counts (``total``:
+    the caller's, for all of them), given the events the log holds after the caller's ``since`` (``logged``).
+
+    A ``b`` or ``r`` the log holds already is a copy of an append whose answer was lost (see the module's
+    docstring): it is left out, and so is its change (a ``b`` counted +1 in ``total``, an ``r`` -1). So is a
+    second one in ``events`` itself. Everything else is appended as it is (it names no call, or may come
+    twice: a call's ``c`` is sent again when its output was refused)."""
+    seen = {name for name in map(call_event, logged) if name is not None}
+    kept: list[str] = []
+    for text in events:
+        name = call_event(text)
+        if name is not None:
+            if name in seen:
+                total -= 1 if name[2] == "b" else -1
+                continue
+            seen.add(name)
+        kept.append(text)
+    return kept, total
 
 
 _HELD_KINDS = ('["p",', '["u",')

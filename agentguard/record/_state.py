@@ -28,6 +28,7 @@ from agentguard.record._journal import (
     Journal,
     Posted,
     Snapshot,
+    call_event,
     decode_event,
     encode_event,
     tag,
@@ -132,8 +133,8 @@ class EngagementState:
         # A posted append (Pipelined.post): the outbox's first ``n`` events were sent, their answer not read yet.
         self.posted: tuple[Posted, int] | None = None
         self.commit_lock = threading.Lock()  # one append in flight per record, sync or async (the driver)
-        self.acommit_lock: Any = None  # (loop, asyncio.Lock): where async commits of one loop queue (the driver)
-        self.commit_thread: int | None = None  # the event loop's thread, while an async commit holds commit_lock
+        self.acommit_lock: Any = None  # (loop, asyncio.Lock): async commits of one loop queue there
+        self.commit_thread: int | None = None  # the loop's thread, while an async commit holds the lock
 
     # -- the view -------------------------------------------------------------------------------------
 
@@ -888,6 +889,7 @@ class EngagementState:
                 del self._deltas[:sent]
             else:
                 self._recheck_unsent({_begun(event) for event in missed} - {None}, checked_only=False)
+            self._landed(appended.missed if reloaded is None else reloaded.events)
             if reloaded is not None:
                 self.reload(reloaded)
                 return appended.ok
@@ -899,6 +901,30 @@ class EngagementState:
             self.version = appended.version
             self._offset = appended.total + sum(self._deltas) - len(self._names)
             return appended.ok
+
+    def _landed(self, logged: Sequence[str]) -> None:
+        """Void the outbox's ``b`` and ``r`` events whose copy the store's answer shows in the log (``logged``):
+        an append whose answer was lost landed after all. The store leaves out such a copy only among the
+        events after the version the caller had seen (:func:`~agentguard.record.fresh_events`); this record's
+        version now is past it, so sent again they would count in ``history._total`` twice -- an ``r`` one
+        too few. A ``b`` still to be checked is not touched: its own exclusive commit decides it."""
+        if not logged or not self._outbox:
+            return
+        names = {name for name in map(call_event, logged) if name is not None}
+        if not names:
+            return
+        unsent = {position: record for position, record, _ in self._unsent}
+        for position, text in enumerate(self._outbox):
+            name = call_event(text)
+            if name is None or name not in names:
+                continue
+            record = unsent.get(position)
+            if record is not None:
+                if self._checking(record):
+                    continue
+                self._forced.discard(id(record))
+                self._unsent = [entry for entry in self._unsent if entry[0] != position]
+            self._void(position, ["x"])
 
     def _recheck_unsent(self, landed: set[str | None], *, checked_only: bool) -> None:
         """Void the unsent ``b`` events (but those of calls that ran anyway) and take their calls back to

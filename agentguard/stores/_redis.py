@@ -63,8 +63,10 @@ the time to live happen with nothing in between, which is what makes the exclusi
   opened again since the caller last looked) -- a partial list is of no use to the caller: it returns the
   record instead (meta, and the kept events after the append: ``Appended.reloaded``), and no missed
   events. An exclusive append whose ``since`` is not the version appends nothing and returns ``ok=False``
-  with the missed events (or the record). Any other append pushes the events, adds their count to the
-  version and ``total`` to the total, trims the list to the newest ``max_events`` and refreshes the time to
+  with the missed events (or the record). Any other append pushes the events -- but a call's ``b`` or
+  ``r`` that the log holds after ``since`` already, a copy of an append whose answer was lost, sent again
+  (see :func:`~agentguard.record.fresh_events`) --, adds their count to the version and ``total`` (less
+  what the copies left out change) to the total, trims the list to the newest ``max_events`` and refreshes the time to
   live of all three keys. A ``p`` event's version is noted under ``held:<call id>`` in the meta hash; a
   ``u`` event of that call id (it was resumed) overwrites each such ``p`` still in the log with ``["x"]``
   and drops the field, so that the output the review held -- refused, perhaps -- does not stay in Redis
@@ -243,11 +245,16 @@ return {m[1], m[2], m[3], m[4], events}
 # (a p event's position among the events, or minus a u event's; its call id), events...
 # Reply: {0} no such engagement (or not the life the caller saw); {1, life, version, total, gap, missed}
 # appended; {2, ...} exclusive conflict; after a gap, meta and the kept events follow: the record as it is now
-# (missed is empty). A p event's versions are kept in the meta hash (field held:<call id>, and held@<version>
-# naming the call id, counted by 'holding'); a u event of that call id replaces each one still in the log by
-# ["x"]: the held output goes with its review. The versions LTRIM drops leave the held fields too (a pause
-# never resumed must not keep a field after its event is gone): each version is trimmed once, so this costs
-# one HGET per trimmed version, and nothing when no p event is kept.
+# (missed is empty). A call's b or r event (named by its kind and token, the prefix the pattern matches) that
+# the log already holds after since -- all of the log, after a gap -- is a copy of an append whose answer was
+# lost: it is not pushed again, and its change (+1 for a b, -1 for an r) is taken off the caller's total, so
+# history._total counts each call once (agentguard.record.fresh_events does the same in Python). It costs one
+# anchored match per missed event, nothing when the caller missed none. A p event's versions are kept in the
+# meta hash (field held:<call id>, and held@<version> naming the call id, counted by 'holding'); a u event of
+# that call id replaces each one still in the log by ["x"]: the held output goes with its review. The
+# versions LTRIM drops leave the held fields too (a pause never resumed must not keep a field after its event
+# is gone): each version is trimmed once, so this costs one HGET per trimmed version, and nothing when no p
+# event is kept.
 _APPEND = (
     """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
@@ -266,17 +273,37 @@ end
 local code, total = 2, m[4]
 if ARGV[6] ~= '1' or since == version then
   code = 1
+  local named, change = '^%["[br]","[^"\\\\]*",', tonumber(ARGV[5])
+  local seen, push, at = {}, {}, {}
   if #ARGV >= first then
-    for i = first, #ARGV, 1000 do
-      redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+    local logged = missed
+    if gap == 1 then logged = redis.call('LRANGE', KEYS[2], 0, -1) end
+    for _, event in ipairs(logged) do
+      local name = string.match(event, named)
+      if name then seen[name] = true end
+    end
+    for i = first, #ARGV do
+      local name = string.match(ARGV[i], named)
+      if name and seen[name] then
+        if string.sub(name, 3, 3) == 'b' then change = change - 1 else change = change + 1 end
+      else
+        if name then seen[name] = true end
+        push[#push + 1] = ARGV[i]
+        at[i - first + 1] = #push
+      end
+    end
+  end
+  if #push > 0 then
+    for i = 1, #push, 1000 do
+      redis.call('RPUSH', KEYS[2], unpack(push, i, math.min(i + 999, #push)))
     end
     local before = version
-    version = redis.call('HINCRBY', KEYS[1], 'version', #ARGV - first + 1)
+    version = redis.call('HINCRBY', KEYS[1], 'version', #push)
     for h = 8, first - 1, 2 do
-      local at, field = tonumber(ARGV[h]), 'held:' .. ARGV[h + 1]
+      local position, field = tonumber(ARGV[h]), 'held:' .. ARGV[h + 1]
       local kept = redis.call('HGET', KEYS[1], field)
-      if at > 0 then
-        local held = string.format('%d', before + at)
+      if position > 0 then
+        local held = string.format('%d', before + at[position])
         redis.call('HSET', KEYS[1], field, kept and (kept .. ',' .. held) or held, 'held@' .. held, ARGV[h + 1])
         redis.call('HINCRBY', KEYS[1], 'holding', 1)
       elseif kept then
@@ -293,11 +320,11 @@ if ARGV[6] ~= '1' or since == version then
     local holding = tonumber(redis.call('HGET', KEYS[1], 'holding') or '0')
     if holding > 0 and now > trimmed then
       for n = trimmed + 1, now do
-        local at = string.format('%d', n)
-        local call = redis.call('HGET', KEYS[1], 'held@' .. at)
+        local held_at = string.format('%d', n)
+        local call = redis.call('HGET', KEYS[1], 'held@' .. held_at)
         if call then
           holding = holding - 1
-          redis.call('HDEL', KEYS[1], 'held@' .. at)
+          redis.call('HDEL', KEYS[1], 'held@' .. held_at)
           local field = 'held:' .. call
           local kept = redis.call('HGET', KEYS[1], field)
           if kept then
@@ -317,7 +344,7 @@ if ARGV[6] ~= '1' or since == version then
       redis.call('HSET', KEYS[1], 'holding', holding)
     end
   end
-  total = redis.call('HINCRBY', KEYS[1], 'total', ARGV[5])
+  total = redis.call('HINCRBY', KEYS[1], 'total', change)
 """
     + _TOUCH
     + """

@@ -14,6 +14,7 @@ import pytest
 from agentguard_langchain import AgentGuardMiddleware, GraphStore
 from agentguard_langchain._toolcall import StoredResult
 from agentguard_langchain.testing import ScriptedChatModel, answer, calls
+from hypothesis import given, settings
 from langchain.agents import create_agent
 from langchain_core.messages import ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
@@ -25,6 +26,7 @@ from agentguard import EngagementStatus, Guard, ShortCircuitViolation, StoreUnav
 from agentguard.record import Appended, Journal, Snapshot, encode_event
 from agentguard.stores import RedisStore
 from integrations.langchain.tests.conftest import Shop, config, make_guard, make_tools, user_says
+from tests.stores.resent import SCENARIOS, STEPS, count_assertion_holds_across_workers, replay
 
 LIFE = 10**15  # a version is life * LIFE + n (see GraphStore's docstring)
 APPROVE = {"decisions": [{"type": "approve"}]}
@@ -500,3 +502,27 @@ def test_two_workers_with_a_redis_store_continue_one_engagement(redis_url: str) 
     finally:
         for store in stores:
             store.close()
+
+
+# -- appends whose answer was lost, sent again (tests/stores/resent.py: RedisStore is held to the same) -------
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda scenario: scenario.__name__)
+def test_graph_store_counts_an_append_sent_again_once(scenario: Callable[[Journal, str], None]) -> None:
+    scenario(GraphStore(InMemoryStore()), "resent")
+
+
+def test_graph_store_holds_a_count_assertion_across_workers_when_a_take_back_answer_is_lost() -> None:
+    def stores() -> tuple[GraphStore, GraphStore]:
+        shared = InMemoryStore()
+        return GraphStore(shared), GraphStore(shared)
+
+    count_assertion_holds_across_workers(stores)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=STEPS)
+def test_graph_store_counts_any_sequence_of_lost_and_resent_appends_once(
+    steps: list[tuple[int, str, bool, int | None]],
+) -> None:
+    replay(GraphStore(InMemoryStore()), "random", steps)

@@ -27,6 +27,10 @@ The count ``n`` is kept in the meta item, so it stays exact however many old eve
 keeps the newest ``max_events``: each append deletes the items that fall out); ``total`` likewise. Items are
 written with ``index=False``: a store configured for semantic search does not embed them.
 
+An append leaves out a call's ``b`` or ``r`` the log holds after ``since`` already (a copy of an append
+whose answer was lost, sent again), with its change to ``total``
+(:func:`agentguard.record.fresh_events`): ``history._total`` counts each call once.
+
 ``held`` (absent when empty) counts, by call id, the kept ``p`` events: each holds the output of a call
 paused in review. The append that carries the call's ``u`` (it was resumed) overwrites them with ``["x"]``
 (nothing) and drops the id, so that the output -- which the reviewer may then refuse -- does not stay in
@@ -134,6 +138,7 @@ from agentguard.record import (
     Snapshot,
     decode_event,
     encode_event,
+    fresh_events,
     held_outputs,
 )
 from agentguard_langchain._host import BaseStore, GetOp, Op, PutOp, Result, SearchOp
@@ -412,7 +417,19 @@ class GraphStore:
                 reloaded = yield from self._reloaded(log, meta, life, version, now, {})
                 return Appended(ok=False, version=reloaded.version, total=now, reloaded=reloaded)
             return Appended(ok=False, version=life * _LIFE + version, total=now, missed=missed)
-        new_version, new_total = version + len(events), now + int(total)
+        # A call's b or r the log holds after since is a copy of an append whose answer was lost: appended and
+        # counted once (agentguard.record.fresh_events). After a gap, that is all the log keeps: read before
+        # the write rather than after it for the answer's record, so no round trip is added.
+        logged: dict[int, str] = {}
+        if gap and events and version:
+            kept = range(kept_first, version + 1)
+            items = yield [GetOp(log, _event_key(n)) for n in kept]
+            for n, got in zip(kept, items, strict=True):
+                event = self._event(got, life)  # one missing is judged by the answer's read, as before
+                if event is not None:
+                    logged[n] = event
+        events, total = fresh_events(events, logged.values() if gap else missed, int(total))
+        new_version, new_total = version + len(events), now + total
         written: dict[int, str] = {}
         if events or total:
             oldest = new_version - self.max_events + 1  # the oldest version kept after this append
@@ -431,7 +448,7 @@ class GraphStore:
             writes += [PutOp(log, _event_key(v), None) for v in range(kept_first, min(version + 1, oldest))]
             yield writes
         if gap:
-            reloaded = yield from self._reloaded(log, meta, life, version, new_total, written)
+            reloaded = yield from self._reloaded(log, meta, life, version, new_total, {**logged, **written})
             return Appended(ok=True, version=reloaded.version, total=new_total, reloaded=reloaded)
         return Appended(ok=True, version=life * _LIFE + new_version, total=new_total, missed=missed)
 
