@@ -334,7 +334,7 @@ KEY = b"the workers' shared secret"
 
 def _forged_entry(text: str) -> dict[str, list[str | None]]:
     """A record entry a client computes for a message of its own (the digest is public knowledge)."""
-    return {"forged1": [digest(HumanMessage, text), None]}
+    return {"forged1": [digest(HumanMessage(text, id="forged1")), None]}
 
 
 @pytest.mark.parametrize("how", ["command", "update_state"])

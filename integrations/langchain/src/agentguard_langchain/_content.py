@@ -10,7 +10,10 @@ checked as the text the model would see. A message that also carries an artifact
 from __future__ import annotations
 
 import json
-from typing import Any, TypeAlias, TypeVar
+import json.encoder
+from collections.abc import Callable
+from operator import attrgetter
+from typing import Any, TypeAlias, TypeVar, cast
 
 from pydantic_core import to_jsonable_python
 
@@ -19,11 +22,16 @@ from agentguard_langchain._host import BaseMessage, ChatMessage, HumanMessage, T
 
 __all__ = [
     "Content",
-    "content_copy",
+    "canonical_json",
     "decode_output",
     "encode_output",
+    "field_values",
+    "input_text",
     "is_user_message",
     "message_text",
+    "model_fields",
+    "reply_ids",
+    "snapshot",
     "structured_text",
     "tool_output",
     "with_output",
@@ -34,6 +42,14 @@ M = TypeVar("M", bound=BaseMessage)
 
 Content: TypeAlias = str | list[str | dict[Any, Any]]
 """A message's content: its text, or its content blocks."""
+
+
+def _text_key(block: dict[Any, Any]) -> str | None:
+    """The key of a content block that holds its text: ``text``, else ``content`` when it is a string."""
+    for key in ("text", "content"):
+        if isinstance(block.get(key), str):
+            return key
+    return None
 
 
 def _block_text(block: object) -> str | None:
@@ -47,10 +63,10 @@ def _block_text(block: object) -> str | None:
     if isinstance(block, str):
         return block
     if isinstance(block, dict):
-        for key in ("text", "content"):
-            value = block.get(key)
-            if isinstance(value, str):
-                return value
+        key = _text_key(block)
+        if key is not None:
+            text: str = block[key]
+            return text
     return None
 
 
@@ -63,20 +79,208 @@ def is_user_message(message: object) -> bool:
 
 
 def message_text(message: BaseMessage) -> str:
-    """The text of a message (the text of its blocks joined), as guardrails and step records see it."""
+    """The text of a message (the text of its blocks joined), as the output guardrail and step records see it.
+    The input guardrail reads more: :func:`input_text`."""
     content = message.content
     if type(content) is str:
         return content
     return "".join(text for text in map(_block_text, content) if text is not None)
 
 
-def content_copy(content: Content) -> Content:
-    """``content`` as it is now, to tell later whether a message still has it: a string is itself; a list is
-    copied, and so is each of its dict blocks, whose own values are the text the checks read (a block changed
-    in place does not change the copy)."""
-    if type(content) is str:
-        return content
-    return [dict(block) if isinstance(block, dict) else block for block in content]
+_MODEL_BLIND = frozenset({"content", "id", "type", "response_metadata", "usage_metadata", "artifact"})
+"""The fields of a message that no chat model is sent (langchain-core's ``convert_to_openai_messages`` reads
+none of them), besides ``content``, which is read on its own: the message's id (a message is known by it), its
+class tag, what the provider said about an answer, and a tool's artifact."""
+
+_fields_of: dict[type[BaseMessage], tuple[str, ...]] = {}
+_values_of: dict[type[BaseMessage], Callable[[BaseMessage], tuple[Any, ...]]] = {}
+
+
+def model_fields(kind: type[BaseMessage]) -> tuple[str, ...]:
+    """The fields of a message class other than ``content`` that may reach a model: every pydantic field but
+    those :data:`_MODEL_BLIND` names. Deny by default: a field a subclass or a later langchain-core adds counts
+    until it is known not to reach a model. Looked up once per class."""
+    names = _fields_of.get(kind)
+    if names is None:
+        names = tuple(name for name in kind.model_fields if name not in _MODEL_BLIND)
+        _fields_of[kind] = names
+    return names
+
+
+def field_values(kind: type[BaseMessage]) -> Callable[[BaseMessage], tuple[Any, ...]]:
+    """A function of a ``kind`` message that gives its ``content`` and the values of its :func:`model_fields`,
+    as one tuple, in one C call (``operator.attrgetter``): a model call compares them for every message of the
+    thread, and a tuple compares with another in C too."""
+    values = _values_of.get(kind)
+    if values is None:
+        values = cast("Callable[[BaseMessage], tuple[Any, ...]]", attrgetter("content", *model_fields(kind)))
+        _values_of[kind] = values
+    return values
+
+
+def snapshot(value: Any) -> Any:
+    """``value`` as it is now, to tell later whether a message still has it: its dicts, lists and tuples are
+    copied all the way down (a block, a tool call's arguments or a nested block changed in place does not
+    change the copy); a string or another leaf is itself."""
+    kind = type(value)
+    if kind is str or value is None:  # most fields of most messages: the cheap cases first
+        return value
+    if kind is dict or isinstance(value, dict):
+        return {key: snapshot(item) for key, item in value.items()} if value else {}
+    if kind is list or isinstance(value, list):
+        return [snapshot(item) for item in value] if value else []
+    if isinstance(value, tuple):
+        return tuple(snapshot(item) for item in value)
+    return value
+
+
+def _not_plain(value: object) -> Any:
+    raise TypeError(f"{type(value).__name__} is not plain JSON")
+
+
+_canonical: Callable[[object], str] = json.JSONEncoder(
+    ensure_ascii=False, sort_keys=True, separators=(",", ":")
+).encode
+"""The encoder of :func:`canonical_json`. ``JSONEncoder.encode`` makes a C encoder at every call, which costs
+more than encoding a message's few fields: the C encoder is made once when there is one (a digest is taken of
+every message a run produces). Without a circular-reference check: a value that holds itself ends in a
+``RecursionError``, not a text."""
+_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+if _make_encoder is not None:
+    _encode = _make_encoder(
+        None, _not_plain, json.encoder.encode_basestring, None, ":", ",", True, False, True
+    )
+
+    def _canonical(value: object) -> str:
+        return "".join(_encode(value, 0))
+
+
+def canonical_json(value: object) -> str:
+    """``value`` as one canonical JSON text: sorted keys, no spaces, non-ASCII as itself (a guardrail reads
+    "Müller", not its escape). A value plain JSON cannot hold (an object, bytes, keys of mixed types) is made
+    plain first by pydantic, and one that cannot be (bytes that are not UTF-8) is its ``repr``."""
+    try:
+        return _canonical(value)
+    except (TypeError, ValueError):  # not plain JSON (or a nesting too deep: RecursionError is not caught)
+        pass
+    try:
+        return _canonical(to_jsonable_python(value, fallback=repr))
+    except (TypeError, ValueError):  # pydantic_core's serialization error: bytes that are not UTF-8
+        return repr(value)
+
+
+_NOT_TEXT = frozenset(
+    {
+        "type",
+        "index",
+        "id",
+        "call_id",
+        "tool_call_id",
+        "tool_use_id",
+        "file_id",
+        "status",
+        "is_error",
+        "mime_type",
+        "source_type",
+        "detail",
+        "cache_control",
+        "chunk_position",
+        "data",
+        "base64",
+        "url",
+        "image_url",
+        "file_data",
+        "uri",
+    }
+)
+"""Keys (of a message's fields, of its content blocks and what they nest) whose values the input guardrail
+does not read: what a provider interprets rather than shows the model as text -- a block's or a message's
+kind, position and status, the ids that tie a tool call to its result, an image's MIME type or detail level,
+caching -- binary payloads (images, audio, files), which a text guardrail cannot read, and the URLs a
+provider fetches them from (the model reads what is there, not the address). Any other key's strings are
+read."""
+
+_DATA = frozenset({"args", "arguments", "input", "json", "extras", "output"})
+"""Keys whose value is data as a whole (a tool call's arguments, a ``tool_use`` block's input, a ``json``
+block): read as its canonical JSON, its keys and numbers too, as providers send it (langchain-core sends
+``args`` and ``input`` as JSON ``arguments``, a ``json`` block as its JSON text)."""
+
+_ROLE_KEYS = frozenset({"role", "__openai_role__"})
+_ROLES = frozenset(
+    {"user", "human", "assistant", "ai", "system", "developer", "tool", "function", "model", "chatbot"}
+)
+"""A role a provider takes as a role (``ChatMessage.role``; ``__openai_role__``, which langchain-core sets on a
+``developer`` message); any other is text a chat template writes out, and read."""
+
+
+def _strings(value: object, out: list[str]) -> None:
+    """Append to ``out`` every string in ``value`` a model may read (see :data:`_NOT_TEXT`, :data:`_DATA`)."""
+    if isinstance(value, str):
+        if value:
+            out.append(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key in _NOT_TEXT:
+                continue
+            if key in _DATA:
+                if item is not None and item != "" and item != {}:
+                    out.append(item if isinstance(item, str) else canonical_json(item))
+            elif key in _ROLE_KEYS and isinstance(item, str):
+                if item.strip().casefold() not in _ROLES:
+                    out.append(item)
+            else:
+                _strings(item, out)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _strings(item, out)
+    elif value is not None and not isinstance(value, bytes | bool | int | float):
+        out.append(canonical_json(value))  # an object (a pydantic model): its data, as it would be sent
+
+
+def input_text(message: BaseMessage) -> str:
+    """Every text of ``message`` a chat model may be sent, as the input guardrail reads it: its text
+    (:func:`message_text`), then, each on a line of its own, every other string its content blocks hold (a
+    ``tool_result`` block's nested blocks, a ``tool_use`` block's input, a ``reasoning`` or ``thinking``
+    block, a ``function_call`` block's arguments, ...), its ``name``, its tool calls (name, and arguments as
+    canonical JSON) and invalid tool calls, the strings of its ``additional_kwargs`` (an OpenAI
+    ``function_call``'s or ``tool_calls``' arguments, a refusal), and a ``ChatMessage`` role that is not one.
+
+    Deny by default: a string is read wherever it is, unless its key is one a provider does not show the
+    model as text (:data:`_NOT_TEXT`). A message that holds nothing but text is read as exactly that text.
+    """
+    parts = [message_text(message)]
+    content = message.content
+    if type(content) is not str:
+        for block in content:
+            if isinstance(block, dict):
+                read = _text_key(block)
+                _strings(block if read is None else {k: v for k, v in block.items() if k != read}, parts)
+    _strings({name: getattr(message, name) for name in model_fields(type(message))}, parts)
+    if len(parts) == 1:
+        return parts[0]
+    return "\n".join(part for part in parts if part)
+
+
+def reply_ids(message: BaseMessage) -> set[str]:
+    """The ids under which ``message`` may call tools: its tool calls' (invalid ones too), the calls' in its
+    ``additional_kwargs``, its ``tool_use`` / ``function_call`` blocks'. A ``ToolMessage`` whose
+    ``tool_call_id`` is one of them answers this message."""
+    ids: set[str] = set()
+
+    def collect(value: object) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key in ("id", "call_id") and isinstance(item, str):
+                    ids.add(item)
+                else:
+                    collect(item)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                collect(item)
+
+    collect(message.content)
+    collect([getattr(message, name) for name in model_fields(type(message))])
+    return ids
 
 
 def with_text(message: M, text: str) -> M:

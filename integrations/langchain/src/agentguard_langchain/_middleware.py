@@ -19,8 +19,10 @@ What each hook does (the Guard decides; this module only translates):
                    false``, hiding earlier runs' messages from the model).
 ``wrap_model_call`` input guardrail on each message the run did not produce itself, whatever its role (a
                    client that sends a whole message list sends its system, assistant and tool messages
-                   too); output guardrail on each final answer; AI messages that call tools are reported
-                   as ``steps/message``. Guarded text replaces the message content.
+                   too), reading all the text a model may be sent of it (its tool calls and
+                   ``additional_kwargs`` too); output guardrail on each final answer; AI messages that call
+                   tools are reported as ``steps/message``. A message the input guardrail rewrote is its
+                   guarded text alone.
 ``wrap_tool_call`` ``guard.call`` around LangChain's tool handler. A denial the model can recover from
                    becomes an error ``ToolMessage``; a loop or failed guardrail ends the run with its error.
                    A result that would put more than its ``ToolMessage`` into the graph (a ``Command``'s
@@ -61,9 +63,19 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Annotated, Any, NotRequired
 
+from pydantic_core import PydanticUndefined
+
 from agentguard import ConfigurationError, Engagement, Guard, GuardianDenied, StoreUnavailable, User
 from agentguard.stores import MemoryStore
-from agentguard_langchain._content import is_user_message, message_text, structured_text, with_text
+from agentguard_langchain._content import (
+    input_text,
+    is_user_message,
+    message_text,
+    model_fields,
+    reply_ids,
+    structured_text,
+    with_text,
+)
 from agentguard_langchain._host import (
     TAG_NOSTREAM,
     AgentMiddleware,
@@ -98,6 +110,7 @@ from agentguard_langchain._sessions import (
     checked_as,
     close_quietly,
     thread_of,
+    unchanged,
     user_from_context,
 )
 from agentguard_langchain._toolcall import OnDenied, ToolCallTranslation, ToolResolver
@@ -154,8 +167,9 @@ class AgentGuardState(AgentState[Any]):
     """Ids of messages from earlier engagements the model must not see (``retain_memory: false``); kept in
     the checkpoint so a resumed run hides them too."""
     agentguard_inputs: NotRequired[Annotated[dict[str, list[str | None]], PrivateStateAttr]]
-    """Message id -> [digest of the kind and text of the message as the input guardrail checked it or a
-    guarded run produced it, the text the guardrail put in its place or ``None``], written as each run ends
+    """Message id -> [digest of the message (all of it a model may be sent, see
+    :func:`~agentguard_langchain._sessions.digest`) as the input guardrail checked it or a guarded run
+    produced it, the text the guardrail put in its place or ``None``], written as each run ends
     (and with a shared store, by each model call). The checkpoint is where a worker finds what the thread's
     other workers checked, or this one before a restart (see :func:`_adopt_inputs`)."""
 
@@ -610,8 +624,10 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
     def _visible(
         self, request: ModelRequest[Any], session: Session
     ) -> tuple[list[AnyMessage], list[tuple[int, str]]]:
-        """The messages the model may see, and those among them that are input: not yet through the guardrail
-        and not produced by a guarded run (:attr:`Session.checked`), whatever their role.
+        """The messages the model may see, and those among them that are input, with the text the guardrail
+        reads of each (:func:`~agentguard_langchain._content.input_text`: all it may be sent, tool calls and
+        ``additional_kwargs`` too): not yet through the guardrail and not produced by a guarded run
+        (:attr:`Session.checked`), whatever their role.
 
         A user message is not the only input: a client that sends the whole message list can put a system
         message, or an assistant or tool message the model never wrote, in it (or in place of an earlier one,
@@ -628,10 +644,9 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         pending: list[tuple[int, str]] = []
         for index, message in enumerate(messages):
             if not _was_checked(checked, message):
-                entry = checked_as(message)
-                pending.append((index, entry[2]))
+                pending.append((index, input_text(message)))
                 if message.id is not None:
-                    checked[message.id] = entry
+                    checked[message.id] = checked_as(message)
         return messages, pending
 
     def _with_inputs(
@@ -642,8 +657,9 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         pending: Sequence[tuple[int, str]],
         guarded: Sequence[str],
     ) -> ModelRequest[Any]:
-        """The request with guarded input text in place of the original (now and at every later model call);
-        a rewritten message is its new text alone.
+        """The request with guarded input text in place of the original (now and at every later model call):
+        a rewritten message is its new text alone (:func:`_rewritten_input`), and the tool results that
+        answered its tool calls are left out with them.
 
         Needed only when there were new inputs, a guardrail replaced text before, or messages are
         hidden: the model hooks skip it otherwise (most model calls of a run).
@@ -661,15 +677,19 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         changed = messages is not request.messages
         if edits or replaced:
             messages = list(messages)
+            unanswered: set[str] = set()
             for index, message in enumerate(messages):
                 edit = edits.get(index)
                 if edit is None and message.id is not None:
                     edit = replaced.get(message.id)
-                if edit is not None and message_text(message) != edit:
-                    # The new text alone: the message's images and files went through no check, and may show
-                    # what the guardrail took out of the text (a photo of the card it redacted).
-                    messages[index] = message.model_copy(update={"content": edit})
+                if edit is not None and input_text(message) != edit:
+                    messages[index] = _rewritten_input(message, edit)
+                    unanswered |= reply_ids(message)
                     changed = True
+            if unanswered:
+                messages = [
+                    m for m in messages if not (isinstance(m, ToolMessage) and m.tool_call_id in unanswered)
+                ]
         return request.override(messages=messages) if changed else request
 
     # -- tool calls -----------------------------------------------------------------------------------
@@ -800,15 +820,15 @@ def _record(session: Session, key: bytes | None) -> dict[str, list[str | None]]:
     record: dict[str, list[str | None]] = {}
     for message_id, known in session.checked.items():
         replaced = session.replaced.get(message_id)
-        record[message_id] = [_seal(key, session.thread, message_id, known[3], replaced), replaced]
+        record[message_id] = [_seal(key, session.thread, message_id, known.digest, replaced), replaced]
     return record
 
 
 def _seal(key: bytes | None, thread: str | None, message_id: str, digest: str, replaced: str | None) -> str:
-    """A record entry's first item: the message's digest (its class and text), or with a ``record_key`` an
-    HMAC of it bound to the thread, the message id and the text put in its place -- which a client that can
-    write the graph's state cannot make, nor move to another message or thread. Without a key the record is
-    as trustworthy as whoever can write the state (see the README)."""
+    """A record entry's first item: the message's digest (:func:`~agentguard_langchain._sessions.digest`), or
+    with a ``record_key`` an HMAC of it bound to the thread, the message id and the text put in its place --
+    which a client that can write the graph's state cannot make, nor move to another message or thread.
+    Without a key the record is as trustworthy as whoever can write the state (see the README)."""
     if key is None:
         return digest
     sealed = "\0".join((thread or "", message_id, digest, "" if replaced is None else "r" + replaced))
@@ -847,7 +867,9 @@ def _adopt_inputs(session: Session, state: Mapping[str, Any], key: bytes | None)
 
     Not every message that precedes the run's new input: LangGraph puts a message sent under an earlier
     message's id in that message's place, and its new text (or kind) has been through no guardrail. A message
-    the record does not name, or names with another kind or text, is checked as input.
+    the record does not name, or names with another digest (another kind, text, tool calls, ...), is checked
+    as input; so is one named by a record an earlier version of this adapter wrote, whose digests covered less
+    (:data:`~agentguard_langchain._sessions.DIGEST_VERSION`).
     """
     recorded = state.get(INPUTS_KEY)
     if not isinstance(recorded, Mapping):
@@ -858,7 +880,7 @@ def _adopt_inputs(session: Session, state: Mapping[str, Any], key: bytes | None)
             continue
         known = checked_as(message)
         replaced = entry[1] if isinstance(entry[1], str) else None
-        expected = _seal(key, session.thread, message.id, known[3], replaced)
+        expected = _seal(key, session.thread, message.id, known.digest, replaced)
         if isinstance(entry[0], str) and hmac.compare_digest(
             entry[0].encode("utf-8", "surrogatepass"), expected.encode("utf-8")
         ):
@@ -870,12 +892,40 @@ def _adopt_inputs(session: Session, state: Mapping[str, Any], key: bytes | None)
 
 
 def _was_checked(checked: Mapping[str, Checked], message: BaseMessage) -> bool:
-    """Whether ``message`` is known to the session as it is now: its kind and content (``Session.checked``)."""
+    """Whether ``message`` is known to the session as it is now (``Session.checked``): all of it a model may be
+    sent (:func:`~agentguard_langchain._sessions.unchanged`)."""
     message_id = message.id
     if message_id is None:
         return False
     entry = checked.get(message_id)
-    return entry is not None and entry[0] is type(message) and entry[1] == message.content
+    return entry is not None and unchanged(entry, message)
+
+
+_KEPT_ON_REWRITE = frozenset({"role", "tool_call_id", "status"})
+"""What a rewritten input message keeps besides its new text: where it stands in the conversation (a
+``ChatMessage``'s role, the call a ``ToolMessage`` answers and whether it failed), which the guardrail read no
+text of (:func:`~agentguard_langchain._content.input_text`)."""
+
+
+def _rewritten_input(message: AnyMessage, text: str) -> AnyMessage:
+    """``message`` as the input guardrail rewrote it: ``text`` alone, every other field a model may be sent
+    back to its default (no name, no tool calls, no ``additional_kwargs``; no blocks, so no image or file,
+    which went through no check and may show what the guardrail took out of the text).
+
+    The guardrail read all of the message as one text (its tool calls' arguments too) and gave back one text:
+    there is no telling which part of it is which field, so none of the old fields is kept -- a tool call the
+    guardrail asked to change is not sent as it was. An assistant message that called tools is then an
+    assistant message that did not, and :meth:`AgentGuardMiddleware._with_inputs` leaves the tool results
+    that answered it out of the request too: every provider refuses a tool result without its call. The
+    model reads the calls as the text the guardrail let through, without their results (fail closed).
+    """
+    fields = type(message).model_fields
+    update: dict[str, Any] = {"content": text}
+    for name in model_fields(type(message)):
+        default = fields[name].get_default(call_default_factory=True)
+        if name not in _KEPT_ON_REWRITE and default is not PydanticUndefined:
+            update[name] = default
+    return message.model_copy(update=update)
 
 
 def _earlier_messages(messages: Sequence[BaseMessage], previous: Session | None) -> Sequence[BaseMessage]:

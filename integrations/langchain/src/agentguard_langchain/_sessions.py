@@ -17,13 +17,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from agentguard import Engagement, User
-from agentguard_langchain._content import Content, content_copy, message_text
+from agentguard_langchain._content import canonical_json, field_values, snapshot
 from agentguard_langchain._host import BaseMessage, RunnableConfig, ToolMessage
 
 __all__ = [
+    "DIGEST_VERSION",
     "Checked",
     "EngagementKey",
     "HeldResult",
@@ -35,6 +36,7 @@ __all__ = [
     "close_quietly",
     "digest",
     "thread_of",
+    "unchanged",
     "user_from_context",
 ]
 
@@ -46,24 +48,57 @@ EngagementKey: TypeAlias = Callable[[RunnableConfig], "str | None"]
 UserResolver: TypeAlias = Callable[[object], "User | None"]
 """Who the engagement acts for, from the run's ``context`` (default: :func:`user_from_context`)."""
 
-Checked: TypeAlias = tuple[type[BaseMessage], Content, str, str]
-"""What :attr:`Session.checked` knows of a message (:func:`checked_as`): its class, its content, its text, and
-the digest of its class and text that the checkpoint keeps."""
+
+class Checked(NamedTuple):
+    """What :attr:`Session.checked` knows of a message (:func:`checked_as`): everything of it a model may be
+    sent, as it was when the guardrail checked it or a guarded run produced it."""
+
+    kind: type[BaseMessage]
+    values: Callable[[BaseMessage], tuple[Any, ...]]
+    """What gives a message of its class its content and the values of its other fields that may reach a model
+    (:func:`~agentguard_langchain._content.field_values`)."""
+    fields: tuple[Any, ...]
+    """A copy of those (:func:`~agentguard_langchain._content.snapshot`) when it was known: its content, name,
+    tool calls, ``additional_kwargs``, a ``ChatMessage``'s role, a ``ToolMessage``'s call id and status, ..."""
+    digest: str
+    """:func:`digest` of the message, which the checkpoint keeps."""
 
 
 def checked_as(message: BaseMessage) -> Checked:
-    """``message`` as :attr:`Session.checked` knows it: its class, a copy of its content (comparing contents
-    costs a model call's scan less than reading their text again), its text, and the digest of its class and
-    text (:func:`digest`), taken once: the checkpoint's record of every known message is written as each run
-    ends, and with a shared store by each model call."""
-    kind, text = type(message), message_text(message)
-    return kind, content_copy(message.content), text, digest(kind, text)
+    """``message`` as :attr:`Session.checked` knows it: its class, a copy of its content and of its other
+    fields a model may be sent (comparing them costs a model call's scan less than reading the message's
+    text again), and its digest (:func:`digest`), taken once: the checkpoint's record of every known message
+    is written as each run ends, and with a shared store by each model call."""
+    kind = type(message)
+    values = field_values(kind)
+    return Checked(kind, values, snapshot(values(message)), digest(message))
 
 
-def digest(kind: type[BaseMessage], text: str) -> str:
-    """How the checkpoint names a message's class and text (``agentguard_inputs``): another worker compares
-    its message with it without the text itself being kept there."""
-    return hashlib.sha256(f"{kind.__name__}:{text}".encode("utf-8", "surrogatepass")).hexdigest()
+def unchanged(known: Checked, message: BaseMessage) -> bool:
+    """Whether ``message`` is still what ``known`` says of it: the same class, content, and every other field
+    a model may be sent. A change of any of them (a tool call's arguments, ``additional_kwargs``, a role, a
+    name) makes it another message, which no guardrail read. Run for each message of the thread at every
+    model call: the class first, then one comparison of tuples, in C (equal values compare element by
+    element, each ``is`` itself first)."""
+    kind, values, fields, _ = known  # unpacked: a NamedTuple's attributes cost a call each
+    return kind is type(message) and fields == values(message)
+
+
+DIGEST_VERSION = "agentguard-langchain/2"
+"""What :func:`digest` hashes first. Version 1 hashed a message's class and text alone (no tool calls, no
+``additional_kwargs``, no role): a record entry of that form matches no digest of this one, so the message it
+names is checked again (fail closed), never taken for the one it was."""
+
+
+def digest(message: BaseMessage) -> str:
+    """How the checkpoint names a message (``agentguard_inputs``): a SHA-256 of its class, and of its content
+    and every other field a model may be sent (:func:`~agentguard_langchain._content.field_values`, in the
+    class's order) as canonical JSON. Another worker compares its message with it without the message itself
+    being kept there; a change of anything the model would read is another digest (so is a field a later
+    langchain-core adds: its messages are checked again, not taken for known)."""
+    kind = type(message)
+    text = "\0".join((DIGEST_VERSION, kind.__name__, canonical_json(field_values(kind)(message))))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(eq=False, slots=True)
@@ -89,9 +124,10 @@ class Session:
     checked: dict[str, Checked] = field(default_factory=dict)
     """Id -> the messages the model may read as they are: those that went (or are going) through the input
     guardrail, and those a guarded run produced (the model's answers as the checks let them out, the tools'
-    results). Their kind and content too: a run's input may carry an earlier message's id with other text,
-    or the same text as another kind of message (a tool's result as a system message), and LangGraph then
-    puts it in that message's place; it has not been through the guardrail."""
+    results). All of each a model may be sent too (:class:`Checked`): a run's input may carry an earlier
+    message's id with other text, other tool calls or ``additional_kwargs``, or the same text as another kind
+    of message (a tool's result as a system message), and LangGraph then puts it in that message's place; it
+    has not been through the guardrail."""
     replaced: dict[str, str] = field(default_factory=dict)
     """Message id -> the text a guardrail or guardian put in its place."""
     held: dict[str, HeldResult] = field(default_factory=dict)
