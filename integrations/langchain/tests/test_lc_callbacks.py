@@ -128,6 +128,32 @@ def test_raise_mode_checks_what_a_known_id_or_a_chat_message_in_the_user_role_br
     assert len(model.received) == 1
 
 
+@pytest.mark.parametrize(
+    "hidden",
+    [
+        [
+            {
+                "type": "tool_result",
+                "tool_use_id": "t1",
+                "content": [{"type": "text", "text": "card 4111 1111"}],
+            }
+        ],
+        [{"type": "text", "text": "hello"}, {"type": "reasoning", "reasoning": "card 4111 1111"}],
+    ],
+    ids=["tool_result-blocks", "reasoning-block"],
+)
+def test_raise_mode_reads_the_text_nested_in_a_user_messages_blocks(hidden: Any) -> None:
+    """A user turn's content blocks may nest text (Anthropic sends tool results as a user turn's
+    ``tool_result`` blocks, each a list of text blocks): the handler read only the top-level text."""
+    guard = make_guard(reviewers=REFUSING)
+    model = ScriptedChatModel(script=[answer("never")])
+    with guard.engagement():
+        cfg: Any = {"callbacks": [AgentGuardCallbackHandler(guard, raise_error=True)]}
+        with pytest.raises(GuardrailViolation):
+            model.invoke([HumanMessage(hidden, id="h1")], cfg)
+    assert model.received == []
+
+
 def test_raise_mode_enforces_the_output_guardrail() -> None:
     guard = make_guard(reviewers=REFUSING)
     model = ScriptedChatModel(script=[answer("stupid")])

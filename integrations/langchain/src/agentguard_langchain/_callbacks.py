@@ -33,7 +33,7 @@ from typing import Any
 from uuid import UUID
 
 from agentguard import Engagement, Guard, PolicyViolation, User
-from agentguard_langchain._content import is_user_message, message_text, tool_output
+from agentguard_langchain._content import input_text, is_user_message, message_text, tool_output
 from agentguard_langchain._host import (
     AIMessage,
     BaseCallbackHandler,
@@ -122,7 +122,7 @@ class AgentGuardCallbackHandler(BaseCallbackHandler):
             for message in conversation:
                 if not is_user_message(message):
                     continue
-                text = message_text(message)
+                text = input_text(message)  # all of it the model is sent: text nested in blocks too
                 # A message is new once per engagement, and again when its id comes back with other text. It
                 # is seen once checked: one a guardian denied (the engagement goes on) is checked again when a
                 # model is next given it, and so are the messages after it, which the denial left unchecked.
