@@ -365,7 +365,11 @@ class Guard:
         timeout: Timeout | None = None,
         retry: Retry | None = None,
     ) -> None:
-        """Register ``fn`` under a spec name without wrapping it (adapters, guardrail tools)."""
+        """Register ``fn`` under a spec name without wrapping it (adapters, guardrail tools).
+
+        ``timeout`` / ``retry``: OS Protocol run control (:mod:`agentguard.runs`) for each call, and for each
+        run of a guardrail tool, whose timeout fails its guardrail (a late answer is never judged).
+        """
         if not is_valid_name(name):
             raise ConfigurationError(
                 f"{kind} name {name!r} is not a valid OpenAgentSpec name (RFC 1123: lowercase letters, digits, "

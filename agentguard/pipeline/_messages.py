@@ -27,14 +27,18 @@ from agentguard.pipeline._effects import Flow, Invoke, Observe
 from agentguard.pipeline._runtime import Runtime
 from agentguard.pipeline._shared import shared
 from agentguard.pipeline._steps import new_step
+from agentguard.pipeline._tool import ToolCall, _invoke
+from agentguard.policy._policy import GuardrailRule
 from agentguard.record import (
     Decision,
     EngagementState,
     EngagementStatus,
     Outcome,
     StepRecord,
+    ValueTooComplex,
     to_plain,
 )
+from agentguard.runs import ToolTimeout
 
 
 def message_text(params: Mapping[str, Any]) -> str | None:
@@ -85,37 +89,76 @@ def _guardrail(
                 text = new_text
     if rule is None:
         return text
-    registered = ctx.tools.get(rule.tool_name)
-    fn = registered.fn if registered is not None else None
-    failure: GuardrailViolation | None = None
-    if fn is None:
-        reason = f"guardrail tool {rule.tool_name!r} is not registered with the guard"
-        failure = GuardrailViolation(reason, capability=rule.tool_name, phase=phase)
-    else:
-        try:
-            output = yield Invoke(fn, (text,), {})
-        except ctx.passthrough:
-            raise
-        except Exception as exc:
-            reason = f"guardrail tool {rule.tool_name!r} failed: {type(exc).__name__}: {exc}"
-            failure = GuardrailViolation(reason, capability=rule.tool_name, phase=phase)
-        else:
-            passed, reason = rule.assertion.check({"output": to_plain(output)})
-            if not passed:
-                failure = GuardrailViolation(
-                    reason, capability=rule.tool_name, phase=phase, expression=rule.assertion.source
-                )
-    if failure is not None:
-        if blocks(ctx, state, step, failure):
-            state.stop(EngagementStatus.FAILED, f"{phase.value} guardrail failed: {failure.reason}")
-            raise failure
+    judged = yield from _judged(ctx, state, step, rule, phase, text)
+    if isinstance(judged, str):
+        ctx.decide(
+            state,
+            step,
+            Decision(Rule.GUARDRAIL, Outcome.ALLOW, phase, judged, rule.tool_name, rule.assertion.source),
+        )
         return text
-    ctx.decide(
-        state,
-        step,
-        Decision(Rule.GUARDRAIL, Outcome.ALLOW, phase, reason, rule.tool_name, rule.assertion.source),
-    )
+    if blocks(ctx, state, step, judged):
+        raise _failed(state, phase, judged)
     return text
+
+
+def _failed(state: EngagementState, phase: Phase, failure: PolicyViolation) -> PolicyViolation:
+    """Fail the engagement with a guardrail failure already recorded on its step (the spec: the execution
+    fails and no more tools run in it); the error to raise."""
+    state.stop(EngagementStatus.FAILED, f"{phase.value} guardrail failed: {failure.reason}")
+    return failure
+
+
+def _judged(
+    ctx: Runtime, state: EngagementState, step: StepRecord, rule: GuardrailRule, phase: Phase, text: str
+) -> Flow[GuardrailViolation | str]:
+    """Run the guardrail tool on ``text`` and judge its answer: the failure, or the passing assertion's reason.
+
+    The only place a registered guardrail tool runs. It runs as a tool does, under the ``timeout`` and
+    ``retry`` it was registered with (the tool path's :func:`~agentguard.pipeline._tool._invoke`, which records
+    each timeout and retry as a ``run`` decision), so a slow guardrail cannot hold a check past its bound.
+    Every way of failing to judge is a failure, never an exception past the caller's check (which left the
+    engagement running and nothing recorded): the tool missing or raising, its answer beyond the Guard's
+    ValueLimits (nested too deep, holding itself) or failing to convert, the assertion false or failing.
+
+    A reason names the bound or the error's type, never an error's text: it may quote the text being
+    checked, which a failure withholds, while the reason reaches the stop reason, decisions and spans.
+
+    A timeout is recorded and raised here: like every ``run`` timeout it blocks whatever the guardrail's
+    severity (decision 15), and the late answer is never judged.
+    """
+    name = rule.tool_name
+    registered = ctx.tools.get(name)
+    if registered is None:
+        return _violation(name, phase, "is not registered with the guard")
+    call = ToolCall.of(registered, {}, None, None)
+    try:
+        output = yield from _invoke(ctx, state, step, call, Invoke(registered.fn, (text,), {}))
+    except ctx.passthrough:
+        raise
+    except ToolTimeout as exc:
+        if exc.capability != name:  # a guarded call the guardrail tool made itself timed out
+            return _violation(name, phase, f"failed: {type(exc).__name__}")
+        timed_out = _violation(name, phase, f"did not answer within {exc.ms} ms (its Timeout)")
+        raise _failed(state, phase, deny(ctx, state, step, timed_out)) from None
+    except Exception as exc:
+        return _violation(name, phase, f"failed: {type(exc).__name__}")
+    try:
+        plain = to_plain(output, limits=ctx.value_limits)
+    except ValueTooComplex as exc:  # its text names the bound, never the value
+        return _violation(name, phase, f"answered with a value that {exc}")
+    except Exception as exc:  # the answer's own conversion raised (a model's dump, a __str__)
+        return _violation(
+            name, phase, f"answered with a value that could not be converted: {type(exc).__name__}"
+        )
+    passed, reason = rule.assertion.check({"output": plain})
+    if passed:
+        return reason
+    return GuardrailViolation(reason, capability=name, phase=phase, expression=rule.assertion.source)
+
+
+def _violation(name: str, phase: Phase, problem: str) -> GuardrailViolation:
+    return GuardrailViolation(f"guardrail tool {name!r} {problem}", capability=name, phase=phase)
 
 
 def report_flow(

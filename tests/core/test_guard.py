@@ -636,7 +636,10 @@ def test_guardrail_tool_missing_or_raising_fails_closed() -> None:
     def pii(text: str) -> dict[str, bool]:
         raise RuntimeError("service down")
 
-    with guard2.engagement() as eng, pytest.raises(GuardrailViolation, match="service down"):
+    with (
+        guard2.engagement() as eng,
+        pytest.raises(GuardrailViolation, match=r"'pii-check' failed: RuntimeError$"),
+    ):
         eng.check_input("x")
 
 
