@@ -314,5 +314,5 @@ def _ask_reviewer(guard: Guard, reviewer_id: str, context: RuleContext, message:
         auto = config.auto_approve_on_timeout
         reason = f"no answer within {config.timeout_ms} ms" + (" (auto-approved)" if auto else "")
         return Approval(auto, reason, reviewer_id)
-    except Exception as exc:
-        return Approval(False, f"reviewer failed: {type(exc).__name__}: {exc}", reviewer_id)
+    except Exception as exc:  # its type only: its text may quote what it was shown (a withheld output)
+        return Approval(False, f"reviewer failed: {type(exc).__name__}", reviewer_id)

@@ -404,8 +404,8 @@ def review(
             approval = Approval(
                 auto, f"no answer within {config.timeout_ms} ms" + (" (auto-approved)" if auto else ""), rid
             )
-        except Exception as exc:
-            approval = Approval(False, f"reviewer failed: {type(exc).__name__}: {exc}", rid)
+        except Exception as exc:  # its type only: its text may quote what it was shown (a withheld output)
+            approval = Approval(False, f"reviewer failed: {type(exc).__name__}", rid)
         responses.append(approval)
     approved = approval_tally(responses, 0, config.required_approvals) is True
     data = {"approvals": [r.as_dict() for r in responses], "reviewer": reviewer_id}

@@ -234,7 +234,7 @@ def test_a_failed_judgment_routed_to_review_fails_when_rejected_or_unanswered() 
     add_judge(
         guard, ScriptedJudge({}, 0.2), JudgeConfig(criteria="c"), name="c", route_to_review="supervisor"
     )
-    with guard.engagement(), pytest.raises(RuleViolation, match="reviewer failed: ValueError: inbox full"):
+    with guard.engagement(), pytest.raises(RuleViolation, match=r"reviewer failed: ValueError$"):
         guard.call("search", {"q": "x"})
 
 

@@ -59,3 +59,34 @@ def test_an_awaitable_from_a_sync_reviewer_is_bounded_too() -> None:
     asyncio.run(main())
     assert time.monotonic() - started < 0.3 + 2
     assert ran == []
+
+
+OUTPUT_REVIEWED = spec_text(
+    """
+    capabilities:
+      lookup:
+        output_restriction:
+          require_review: supervisor
+    """
+)
+
+
+@pytest.mark.parametrize("phase", ["input", "output"])
+def test_a_raising_reviewer_is_reported_by_its_error_type_only(phase: str) -> None:
+    """A reviewer's error often quotes what it was shown (the withheld output, the inputs); the denial's reason
+    reaches the caller, the decisions and the spans while the output is withheld: the type alone is reported."""
+    secret = "ssn 078-05-1120"
+
+    def crashes(request: Any) -> bool:
+        raise ValueError(f"cannot file {request.outputs if phase == 'output' else request.inputs}")
+
+    guard = Guard.from_yaml(OUTPUT_REVIEWED if phase == "output" else SPEC, reviewers={"supervisor": crashes})
+    name = "lookup" if phase == "output" else "refund"
+    guard.tool(name=name)(lambda note: secret if phase == "output" else "ok")
+    with (
+        guard.engagement() as eng,
+        pytest.raises(ReviewDenied, match=r"reviewer failed: ValueError\)") as caught,
+    ):
+        guard.call(name, {"note": secret})
+    assert secret not in caught.value.reason
+    assert all(secret not in d.reason for s in eng.steps for d in s.decisions)
