@@ -12,6 +12,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import inspect
+import math
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -35,7 +36,15 @@ from agentguard.pipeline._effects import (
     T,
 )
 from agentguard.policy._identity import Credentials, reset_credentials, set_credentials
-from agentguard.record import Appended, EngagementState, EventRefused, Journal, Pipelined, Snapshot
+from agentguard.record import (
+    Appended,
+    CommitBusy,
+    EngagementState,
+    EventRefused,
+    Journal,
+    Pipelined,
+    Snapshot,
+)
 
 __all__ = ["call_async", "call_sync", "run_async", "run_in_daemon_thread", "run_sync"]
 
@@ -355,12 +364,15 @@ def _commit(effect: Commit) -> bool:
     journal = _journal(state)
     if state.commit_thread == threading.get_ident():
         # An async commit of this record holds the lock and waits for its answer on this very thread, which
-        # this call blocks: waiting for it would never end. A failed round trip, under the store's on_failure.
-        raise StoreUnavailable(
+        # this call blocks: waiting for it would never end.
+        raise CommitBusy(
             f"engagement {state.id!r}: a sync step on the event loop's thread while an async step of the same "
             "engagement waits there for the store (use acall there)"
         )
-    with state.commit_lock:
+    wait = _lock_wait(journal)
+    if not state.commit_lock.acquire(timeout=wait):
+        raise _busy(state, wait)
+    with _released(state.commit_lock):
         _confirm(state, journal)
         bounds = _bounds(journal)
         while True:
@@ -426,20 +438,28 @@ async def _holding(state: EngagementState) -> AsyncIterator[None]:
     ``guard.call`` in a worker thread and a ``guard.acall`` on the loop never have two appends of one record
     in flight (each would take the same prefix off the outbox, the second events that were never sent).
 
-    Taken without blocking the loop: tried, then tried again after a pause that doubles up to
-    :data:`_POLL_MOST`. Coroutines of one loop queue on an ``asyncio.Lock`` first (made for the loop that runs
-    them), so that only one of them polls. While held, ``commit_thread`` names the loop's thread: a sync
-    commit there would wait for a holder it keeps from running (:func:`_commit`).
+    Taken without blocking the loop: when it is held, a worker thread waits for it (as a sync commit's thread
+    does, so neither side starves the other), for :func:`_lock_wait` at most. Coroutines of one loop queue on
+    an ``asyncio.Lock`` first (made for the loop that runs them), so that one of them waits at a time. While
+    held, ``commit_thread`` names the loop's thread: a sync commit there would wait for a holder it keeps from
+    running (:func:`_commit`).
     """
     loop = asyncio.get_running_loop()
     queued = state.acommit_lock
     if queued is None or queued[0] is not loop:
         queued = state.acommit_lock = (loop, asyncio.Lock())
     async with queued[1]:
-        lock, pause = state.commit_lock, _POLL_FIRST
-        while not lock.acquire(blocking=False):
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _POLL_MOST)
+        lock = state.commit_lock
+        if not lock.acquire(blocking=False):
+            wait = _lock_wait(_journal(state))
+            waiting = loop.run_in_executor(None, lock.acquire, True, wait)
+            try:
+                taken = await asyncio.shield(waiting)
+            except asyncio.CancelledError:  # a lock the worker thread takes after all is let go at once
+                waiting.add_done_callback(lambda done: _let_go(lock, done))
+                raise
+            if not taken:
+                raise _busy(state, wait)
         state.commit_thread = threading.get_ident()
         try:
             yield
@@ -448,10 +468,37 @@ async def _holding(state: EngagementState) -> AsyncIterator[None]:
             lock.release()
 
 
-_POLL_FIRST = 0.0005
-_POLL_MOST = 0.02
-"""How long an async commit waits before it tries again for a commit lock a sync commit holds (seconds):
-a store round trip is a millisecond or two, so the first tries are quick and the pause never exceeds 20 ms."""
+def _lock_wait(journal: Journal) -> float:
+    """How long a commit waits for another commit of its engagement (seconds): four of the store's round trips
+    (its ``timeout_seconds``, 30 s for a store without one). A holder that takes longer is stuck, or waits for
+    this very thread (an event loop blocked on a thread whose sync commit waits for the loop's async one):
+    past it the step is denied (:class:`~agentguard.record.CommitBusy`), never held for ever."""
+    timeout = getattr(journal, "timeout_seconds", None)
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and 0 < timeout < math.inf:
+        return 4 * float(timeout)
+    return 30.0
+
+
+def _busy(state: EngagementState, wait: float) -> CommitBusy:
+    return CommitBusy(
+        f"engagement {state.id!r}: another commit of it held the commit lock for {wait:g} s (stuck, or waiting "
+        "for this thread)"
+    )
+
+
+@contextlib.contextmanager
+def _released(lock: threading.Lock) -> Iterator[None]:
+    """``lock``, taken by the caller, released on the way out."""
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _let_go(lock: threading.Lock, done: asyncio.Future[bool]) -> None:
+    """Release ``lock`` if the wait of a cancelled async commit took it after all."""
+    if not done.cancelled() and done.exception() is None and done.result():
+        lock.release()
 
 
 _PIPELINED: dict[type, bool] = {}

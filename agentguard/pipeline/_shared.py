@@ -30,7 +30,15 @@ from agentguard.errors import Phase, PolicyViolation, ReviewDenied, Rule, StoreD
 from agentguard.pipeline._checks import deny
 from agentguard.pipeline._effects import Claim, Commit, Flow, T
 from agentguard.pipeline._runtime import Runtime
-from agentguard.record import CallRecord, Decision, EngagementState, EventRefused, Outcome, StepRecord
+from agentguard.record import (
+    CallRecord,
+    CommitBusy,
+    Decision,
+    EngagementState,
+    EventRefused,
+    Outcome,
+    StepRecord,
+)
 
 __all__ = ["begin_shared", "claim_resume", "commit", "flush_flow", "flushed", "shared"]
 
@@ -55,8 +63,13 @@ def commit(
         return appended
     except StoreUnavailable as exc:
         journal = state.journal
-        # Events the store refused for good (too large) are a bound hit, not a store down: always denied.
-        if journal is not None and journal.on_failure == "allow" and not isinstance(exc, EventRefused):
+        # Events the store refused for good (too large) are a bound hit, and a commit lock not taken in time
+        # (CommitBusy) asked no store: neither is a store down, always denied.
+        if (
+            journal is not None
+            and journal.on_failure == "allow"
+            and not isinstance(exc, (EventRefused, CommitBusy))
+        ):
             reason = f"the engagement store failed ({exc}); carrying on with this process's record (on_failure: allow)"
             ctx.decide(state, step, Decision(Rule.STORE, Outcome.WARN, phase, reason, name))
             return True

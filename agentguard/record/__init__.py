@@ -16,6 +16,7 @@ Example::
 
 from agentguard.record._journal import (
     Appended,
+    CommitBusy,
     EventRefused,
     Journal,
     Pipelined,
@@ -60,6 +61,7 @@ __all__ = [
     "Appended",
     "CallRecord",
     "Chains",
+    "CommitBusy",
     "Decision",
     "DirectCallRecord",
     "EngagementState",

@@ -89,6 +89,7 @@ from agentguard.errors import StoreUnavailable
 
 __all__ = [
     "Appended",
+    "CommitBusy",
     "Event",
     "EventRefused",
     "Journal",
@@ -153,6 +154,13 @@ class EventRefused(StoreUnavailable):
     def __init__(self, message: str, positions: Sequence[int]) -> None:
         super().__init__(message)
         self.positions = tuple(positions)
+
+
+class CommitBusy(StoreUnavailable):
+    """This process could not take the engagement's commit lock within its bound: another commit of the same
+    engagement (a thread's ``call``, a loop's ``acall``) held it, or a sync commit was made on the event loop's
+    thread while an async one waits there. The store was not asked, so ``on_failure: allow`` does not apply:
+    the step is denied (carrying on would run a call its compare-and-set never checked)."""
 
 
 @runtime_checkable

@@ -197,14 +197,14 @@ class GateLock:
         self.gate = threading.Event()
         self.waiting = threading.Event()
 
-    def __enter__(self) -> Any:
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         if threading.current_thread().name == "gated":
             self.waiting.set()
             self.gate.wait(10)
-        return self.lock.__enter__()
+        return self.lock.acquire(blocking, timeout)
 
-    def __exit__(self, *exc: Any) -> Any:
-        return self.lock.__exit__(*exc)
+    def release(self) -> None:
+        self.lock.release()
 
 
 def race_guard(url: str, ran: list[str], who: str, hook: Callable[[], None] | None = None) -> Guard:

@@ -3,15 +3,18 @@ event loop may share an engagement (a sync tool run in a thread by an async host
 
 Each commit appends a prefix of the outbox and, when the answer comes, takes that many events off its front.
 Two commits in flight at once sent the same prefix twice and took it off twice: the second took off events that
-were never sent, and the store never had them. A sync commit on the event loop's own thread, while an async
-commit of the record waits there for its answer, could only wait forever: it is a failed store round trip
-instead (``StoreUnavailable``, under the store's ``on_failure``), against a real redis-server.
+were never sent, and the store never had them. A commit that cannot take the lock in time (its holder is stuck,
+or waits for this very thread), or a sync commit on the event loop's thread while an async one waits there, is
+refused (``CommitBusy``), whatever ``on_failure`` says; an async waiter is not starved by busy threads. Against a
+real redis-server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -19,7 +22,7 @@ import pytest
 from agentguard import Guard, StoreDenied, StoreUnavailable
 from agentguard.pipeline._driver import _acommit, _commit
 from agentguard.pipeline._effects import Commit
-from agentguard.record import EngagementState, decode_event
+from agentguard.record import CommitBusy, EngagementState, decode_event
 from agentguard.stores import RedisStore
 from tests.conftest import spec_text
 from tests.stores.workers import USER
@@ -29,8 +32,8 @@ class Held(RedisStore):
     """A store whose next async append waits for ``release`` before it reaches the server (``sent`` says it is
     in flight)."""
 
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
+    def __init__(self, url: str, **options: Any) -> None:
+        super().__init__(url, **options)
         self.sent = threading.Event()
         self.release = threading.Event()
         self.hold = True
@@ -114,11 +117,15 @@ SPEC = spec_text(
 )
 
 
-def test_a_guarded_sync_call_on_the_loop_thread_follows_on_failure_and_loses_nothing(redis_url: str) -> None:
+@pytest.mark.parametrize("on_failure", ["deny", "allow"])
+def test_a_guarded_sync_call_on_the_loop_thread_is_refused_and_loses_nothing(
+    redis_url: str, on_failure: str
+) -> None:
     """Through the public API: an async call's commit waits for its answer while a sync tool, called on the
-    loop's thread, makes a guarded call of the same engagement. Under ``on_failure="deny"`` it is refused
-    (recorded), its tool never run; the async call and everything recorded reach the store."""
-    store = Held(redis_url)
+    loop's thread, makes a guarded call of the same engagement. It is refused (recorded), its tool never run,
+    under ``on_failure="allow"`` too: the store was not asked, and carrying on would run a call no
+    compare-and-set checked. The async call and everything recorded reach the store."""
+    store = Held(redis_url, on_failure=on_failure)
     try:
         guard = Guard.from_yaml(SPEC, store=store, telemetry=False)
         ran: list[str] = []
@@ -152,50 +159,97 @@ def test_a_guarded_sync_call_on_the_loop_thread_follows_on_failure_and_loses_not
         store.close()
 
 
-def test_async_calls_of_one_engagement_on_two_event_loops_take_turns(redis_url: str) -> None:
-    """Two threads, each with its own event loop, call one engagement: the second commit waits for the
-    first's answer, whichever loop made it (an ``asyncio.Lock`` serves one loop only)."""
-    store = Held(redis_url)
+def test_a_sync_commit_waiting_for_an_async_one_the_blocked_loop_must_finish_is_refused_in_time(
+    redis_url: str,
+) -> None:
+    """Code on the loop's thread hands a guarded step to a thread pool and waits (blocking the loop) while an
+    async commit of the engagement waits there for Redis: the thread's sync commit cannot take the lock until
+    the loop runs again. It waits four of the store's round trips (``timeout_seconds``), then is refused
+    (``CommitBusy``), never held for ever."""
+    store = Held(redis_url, timeout_seconds=0.25)
+    store.release.set()  # the async append only goes slowly, through a worker thread
     try:
-        guard = Guard.from_yaml(SPEC, store=store, telemetry=False)
+        state = EngagementState.shared("e", store.open("e", {}), store)
+        state.attempted("y")
 
-        async def fetch(q: str) -> str:
-            return q
+        def sync_commit() -> bool:
+            state.attempted("z")
+            return _commit(Commit(state, exclusive=False))
 
-        guard.tool(name="fetch")(fetch)
-        engagement = guard.engagement(USER, engagement_id="e")
-        results: list[object] = []
+        async def main() -> None:
+            task = asyncio.ensure_future(_acommit(Commit(state, exclusive=False)))
+            assert await asyncio.to_thread(store.sent.wait, 10)
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                started = time.monotonic()
+                future = pool.submit(sync_commit)
+                with pytest.raises(CommitBusy, match="held the commit lock for 1 s"):
+                    future.result(timeout=10)  # the loop is blocked here all along
+                assert time.monotonic() - started < 5
+            assert await task
 
-        def on_its_own_loop(q: str) -> None:
-            async def one() -> object:
-                with engagement.activate():
-                    return await guard.acall("fetch", {"q": q})
-
-            try:
-                results.append(asyncio.run(one()))
-            except BaseException as exc:  # the test reports it
-                results.append(exc)
-
-        first = threading.Thread(target=on_its_own_loop, args=("first",))
-        first.start()
-        assert store.sent.wait(10)  # the first loop's append is in flight
-        second = threading.Thread(target=on_its_own_loop, args=("second",))
-        second.start()
-        second.join(0.5)
-        assert second.is_alive()  # waits for the first loop's commit
-        store.release.set()
-        first.join(10)
-        second.join(10)
-        assert not first.is_alive()
-        assert not second.is_alive()
-        assert results == ["first", "second"]
-        again = Guard.from_yaml(SPEC, store=RedisStore(redis_url), telemetry=False).engagement(
-            USER, engagement_id="e"
-        )
-        assert again.view()["history"]["fetch"] == [
-            {"inputs": {"q": "first"}, "outputs": "first"},
-            {"inputs": {"q": "second"}, "outputs": "second"},
-        ]
+        asyncio.run(main())
+        assert _commit(Commit(state, exclusive=False))
+        assert attempts(store) == ["y", "z"]
     finally:
-        store.release.set()
+        store.close()
+
+
+def test_an_async_commit_is_not_starved_by_threads_committing_back_to_back(redis_url: str) -> None:
+    store = RedisStore(redis_url)
+    try:
+        state = EngagementState.shared("e", store.open("e", {}), store)
+        stop = threading.Event()
+
+        def worker(i: int) -> None:
+            while not stop.is_set():
+                state.attempted(f"t{i}")
+                _commit(Commit(state, exclusive=False))
+
+        threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(4)]
+        for thread in threads:
+            thread.start()
+
+        async def main() -> list[float]:
+            waits = []
+            for _ in range(5):
+                state.attempted("async")
+                started = time.monotonic()
+                assert await asyncio.wait_for(_acommit(Commit(state, exclusive=False)), 5)
+                waits.append(time.monotonic() - started)
+            return waits
+
+        try:
+            waits = asyncio.run(main())
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(10)
+        assert max(waits) < 2, waits
+        assert "async" in attempts(store)
+    finally:
+        store.close()
+
+
+def test_an_async_commit_cancelled_while_it_waits_for_the_lock_does_not_keep_it(redis_url: str) -> None:
+    store = RedisStore(redis_url)
+    try:
+        state = EngagementState.shared("e", store.open("e", {}), store)
+        state.attempted("y")
+
+        async def main() -> None:
+            state.commit_lock.acquire()  # a sync commit of another thread holds it
+            task = asyncio.ensure_future(_acommit(Commit(state, exclusive=False)))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            state.commit_lock.release()  # the waiting worker thread takes it now, and lets it go
+            await asyncio.sleep(0.1)
+
+        asyncio.run(main())
+        assert state.commit_lock.acquire(timeout=2)
+        state.commit_lock.release()
+        assert _commit(Commit(state, exclusive=False))
+        assert attempts(store) == ["y"]
+    finally:
         store.close()
