@@ -27,18 +27,28 @@ on top of ``celpy.CompiledRunner``, and why:
   maps. Arithmetic between different number types is refused, as in CEL and on the default backend
   (celpy would compute ``100 / 3.0`` as ``33``). Trade-off: numbers keep their type rather than integral
   doubles being turned into ints, so ``type(x) == double`` stays true and ``x * 2`` is an error for a
-  JSON ``1.0`` on both backends (write ``x * 2.0``); and a map lookup with a key of another number type
-  (``{1: "a"}[1.0]``) still fails.
+  JSON ``1.0`` on both backends (write ``x * 2.0``). A map lookup finds a key of another number type
+  (``{1: "a"}[1.0]``), as on the default backend.
+* **Never true where CEL is not.** The default backend hands an expression to this one whenever a bound
+  value holds a NUL (:mod:`agentguard.cel._expr`), so a model picks this engine by adding ``"\\x00"`` to
+  any argument: a lenient answer here is a denial turned into a run. celpy's indexing (``list[-1]`` is the
+  last element, ``"abc"[0]`` is ``"a"``, ``{true: 1}[1]`` is found), conversions
+  (:mod:`agentguard.cel._celpy_convert`), map literals (double and null keys), macros (an error inside
+  ``exists`` made it true), ``in`` on strings, the string functions on bytes and lists, ordering of a bool
+  against an int, and arithmetic on bools, ``%`` on doubles, ``-2**63 / -1`` and durations past int64
+  nanoseconds are replaced by CEL's. Where celpy cannot hold the value CEL means (a duration or timestamp
+  below the microsecond), the evaluation fails. ``tests/cel/test_celpy_exact.py`` checks it differentially.
 """
 
 from __future__ import annotations
 
 import ast
 import datetime
+import math
 import operator
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -51,6 +61,17 @@ from celpy.celparser import CELParseError
 
 from agentguard.cel._base import CelCompileError, CelEvaluationError, Reads, VarType, redacted
 from agentguard.cel._budget import metered, spent, tick
+from agentguard.cel._celpy_convert import (
+    cel_bool,
+    cel_bytes,
+    cel_double,
+    cel_duration,
+    cel_int,
+    cel_kind,
+    cel_string,
+    cel_timestamp,
+    cel_uint,
+)
 from agentguard.cel._checked import add_read
 
 __all__ = ["CelpyBackend"]
@@ -296,9 +317,17 @@ def cel_ne(left: Any, right: Any) -> Any:
 def _order(
     compare: Callable[[Any, Any], bool], fallback: Callable[[Any, Any], Any], left: Any, right: Any
 ) -> Any:
-    if _kind(left) is _NUMBER and _kind(right) is _NUMBER:
+    kind = _kind(left)
+    if kind is _NUMBER and _kind(right) is _NUMBER:
         return _TRUE if compare(*_numbers(left, right)) else _FALSE
-    return fallback(left, right)  # celpy's own: same-type ordering, a type error otherwise
+    if isinstance(left, ev.CELEvalError) or isinstance(right, ev.CELEvalError):
+        return fallback(left, right)  # celpy's own passes the error on
+    if kind != _kind(right) or kind not in _ORDERED:  # celpy would order a bool against an int
+        raise TypeError(f"no matching overload for ordering {_kind_name(left)} and {_kind_name(right)}")
+    return fallback(left, right)  # celpy's own: same-type ordering
+
+
+_ORDERED = frozenset({"bool", "string", "bytes", "timestamp", "duration"})
 
 
 def cel_lt(left: Any, right: Any) -> Any:
@@ -322,61 +351,310 @@ def cel_ge(left: Any, right: Any) -> Any:
 
 
 def cel_in(item: Any, container: Any) -> Any:
-    """CEL ``in``: list membership by CEL equality; map membership by key, numbers by value."""
+    """CEL ``in``: list membership by CEL equality; map membership by key, numbers by value. Nothing else is
+    a container (celpy would answer ``"a" in "abc"`` with Python's substring test)."""
     if isinstance(item, ev.CELEvalError):
         return item
+    if isinstance(container, ev.CELEvalError):
+        return container
     if isinstance(container, list):
         return _TRUE if any(_equal(item, element) for element in container) else _FALSE
     if isinstance(container, dict):
+        if not isinstance(item, float):  # a double finds an int or uint key of its value
+            _map_key(item)
         return _FALSE if _entry(container, item) is _MISSING else _TRUE
-    return ev.operator_in(item, container)
+    raise TypeError(f"no matching overload for _in_({_kind_name(item)}, {_kind_name(container)})")
 
 
-# Arithmetic: celpy accepts mixed number types and gets some wrong (``100 / 3.0`` is ``33``); CEL has no
-# mixed arithmetic, and the default backend refuses it, so both refuse it.
-_ARITHMETIC_TYPES = {
-    ct.IntType: "int",
-    ct.UintType: "uint",
-    ct.DoubleType: "double",
-    int: "int",
-    float: "double",
+def _kind_name(value: Any) -> str:
+    kind = _kind(value)
+    return kind if isinstance(kind, str) else "null_type" if value is None else kind.__name__
+
+
+def _map_key(key: Any) -> None:
+    """Refuse a value CEL does not allow as a map key (a double, null, a list...): cel-cpp fails there."""
+    if not isinstance(key, bool | int | str):  # celpy's BoolType, IntType, UintType and StringType too
+        raise TypeError(f"invalid map key type {_kind_name(key)}")
+
+
+def cel_index(container: Any, key: Any) -> Any:
+    """CEL ``container[key]``: a list index is an int, uint or integral double within ``0 .. size - 1`` (a
+    negative one is an error, not Python's count from the end); a map key is found by CEL equality (``1``,
+    ``1u`` and ``1.0`` are one key, ``true`` is not ``1``). Strings, bytes and other values have no index."""
+    if isinstance(container, ev.CELEvalError):
+        return container
+    if isinstance(key, ev.CELEvalError):
+        return key
+    if isinstance(container, list):
+        if isinstance(key, bool | ct.BoolType) or not isinstance(key, int | float):
+            raise TypeError(f"no matching overload for _[_](list, {_kind_name(key)})")
+        if isinstance(key, float) and not float(key).is_integer():
+            raise IndexError("list index is not an integer")
+        index = int(key)
+        if not 0 <= index < len(container):
+            raise IndexError("list index out of range")
+        return list.__getitem__(container, index)
+    if isinstance(container, dict):
+        if isinstance(key, float) and not float(key).is_integer():
+            raise IndexError("no such key in map")
+        if not isinstance(key, float):
+            _map_key(key)
+        found = _entry(container, key)
+        if found is _MISSING:  # the key is quoted, for redacted() to keep where the expression writes it
+            raise IndexError(
+                f"no such key in map: {str(key)!r}" if isinstance(key, str) else "no such key in map"
+            )
+        return found
+    raise TypeError(f"no matching overload for _[_]({_kind_name(container)}, {_kind_name(key)})")
+
+
+def cel_map_literal(entries: list[tuple[Any, Any]]) -> Any:
+    """A CEL map literal ``{k: v, ...}``: keys are bool, int, uint or string, each once by CEL equality
+    (``{1: 'a', 1u: 'b'}`` is an error); celpy's own accepts double and null keys."""
+    result = dict.__new__(ct.MapType)
+    for key, value in entries:
+        if isinstance(key, ev.CELEvalError):
+            return key
+        if isinstance(value, ev.CELEvalError):
+            return value
+        _map_key(key)
+        if _entry(result, key) is not _MISSING:
+            raise ValueError("duplicate key in map literal")
+        dict.__setitem__(result, key, value)
+    return result
+
+
+# Arithmetic: celpy accepts mixed number types and gets some wrong (``100 / 3.0`` is ``33``), takes a bool
+# for a number (its BoolType is an int) and has a ``%`` on doubles; CEL has none of these, and the default
+# backend refuses them, so both refuse them. The overloads of CEL's standard definitions, by operand kinds:
+_NUMBERS = {("int", "int"), ("uint", "uint"), ("double", "double")}
+_OVERLOADS: dict[str, frozenset[tuple[str, str]]] = {
+    "+": frozenset(
+        _NUMBERS
+        | {("string", "string"), ("bytes", "bytes"), ("list", "list")}
+        | {("timestamp", "duration"), ("duration", "timestamp"), ("duration", "duration")}
+    ),
+    "-": frozenset(
+        _NUMBERS | {("timestamp", "timestamp"), ("timestamp", "duration"), ("duration", "duration")}
+    ),
+    "*": frozenset(_NUMBERS),
+    "/": frozenset(_NUMBERS),
+    "%": frozenset({("int", "int"), ("uint", "uint")}),
 }
 
 
-def _same_number_types(symbol: str, left: Any, right: Any) -> None:
-    left_type, right_type = _ARITHMETIC_TYPES.get(type(left)), _ARITHMETIC_TYPES.get(type(right))
-    if left_type and right_type and left_type != right_type:
-        raise TypeError(f"no matching overload for {symbol} applied to ({left_type}, {right_type})")
+def _overload(symbol: str, left: Any, right: Any) -> ev.CELEvalError | None:
+    """An operand that is already an error (passed on), or ``None``; raises when CEL has no such overload."""
+    if isinstance(left, ev.CELEvalError):
+        return left
+    if isinstance(right, ev.CELEvalError):
+        return right
+    kinds = (cel_kind(left), cel_kind(right))
+    if kinds not in _OVERLOADS[symbol]:
+        raise TypeError(f"no matching overload for _{symbol}_{kinds}".replace("'", ""))
+    return None
+
+
+def _duration_in_range(value: Any) -> Any:
+    """A duration computed by ``+`` or ``-`` must fit int64 nanoseconds (about 292 years), as in cel-cpp and
+    cel-go; celpy lets ``timestamp - timestamp`` and duration sums go past it."""
+    if isinstance(value, datetime.timedelta) and not (
+        _INT64_MIN <= value // datetime.timedelta(microseconds=1) * 1000 <= _INT64_MAX
+    ):
+        raise OverflowError("duration out of range")
+    return value
 
 
 def cel_add(left: Any, right: Any) -> Any:
-    """CEL ``+``: celpy's, without mixing number types."""
-    _same_number_types("+", left, right)
-    return spent(operator.add(left, right))
+    """CEL ``+``: celpy's, on the operand types CEL defines it for, within the duration range."""
+    if (error := _overload("+", left, right)) is not None:
+        return error
+    return _duration_in_range(spent(operator.add(left, right)))
 
 
 def cel_sub(left: Any, right: Any) -> Any:
-    """CEL ``-``: celpy's, without mixing number types."""
-    _same_number_types("-", left, right)
-    return operator.sub(left, right)
+    """CEL ``-``: celpy's, on the operand types CEL defines it for, within the duration range."""
+    if (error := _overload("-", left, right)) is not None:
+        return error
+    return _duration_in_range(operator.sub(left, right))
 
 
 def cel_mul(left: Any, right: Any) -> Any:
-    """CEL ``*``: celpy's, without mixing number types."""
-    _same_number_types("*", left, right)
+    """CEL ``*``: celpy's, on the operand types CEL defines it for."""
+    if (error := _overload("*", left, right)) is not None:
+        return error
     return operator.mul(left, right)
 
 
+def _int64_quotient(left: Any, right: Any) -> None:
+    """``-2**63 / -1`` and ``-2**63 % -1`` overflow int64 in CEL; celpy answers them."""
+    if (
+        type(left) is ct.IntType
+        and type(right) is ct.IntType
+        and int(left) == _INT64_MIN
+        and int(right) == -1
+    ):
+        raise OverflowError("int64 overflow")
+
+
 def cel_div(left: Any, right: Any) -> Any:
-    """CEL ``/``: celpy's, without mixing number types."""
-    _same_number_types("/", left, right)
+    """CEL ``/``: celpy's, on the operand types CEL defines it for, with int64 overflow, and IEEE 754 for doubles
+    (``1.0 / -0.0`` is ``-inf``; celpy makes it ``inf``)."""
+    if (error := _overload("/", left, right)) is not None:
+        return error
+    _int64_quotient(left, right)
+    if isinstance(left, ct.DoubleType) and isinstance(right, ct.DoubleType) and float(right) == 0.0:
+        dividend = float(left)
+        if math.isnan(dividend) or dividend == 0.0:
+            return ct.DoubleType(math.nan)
+        return ct.DoubleType(math.copysign(math.inf, dividend) * math.copysign(1.0, float(right)))
     return operator.truediv(left, right)
 
 
 def cel_mod(left: Any, right: Any) -> Any:
-    """CEL ``%``: celpy's, without mixing number types."""
-    _same_number_types("%", left, right)
+    """CEL ``%``: celpy's, on the operand types CEL defines it for, with int64 overflow."""
+    if (error := _overload("%", left, right)) is not None:
+        return error
+    _int64_quotient(left, right)
     return operator.mod(left, right)
+
+
+def _strings(function: str, receiver: Any, argument: Any) -> tuple[str, str]:
+    """Both operands of a string function, which celpy would also apply to bytes and lists."""
+    if not (isinstance(receiver, str) and isinstance(argument, str)):
+        raise TypeError(
+            f"no matching overload for {function}({_kind_name(receiver)}, {_kind_name(argument)})"
+        )
+    return str(receiver), str(argument)
+
+
+def cel_size(value: Any) -> Any:
+    """CEL ``size()``: of a string (code points), bytes, a list or a map; celpy's is 0 for null."""
+    if isinstance(value, ev.CELEvalError):
+        return value
+    if not isinstance(value, str | bytes | list | dict):
+        raise TypeError(f"no matching overload for size({_kind_name(value)})")
+    return ct.IntType(len(value))
+
+
+def cel_contains(receiver: Any, argument: Any) -> Any:
+    """CEL ``string.contains(string)``; celpy also answers it for lists and maps, which CEL does not."""
+    if isinstance(receiver, ev.CELEvalError):
+        return receiver
+    text, part = _strings("contains", receiver, argument)
+    return _TRUE if part in text else _FALSE
+
+
+def cel_starts_with(receiver: Any, argument: Any) -> Any:
+    """CEL ``string.startsWith(string)``; celpy also answers it for bytes."""
+    if isinstance(receiver, ev.CELEvalError):
+        return receiver
+    text, part = _strings("startsWith", receiver, argument)
+    return _TRUE if text.startswith(part) else _FALSE
+
+
+def cel_ends_with(receiver: Any, argument: Any) -> Any:
+    """CEL ``string.endsWith(string)``; celpy also answers it for bytes."""
+    if isinstance(receiver, ev.CELEvalError):
+        return receiver
+    text, part = _strings("endsWith", receiver, argument)
+    return _TRUE if text.endswith(part) else _FALSE
+
+
+# --- Macros -------------------------------------------------------------------------------------------------
+#
+# celpy's macros wrap their answer in ``BoolType(...)``, which makes an error (an exception object, truthy)
+# true: ``[0].exists(x, 1 / x > 0)`` and ``!["a"].exists(x, x)`` were true. These follow the CEL
+# specification: the range is a list or a map (its keys); ``true`` absorbs errors in ``exists``, ``false``
+# in ``all``; any other error, or a predicate that is not a bool, is an error. The transpiled code calls
+# these instead of celpy's (see :class:`_Exact`).
+
+_Predicate = Callable[[Any], Any]
+
+
+def _range(items: Any) -> list[Any]:
+    if isinstance(items, ev.CELEvalError):
+        raise _raised(items)
+    if isinstance(items, list | dict):
+        return list(items)
+    raise TypeError(f"no matching overload: a {_kind_name(items)} is not a comprehension range")
+
+
+def _raised(error: ev.CELEvalError) -> TypeError:
+    """A CEL error value as an exception celpy turns back into one at the nearest absorbing point."""
+    return TypeError(_error_message(error))
+
+
+def _verdicts(activation: Any, variable: str, predicate: _Predicate, items: Any) -> Iterator[Any]:
+    """Each element's answer: a bool, or the error it gave (a non-bool answer is an error)."""
+    for item in _range(items(activation)):
+        answer = ev.result(activation.nested_activation(vars={variable: item}), predicate)
+        if isinstance(answer, ev.CELEvalError | bool | ct.BoolType):
+            yield answer
+        else:
+            yield ev.CELEvalError("no matching overload: the predicate is not a bool", TypeError, ())
+
+
+def cel_macro_exists(activation: Any, variable: str, predicate: _Predicate, items: Any) -> Any:
+    """``range.exists(x, p)``: true if ``p`` is true for one element, whatever errors others give."""
+    error = None
+    for answer in _verdicts(activation, variable, predicate, items):
+        if isinstance(answer, ev.CELEvalError):
+            error = error or answer
+        elif answer:
+            return _TRUE
+    if error is not None:
+        raise _raised(error)
+    return _FALSE
+
+
+def cel_macro_all(activation: Any, variable: str, predicate: _Predicate, items: Any) -> Any:
+    """``range.all(x, p)``: false if ``p`` is false for one element, whatever errors others give."""
+    error = None
+    for answer in _verdicts(activation, variable, predicate, items):
+        if isinstance(answer, ev.CELEvalError):
+            error = error or answer
+        elif not answer:
+            return _FALSE
+    if error is not None:
+        raise _raised(error)
+    return _TRUE
+
+
+def cel_macro_exists_one(activation: Any, variable: str, predicate: _Predicate, items: Any) -> Any:
+    """``range.exists_one(x, p)``: ``p`` true for exactly one element; any error is the answer."""
+    count = 0
+    for answer in _verdicts(activation, variable, predicate, items):
+        if isinstance(answer, ev.CELEvalError):
+            raise _raised(answer)
+        count += 1 if answer else 0
+    return _TRUE if count == 1 else _FALSE
+
+
+def cel_macro_filter(activation: Any, variable: str, predicate: _Predicate, items: Any) -> Any:
+    """``range.filter(x, p)``: the elements for which ``p`` is true; any error is the answer."""
+    kept = []
+    elements = _range(items(activation))
+    for item in elements:
+        answer = ev.result(activation.nested_activation(vars={variable: item}), predicate)
+        if isinstance(answer, ev.CELEvalError):
+            raise _raised(answer)
+        if not isinstance(answer, bool | ct.BoolType):
+            raise TypeError("no matching overload: the predicate is not a bool")
+        if answer:
+            kept.append(item)
+    return ct.ListType(kept)
+
+
+def cel_macro_map(activation: Any, variable: str, transform: _Predicate, items: Any) -> Any:
+    """``range.map(x, e)``: ``e`` of each element; any error is the answer."""
+    mapped: list[Any] = []
+    for item in _range(items(activation)):
+        value = ev.result(activation.nested_activation(vars={variable: item}), transform)
+        if isinstance(value, ev.CELEvalError):
+            raise _raised(value)
+        mapped.append(value)
+    return ct.ListType(mapped)
 
 
 _QUIET = re2.Options()
@@ -394,6 +672,19 @@ def cel_matches(text: Any, pattern: Any) -> Any:
 
 _OPERATORS: dict[str, Callable[..., Any]] = {
     "matches": cel_matches,
+    "size": cel_size,
+    "contains": cel_contains,
+    "startsWith": cel_starts_with,
+    "endsWith": cel_ends_with,
+    "_[_]": cel_index,
+    "int": cel_int,
+    "uint": cel_uint,
+    "double": cel_double,
+    "string": cel_string,
+    "bytes": cel_bytes,
+    "bool": cel_bool,
+    "duration": cel_duration,
+    "timestamp": cel_timestamp,
     "_+_": cel_add,
     "_-_": cel_sub,
     "_*_": cel_mul,
@@ -429,11 +720,15 @@ class _Activation(ev.Activation):
 
     def __getattr__(self, name: str) -> Any:
         values: dict[str, Any] = self.__dict__["agentguard_values"]
-        return values[name] if name in values else super().__getattr__(name)
+        if name in values:
+            return values[name]
+        return _TYPE_VALUES[name] if name in _TYPE_VALUES else super().__getattr__(name)
 
     def resolve_variable(self, name: str) -> Any:
         values = self.agentguard_values
-        return values[name] if name in values else super().resolve_variable(name)
+        if name in values:
+            return values[name]
+        return _TYPE_VALUES[name] if name in _TYPE_VALUES else super().resolve_variable(name)
 
     def nested_activation(
         self, annotations: Mapping[str, Any] | None = None, vars: Mapping[str, Any] | None = None
@@ -449,6 +744,9 @@ _TYPE_IDENTIFIERS = frozenset(
     {"bool", "bytes", "double", "int", "list", "map", "null_type", "string", "type", "uint"}
 )
 _KNOWN_QUALIFIED = frozenset(celpy.googleapis)
+# celpy resolves a type name (``type(x) == int``) to the function of that name, its conversion: the types
+# whose conversion is replaced here keep celpy's type value.
+_TYPE_VALUES = {name: ev.base_functions[name] for name in _OPERATORS if name in _TYPE_IDENTIFIERS}
 
 # Functions and methods celpy knows; calling another one would be an evaluation error on every call.
 _FUNCTIONS = frozenset(ev.base_functions) | {"dyn", "has"}
@@ -561,19 +859,46 @@ class CelpyProgram:
         return f"CelpyProgram({self._source!r})"
 
 
-def _path_to_this_module() -> dict[str, Any]:
+def _path_to_modules(*names: str) -> dict[str, Any]:
     """The transpiled code calls the operators registered here by their qualified name
-    (``agentguard.cel._celpy.cel_eq``): its namespace binds the name's first part to a chain of namespaces
-    ending at this module, rather than to the package itself (the CEL layer imports nothing of agentguard
-    outside ``agentguard.cel``)."""
-    first, *rest = __name__.split(".")
-    node: Any = sys.modules[__name__]
-    for part in reversed(rest):
-        node = SimpleNamespace(**{part: node})
-    return {first: node}
+    (``agentguard.cel._celpy.cel_eq``, ``agentguard.cel._celpy_convert.cel_int``): its namespace binds the
+    name's first part to a tree of namespaces ending at these modules, rather than to the package itself (the
+    CEL layer imports nothing of agentguard outside ``agentguard.cel``)."""
+    root = SimpleNamespace()
+    for name in names:
+        *parents, leaf = name.split(".")
+        node = root
+        for part in parents:
+            if not hasattr(node, part):
+                setattr(node, part, SimpleNamespace())
+            node = getattr(node, part)
+        setattr(node, leaf, sys.modules[name])
+    return vars(root)
 
 
-_OPERATOR_PATH = _path_to_this_module()
+_OPERATOR_PATH = _path_to_modules(__name__, cel_int.__module__)
+
+
+# What the transpiled code calls directly rather than through a function that can be registered.
+_REPLACED = {
+    "celpy.celtypes.MapType": cel_map_literal,
+    "celpy.evaluation.macro_exists": cel_macro_exists,
+    "celpy.evaluation.macro_all": cel_macro_all,
+    "celpy.evaluation.macro_exists_one": cel_macro_exists_one,
+    "celpy.evaluation.macro_filter": cel_macro_filter,
+    "celpy.evaluation.macro_map": cel_macro_map,
+}
+
+
+class _Exact(ast.NodeTransformer):
+    """Calls to celpy's map literal and macros in the transpiled code become calls to this module's."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        replacement = _REPLACED.get(ast.unparse(node.func))
+        if replacement is not None:
+            node.func = ast.parse(f"{__name__}.{replacement.__name__}", mode="eval").body
+        return node
 
 
 def _function(source_text: str) -> Callable[[_Activation], Any]:
@@ -584,7 +909,7 @@ def _function(source_text: str) -> Callable[[_Activation], Any]:
     private to this program; the last statement's value becomes the body of the returned function, with
     ``base_activation`` as its parameter instead of a module global.
     """
-    module = ast.parse(source_text)
+    module = _Exact().visit(ast.parse(source_text))
     *helpers, last = module.body
     if not (isinstance(last, ast.Assign) and [ast.unparse(target) for target in last.targets] == ["CEL"]):
         raise RuntimeError(f"unexpected celpy transpiler output (unsupported celpy version?):\n{source_text}")
@@ -600,9 +925,20 @@ def _function(source_text: str) -> Callable[[_Activation], Any]:
     return run
 
 
+# celpy names a ValueError "return error for overflow" whatever it says; its own text is the reason.
+_BY_TEXT = frozenset({ValueError, OverflowError, TypeError, IndexError})
+
+
 def _error_message(error: ev.CELEvalError) -> str:
     message = str(error.args[0]) if error.args else "evaluation error"
     details = error.args[2] if len(error.args) > 2 and isinstance(error.args[2], tuple) else ()
+    if (
+        len(error.args) > 1
+        and error.args[1] in _BY_TEXT
+        and len(details) == 1
+        and isinstance(details[0], str)
+    ):
+        return details[0]  # the reason raised by this backend's operators (or by celpy's own)
     detail = "; ".join(str(part) for part in details)
     return f"{message} ({detail})" if detail and detail not in message else message
 

@@ -55,8 +55,8 @@ CORE_FILES = (
 )
 
 # Lowest acceptable pass rate over the applicable cases. The default backend's is the project's promise;
-# the fallback's sits just under what it measures (91.8 % on cel-python 0.5), to catch regressions.
-FLOORS = {"cel-expr-python": 0.99, "cel-python": 0.91}
+# the fallback's sits just under what it measures (92.9 % on cel-python 0.5), to catch regressions.
+FLOORS = {"cel-expr-python": 0.99, "cel-python": 0.925}
 
 _VAR_TYPES = {
     "int": VarType.INT,
