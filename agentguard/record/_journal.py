@@ -159,8 +159,9 @@ class EventRefused(StoreUnavailable):
 class CommitBusy(StoreUnavailable):
     """This process could not take the engagement's commit lock within its bound: another commit of the same
     engagement (a thread's ``call``, a loop's ``acall``) held it, or a sync commit was made on the event loop's
-    thread while an async one waits there. The store was not asked, so ``on_failure: allow`` does not apply:
-    the step is denied (carrying on would run a call its compare-and-set never checked)."""
+    thread while an async one waits there; or the answer to an append another event loop posted cannot be
+    read here. The store was not asked, so ``on_failure: allow`` does not apply: the step is denied (carrying
+    on would run a call its compare-and-set never checked)."""
 
 
 @runtime_checkable

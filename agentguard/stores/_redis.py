@@ -171,6 +171,7 @@ from urllib.parse import quote, urlsplit
 from agentguard.errors import ConfigurationError, StoreUnavailable
 from agentguard.record import (
     Appended,
+    CommitBusy,
     EventRefused,
     Posted,
     Snapshot,
@@ -576,8 +577,10 @@ class _APosted:
         self._loop = asyncio.get_running_loop()
         self._read: asyncio.Future[_Answer] | None = None
 
-    def _unreadable(self, why: str) -> StoreUnavailable:
-        return self._store._unavailable("posted append", self._id, RuntimeError(why))
+    def _unreadable(self, why: str) -> CommitBusy:
+        """Not a store down (under ``on_failure: allow`` the step would go on, its compare-and-set never made):
+        the answer is there, on another event loop; the step is denied."""
+        return CommitBusy(f"{self._store._unavailable('posted append', self._id, RuntimeError(why))}")
 
     async def settle(self) -> None:
         if self._read is None:

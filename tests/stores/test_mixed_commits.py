@@ -253,3 +253,48 @@ def test_an_async_commit_cancelled_while_it_waits_for_the_lock_does_not_keep_it(
         assert attempts(store) == ["y"]
     finally:
         store.close()
+
+
+COUNTED = spec_text(
+    """
+    capabilities:
+      fetch:
+      lookup:
+        input_restriction:
+          assertion: history._total < 3
+    """
+)
+
+
+def test_a_call_in_a_thread_after_an_acall_is_not_let_through_unchecked_under_allow(redis_url: str) -> None:
+    """An ``acall`` posts its end on its loop; a ``call`` of the engagement in a worker thread cannot read that
+    answer there. That is no store down: under ``on_failure="allow"`` the call ran with no compare-and-set,
+    past a count assertion another worker had used up (found in review; known limit: it is denied)."""
+    ran: list[str] = []
+
+    def worker() -> Guard:
+        guard = Guard.from_yaml(COUNTED, store=RedisStore(redis_url, on_failure="allow"), telemetry=False)
+        guard.tool(name="lookup")(lambda q: ran.append(q) or q)
+
+        async def fetch(q: str) -> str:
+            return q
+
+        guard.tool(name="fetch")(fetch)
+        return guard
+
+    a, b = worker(), worker()
+    ea, eb = a.engagement(USER, engagement_id="e"), b.engagement(USER, engagement_id="e")
+
+    def in_a_thread() -> None:
+        with ea.activate(), pytest.raises(StoreDenied, match="event loop"):
+            a.call("lookup", {"q": "3"})
+
+    async def main() -> None:
+        with ea.activate():
+            await a.acall("fetch", {"q": "1"})  # its end posted on this loop
+        with eb.activate():
+            b.call("lookup", {"q": "2"})  # worker B: history._total 2 in the store
+        await asyncio.to_thread(in_a_thread)
+
+    asyncio.run(main())
+    assert ran == ["2"]
