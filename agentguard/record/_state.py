@@ -950,12 +950,15 @@ class EngagementState:
         self._unsent = kept
 
     def _uncount_rollback(self, token: str | None) -> None:
-        """The unsent ``r`` of call ``token`` changes ``history._total`` by nothing (see :meth:`settle`)."""
+        """The unsent ``r`` of call ``token``, whose ``b`` never counted in the store, is voided: it takes back
+        nothing a reader has (no reader knows the call), and kept as an ``r`` it would change
+        ``history._total`` -- by nothing as sent, but by +1 where a store leaves it out as a copy of one that
+        landed (:func:`~agentguard.record.fresh_events` takes every ``r`` it leaves out as a -1)."""
         for position, text in enumerate(self._outbox):
             if self._deltas[position] == -1:
                 event = decode_event(text)
                 if event[0] == "r" and event[1] == token:
-                    self._deltas[position] = 0
+                    self._void(position, ["x"])
 
     def _apply_all(self, texts: Sequence[str], reviving: dict[str, CallRecord] | None = None) -> None:
         """Apply ``texts``; ``reviving``: this process's calls in flight during a reload, by token (each

@@ -133,8 +133,23 @@ def lost_take_back_then_a_refused_exclusive_append(store: Journal, engagement_id
     assert_counted_once(store, engagement_id, 1)  # the old code: 0
 
 
+def lost_take_back_of_a_call_the_store_refused(store: Journal, engagement_id: str) -> None:
+    """A call denied before its ``b`` was sent, whose ``b`` the store then refused for good (too large): its
+    ``r`` takes back nothing the store counted. Lost and sent again, the store took it for a copy of a
+    counted ``r`` and added +1 for a call that never began (found in review)."""
+    writer = Writer(store, engagement_id)
+    record = writer.begin()
+    writer.state.rollback_call(record, reason="denied")
+    writer.state.refuse([0])  # the store refused its b: b -> a
+    writer.send(lose=True)
+    writer.send()
+    assert stored(store, engagement_id)[0] == 0
+    assert writer.state.view()["history"]["_total"] == 0
+
+
 SCENARIOS = (
     lost_begin_sent_again,
+    lost_take_back_of_a_call_the_store_refused,
     lost_take_back_sent_again,
     lost_take_back_sent_again_with_a_newer_call,
     lost_take_backs_sent_again_as_a_prefix,
