@@ -117,7 +117,7 @@ class Interrupt:
         """A reviewer that raises this interrupt through ``ask`` and turns the resume body into an approval.
 
         A request whose payload does not match ``interrupt_payload`` is rejected without asking; a resume
-        body that does not match ``resume_payload`` fails the review (a denial, as every reviewer error).
+        body that does not match ``resume_payload`` rejects the call, saying what is wrong with it.
         """
 
         def review(request: ReviewRequest) -> Approval | Awaitable[Approval]:
@@ -130,12 +130,21 @@ class Interrupt:
             answer = ask(payload)
             if inspect.isawaitable(answer):
                 return self._resume_later(answer, request.reviewer)
-            return self.approval(answer, approved_by=request.reviewer)
+            return self._answered(answer, request.reviewer)
 
         return review
 
     async def _resume_later(self, answer: Awaitable[Mapping[str, Any]], reviewer: str) -> Approval:
-        return self.approval(await answer, approved_by=reviewer)
+        return self._answered(await answer, reviewer)
+
+    def _answered(self, body: object, reviewer: str) -> Approval:
+        """The approval a resume body stands for, or a rejection saying why it is none: the review's reason
+        names a reviewer's exception by its type alone (its text may quote what the reviewer was shown), and
+        what is wrong with the body is this module's own text about the reviewer's answer."""
+        try:
+            return self.approval(body, approved_by=reviewer)
+        except ValueError as exc:
+            return Approval(False, f"not an answer to the review: {exc}", reviewer)
 
 
 REVIEW_INTERRUPT_TYPE = "agentguard_review"
