@@ -9,11 +9,15 @@ checked as the text the model would see. A message that also carries an artifact
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import json.encoder
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from operator import attrgetter
 from typing import Any, TypeAlias, TypeVar, cast
+from urllib.parse import unquote
 
 from pydantic_core import to_jsonable_python
 
@@ -27,6 +31,7 @@ __all__ = [
     "encode_output",
     "field_values",
     "input_text",
+    "is_role",
     "is_user_message",
     "message_text",
     "model_fields",
@@ -118,10 +123,40 @@ def field_values(kind: type[BaseMessage]) -> Callable[[BaseMessage], tuple[Any, 
     return values
 
 
+class _Exact:
+    """A number or a bool as :func:`snapshot` keeps it: equal to a value of its very type and value alone, as
+    JSON tells them apart. Python's ``==`` takes ``1``, ``1.0`` and ``True`` for one value (a model reads
+    ``1``, ``1.0`` and ``true``: an answer sent again with ``true`` for ``1`` would pass as the one produced),
+    ``0.0`` for ``-0.0``, and NaN for no value, not even itself (a message that holds one would be input at
+    every run, once the checkpoint gave a copy of it). Only numbers are wrapped: the strings and ``None`` that
+    most fields hold still compare in C."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int | float) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _Exact):
+            other = other.value
+        value = self.value
+        if type(other) is not type(value):
+            return False
+        if other == value:
+            if type(value) is float:  # 0.0 is not -0.0
+                return math.copysign(1.0, value) == math.copysign(1.0, cast("float", other))
+            return True
+        return other != other and value != value  # NaN: the same JSON value as any other NaN
+
+    def __repr__(self) -> str:
+        return f"_Exact({self.value!r})"
+
+
 def snapshot(value: Any) -> Any:
     """``value`` as it is now, to tell later whether a message still has it: its dicts, lists and tuples are
     copied all the way down (a block, a tool call's arguments or a nested block changed in place does not
-    change the copy); a string or another leaf is itself."""
+    change the copy); a number or a bool is kept as :class:`_Exact` (``True`` is not ``1``, a NaN is itself);
+    a string or another leaf is itself."""
     kind = type(value)
     if kind is str or value is None:  # most fields of most messages: the cheap cases first
         return value
@@ -131,6 +166,8 @@ def snapshot(value: Any) -> Any:
         return [snapshot(item) for item in value] if value else []
     if isinstance(value, tuple):
         return tuple(snapshot(item) for item in value)
+    if isinstance(value, int | float):  # bool is an int
+        return _Exact(value)
     return value
 
 
@@ -155,18 +192,39 @@ if _make_encoder is not None:
         return "".join(_encode(value, 0))
 
 
+def _jsonable(value: object) -> Any:
+    """What :func:`canonical_json` encodes in place of a value plain JSON cannot hold: a pydantic model's fields
+    (as Python values: its dicts keep their keys, whatever their type), a mapping as a dict, anything else as
+    pydantic makes it plain (a datetime, a UUID, bytes as text), or its ``repr``."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump()
+    if isinstance(value, Mapping):
+        return dict(value)
+    return to_jsonable_python(value, fallback=repr)
+
+
 def canonical_json(value: object) -> str:
     """``value`` as one canonical JSON text: sorted keys, no spaces, non-ASCII as itself (a guardrail reads
-    "Müller", not its escape). A value plain JSON cannot hold (an object, bytes, keys of mixed types) is made
-    plain first by pydantic, and one that cannot be (bytes that are not UTF-8) is its ``repr``."""
+    "Müller", not its escape).
+
+    A value plain JSON cannot hold (an object, bytes, keys that are not strings) is encoded as ``json.dumps``
+    encodes it, objects made plain by :func:`_jsonable`; keys that cannot be sorted together (``1`` and
+    ``"1"``) are written in their order. Never merged: a provider sends both ``"1"`` keys of ``{1: a, "1": b}``
+    (pydantic would keep one value, which the guardrail and the digest would then miss). A value that cannot be
+    encoded at all (bytes that are not UTF-8, a key that is a tuple) is its ``repr``."""
     try:
         return _canonical(value)
     except (TypeError, ValueError):  # not plain JSON (or a nesting too deep: RecursionError is not caught)
         pass
-    try:
-        return _canonical(to_jsonable_python(value, fallback=repr))
-    except (TypeError, ValueError):  # pydantic_core's serialization error: bytes that are not UTF-8
-        return repr(value)
+    for sort_keys in (True, False):  # sorting keys of mixed types fails: then as they come
+        try:
+            return json.dumps(
+                value, ensure_ascii=False, sort_keys=sort_keys, separators=(",", ":"), default=_jsonable
+            )
+        except (TypeError, ValueError):  # pydantic_core's serialization error (bytes not UTF-8) is one
+            continue
+    return repr(value)
 
 
 _NOT_TEXT = frozenset(
@@ -185,20 +243,27 @@ _NOT_TEXT = frozenset(
         "detail",
         "cache_control",
         "chunk_position",
-        "data",
-        "base64",
-        "url",
-        "image_url",
-        "file_data",
-        "uri",
     }
 )
 """Keys (of a message's fields, of its content blocks and what they nest) whose values the input guardrail
 does not read: what a provider interprets rather than shows the model as text -- a block's or a message's
 kind, position and status, the ids that tie a tool call to its result, an image's MIME type or detail level,
-caching -- binary payloads (images, audio, files), which a text guardrail cannot read, and the URLs a
-provider fetches them from (the model reads what is there, not the address). Any other key's strings are
-read."""
+caching. A payload (:data:`_PAYLOAD`) is read when it is text. Any other key's strings are read."""
+
+_PAYLOAD = frozenset({"data", "base64", "file_data", "url", "uri", "image_url"})
+"""Keys whose string is a block's payload or its address (:func:`_payload_text`): a payload is read when it is
+text (Anthropic's ``{"type": "text", "media_type": "text/plain", "data": ...}`` document source, a ``text/*``
+file, a ``data:text/...`` URL), base64 decoded; an image's, a recording's or a PDF's is not (a text guardrail
+cannot read it), nor is an address a provider fetches (the model reads what is there, not the address)."""
+
+_ADDRESSES = frozenset({"url", "uri", "image_url"})
+_BINARY_KINDS = frozenset({"image", "image_url", "input_image", "audio", "input_audio", "video"})
+"""Block types whose payload is binary even where no media type says so (OpenAI's ``input_audio`` gives a
+format instead)."""
+_TEXT_MEDIA = frozenset(
+    {"application/json", "application/xml", "application/yaml", "application/x-yaml", "application/x-ndjson"}
+)
+"""Media types outside ``text/*`` that are text a model reads as such (besides ``+json`` and ``+xml``)."""
 
 _DATA = frozenset({"args", "arguments", "input", "json", "extras", "output"})
 """Keys whose value is data as a whole (a tool call's arguments, a ``tool_use`` block's input, a ``json``
@@ -213,23 +278,95 @@ _ROLES = frozenset(
 ``developer`` message); any other is text a chat template writes out, and read."""
 
 
-def _strings(value: object, out: list[str]) -> None:
-    """Append to ``out`` every string in ``value`` a model may read (see :data:`_NOT_TEXT`, :data:`_DATA`)."""
+def is_role(role: str) -> bool:
+    """Whether a provider takes ``role`` (a ``ChatMessage``'s) as a role (:data:`_ROLES`), not as text."""
+    return role.strip().casefold() in _ROLES
+
+
+def _textual(media: str) -> bool:
+    """Whether a media type (``text/plain; charset=utf-8``) is text a model reads as text."""
+    kind = media.split(";", 1)[0].strip().casefold()
+    return kind.startswith("text/") or kind in _TEXT_MEDIA or kind.endswith(("+json", "+xml"))
+
+
+def _decoded(payload: str, declared_text: bool) -> str:
+    """A base64 payload's text: its bytes as UTF-8 (a payload declared text, with a replacement character for
+    what is not UTF-8: the digits and words around it are still read). ``payload`` itself when it is not
+    base64, or is bytes not declared text that are not UTF-8: deny by default, the guardrail reads what is
+    there. No bound of its own: the text is shorter than the payload, which the message holds."""
+    try:
+        raw = base64.b64decode("".join(payload.split()), validate=True)
+    except (binascii.Error, ValueError):
+        return payload
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "replace") if declared_text else payload
+
+
+def _payload_text(block: Mapping[Any, Any], key: str, payload: str, kind: object) -> str | None:
+    """The text a model reads of a block's payload ``block[key]`` (see :data:`_PAYLOAD`), ``None`` when it reads
+    none there: binary data, or an address. ``kind``: the type of the block that holds ``block`` under that
+    type's name (OpenAI's ``{"type": "input_audio", "input_audio": {"data": ...}}``).
+
+    A ``data:`` URL says its own media type (none: text, as RFC 2397 has it). Otherwise the block's
+    ``media_type`` / ``mime_type`` does; a block without one is read unless its type is an image, audio or
+    video kind (deny by default). Base64 (the key ``base64``, a ``base64`` source, a data URL's ``;base64``,
+    ``file_data``) is decoded (:func:`_decoded`); any other payload is read as it is, and also decoded when it
+    is base64 of UTF-8 text."""
+    if payload[:5].casefold() == "data:":
+        head, comma, body = payload.partition(",")
+        if not comma:
+            return payload
+        media = head[5:].split(";", 1)[0]
+        if media.strip() and not _textual(media):
+            return None
+        if head.casefold().endswith(";base64"):
+            return _decoded(body, True)
+        return unquote(body)
+    if key in _ADDRESSES:
+        return None
+    encoded = key in ("base64", "file_data") or "base64" in (block.get("type"), block.get("source_type"))
+    declared = block.get("media_type") or block.get("mime_type")
+    if isinstance(declared, str) and declared.strip():
+        if not _textual(declared):
+            return None
+    elif kind in _BINARY_KINDS or block.get("type") in _BINARY_KINDS:
+        return None
+    if encoded:
+        return _decoded(payload, bool(declared))
+    # Not said to be base64, yet it may be (Gemini's ``inline_data`` is, with no word of it): read as it is,
+    # and as the UTF-8 text it decodes to when it does.
+    decoded = _decoded(payload, False)
+    return payload if decoded is payload else f"{payload}\n{decoded}"
+
+
+def _strings(value: object, out: list[str], kind: object = None) -> None:
+    """Append to ``out`` every string in ``value`` a model may read (see :data:`_NOT_TEXT`, :data:`_DATA`,
+    :data:`_PAYLOAD`); ``kind``: see :func:`_payload_text`."""
     if isinstance(value, str):
         if value:
             out.append(value)
     elif isinstance(value, dict):
+        block_type = value.get("type")
         for key, item in value.items():
-            if key in _NOT_TEXT:
+            if key in _PAYLOAD:
+                if isinstance(item, str):
+                    text = _payload_text(value, key, item, kind)
+                    if text:
+                        out.append(text)
+                else:  # an ``image_url`` object: its ``url``
+                    _strings(item, out, key)
+            elif key in _NOT_TEXT:
                 continue
-            if key in _DATA:
+            elif key in _DATA:
                 if item is not None and item != "" and item != {}:
                     out.append(item if isinstance(item, str) else canonical_json(item))
             elif key in _ROLE_KEYS and isinstance(item, str):
-                if item.strip().casefold() not in _ROLES:
+                if not is_role(item):
                     out.append(item)
             else:
-                _strings(item, out)
+                _strings(item, out, block_type if key == block_type else None)
     elif isinstance(value, list | tuple):
         for item in value:
             _strings(item, out)
@@ -261,25 +398,40 @@ def input_text(message: BaseMessage) -> str:
     return "\n".join(part for part in parts if part)
 
 
+_CALL_BLOCKS = frozenset({"tool_use", "function_call", "tool_call"})
+"""Content blocks that call a tool (Anthropic's ``tool_use``, OpenAI Responses' ``function_call``, LangChain's
+v1 ``tool_call``): a ``ToolMessage`` answers them by their id (a ``function_call`` by its ``call_id``)."""
+
+
 def reply_ids(message: BaseMessage) -> set[str]:
-    """The ids under which ``message`` may call tools: its tool calls' (invalid ones too), the calls' in its
-    ``additional_kwargs``, its ``tool_use`` / ``function_call`` blocks'. A ``ToolMessage`` whose
-    ``tool_call_id`` is one of them answers this message."""
+    """The ids under which ``message`` calls tools: its tool calls' and invalid tool calls', the OpenAI calls
+    of its ``additional_kwargs`` (``tool_calls``, ``function_call``), its tool-calling blocks'
+    (:data:`_CALL_BLOCKS`). A ``ToolMessage`` whose ``tool_call_id`` is one of them, before the next assistant
+    message, answers this message. No other id counts (a text block's, a message's): a result a later call
+    made under the same id answers that call."""
     ids: set[str] = set()
 
-    def collect(value: object) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if key in ("id", "call_id") and isinstance(item, str):
-                    ids.add(item)
-                else:
-                    collect(item)
-        elif isinstance(value, list | tuple):
-            for item in value:
-                collect(item)
+    def add(call: object, *keys: str) -> None:
+        if isinstance(call, Mapping):
+            for key in keys:
+                value = call.get(key)
+                if isinstance(value, str) and value:
+                    ids.add(value)
 
-    collect(message.content)
-    collect([getattr(message, name) for name in model_fields(type(message))])
+    for name in ("tool_calls", "invalid_tool_calls"):
+        calls = getattr(message, name, None)
+        for call in calls if isinstance(calls, list | tuple) else ():
+            add(call, "id")
+    kwargs = message.additional_kwargs
+    calls = kwargs.get("tool_calls")
+    for call in calls if isinstance(calls, list | tuple) else ():
+        add(call, "id")
+    add(kwargs.get("function_call"), "id", "call_id")
+    content = message.content
+    if not isinstance(content, str):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") in _CALL_BLOCKS:
+                add(block, "id", "call_id")
     return ids
 
 

@@ -65,10 +65,23 @@ from typing import Annotated, Any, NotRequired
 
 from pydantic_core import PydanticUndefined
 
-from agentguard import ConfigurationError, Engagement, Guard, GuardianDenied, StoreUnavailable, User
+from agentguard import (
+    ConfigurationError,
+    Engagement,
+    Guard,
+    GuardianDenied,
+    GuardrailViolation,
+    Phase,
+    StoreUnavailable,
+    User,
+    ValueLimits,
+)
+from agentguard.runs import Cancel
 from agentguard.stores import MemoryStore
 from agentguard_langchain._content import (
+    canonical_json,
     input_text,
+    is_role,
     is_user_message,
     message_text,
     model_fields,
@@ -83,9 +96,11 @@ from agentguard_langchain._host import (
     AIMessage,
     AnyMessage,
     BaseMessage,
+    ChatMessage,
     Command,
     ExtendedModelResponse,
     GraphBubbleUp,
+    HumanMessage,
     ModelRequest,
     ModelResponse,
     PrivateStateAttr,
@@ -105,10 +120,12 @@ from agentguard_langchain._sessions import (
     EngagementKey,
     Session,
     Sessions,
+    Unreadable,
     UserResolver,
     aclose_quietly,
-    checked_as,
     close_quietly,
+    known_as,
+    read_input,
     thread_of,
     unchanged,
     user_from_context,
@@ -200,6 +217,13 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         a secret (bytes or text, the same on every worker of a thread) that seals the checkpoint's record of
         the messages the input guardrail checked or the runs produced: a client that can write the graph's
         state then cannot vouch for a message of its own (without it, the record is trusted as written).
+    ``value_limits``
+        how deep a message may nest and how many values it may hold for the input guardrail to read it whole
+        (a :class:`~agentguard.ValueLimits`; default ``ValueLimits()``: 100 levels, 1,000,000 values, the
+        Guard's own defaults for tool values). A message beyond them, or one whose reading fails, is a failed
+        input guardrail: the engagement is cancelled with the reason (a recorded ``agentguard/cancel`` step)
+        and the run ends with a :class:`~agentguard.GuardrailViolation`; no message of the request is taken
+        for checked.
     """
 
     state_schema = AgentGuardState
@@ -215,6 +239,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         interrupt_reviews: bool = True,
         max_engagements: int = 1024,
         record_key: bytes | str | None = None,
+        value_limits: ValueLimits | None = None,
     ) -> None:
         super().__init__()
         if on_denied not in ("message", "raise"):
@@ -232,6 +257,10 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         """Seals the checkpoint's record of known messages (:func:`_seal`): a client that can write the graph's
         state (``Command(update=...)`` as a run's input, the threads API's ``update_state``) cannot vouch
         for a message of its own. Every worker of a thread needs the same key."""
+        if value_limits is not None and not isinstance(value_limits, ValueLimits):
+            raise ConfigurationError(f"value_limits must be a ValueLimits, not {type(value_limits).__name__}")
+        self._limits = value_limits or ValueLimits()
+        """How deep and large a message may be for the input guardrail to read it (see the class docstring)."""
         self._last: Engagement | None = None
         guard.add_passthrough_exceptions(GraphBubbleUp)
         self.interrupt_reviewers: tuple[str, ...] = (
@@ -519,7 +548,12 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         spec guards "any generative model response" before the user sees it)."""
         session = self._session(request.state, request.runtime.context)
         eng = session.engagement
-        messages, pending = self._visible(request, session)
+        try:
+            messages, pending = self._visible(request, session)
+        except Unreadable as exc:
+            cancel, error = _unread(eng, exc)
+            eng.cancel(cancel)
+            raise error from exc
         if pending or session.replaced or messages is not request.messages:
             checked: list[str] = []
             try:
@@ -556,7 +590,12 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
             request.state, request.runtime.context
         )
         eng = session.engagement
-        messages, pending = self._visible(request, session)
+        try:
+            messages, pending = self._visible(request, session)
+        except Unreadable as exc:
+            cancel, error = _unread(eng, exc)
+            await eng.acancel(cancel)
+            raise error from exc
         if pending or session.replaced or messages is not request.messages:
             checked: list[str] = []
             try:
@@ -631,8 +670,12 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
 
         A user message is not the only input: a client that sends the whole message list can put a system
         message, or an assistant or tool message the model never wrote, in it (or in place of an earlier one,
-        under its id), and the model reads each. Inputs are marked as checked at once: if the guardrail fails,
-        the engagement fails with it, and a later engagement of the thread knows the message was not new to it.
+        under its id), and the model reads each. Inputs are marked as checked once all of them were read, before
+        the guardrail runs: if it fails, the engagement fails with it, and a later engagement of the thread
+        knows the message was not new to it. A message that cannot be read whole (beyond the middleware's
+        ``value_limits``, or its reading failing) raises :class:`~agentguard_langchain._sessions.Unreadable`
+        before any mark: the run's hook fails the guardrail, and no message of the request passes for checked
+        (a mark left by a read that failed halfway let the next run send an earlier message unchecked).
         """
         hidden = _hidden(request.state)
         messages = request.messages
@@ -642,11 +685,14 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         _learn_produced(session)
         checked = session.checked
         pending: list[tuple[int, str]] = []
+        read: list[tuple[str, Checked]] = []
         for index, message in enumerate(messages):
             if not _was_checked(checked, message):
-                pending.append((index, input_text(message)))
+                text, known = read_input(message, self._limits)
+                pending.append((index, text))
                 if message.id is not None:
-                    checked[message.id] = checked_as(message)
+                    read.append((message.id, known))
+        checked.update(read)
         return messages, pending
 
     def _with_inputs(
@@ -659,7 +705,9 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
     ) -> ModelRequest[Any]:
         """The request with guarded input text in place of the original (now and at every later model call):
         a rewritten message is its new text alone (:func:`_rewritten_input`), and the tool results that
-        answered its tool calls are left out with them.
+        answered its tool calls are left out with them: the ``ToolMessage`` s after it, up to the next assistant
+        message, that answer one of its call ids (:func:`~agentguard_langchain._content.reply_ids`); a result
+        under the same id after that answers a later call, and stays.
 
         Needed only when there were new inputs, a guardrail replaced text before, or messages are
         hidden: the model hooks skip it otherwise (most model calls of a run).
@@ -676,20 +724,25 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
                 replaced.pop(message_id, None)
         changed = messages is not request.messages
         if edits or replaced:
-            messages = list(messages)
-            unanswered: set[str] = set()
+            sent: list[AnyMessage] = []
+            unanswered: set[str] = set()  # the calls of a rewritten message, until the next assistant message
             for index, message in enumerate(messages):
+                if unanswered:
+                    if isinstance(message, ToolMessage) and message.tool_call_id in unanswered:
+                        changed = True
+                        continue
+                    if _speaks_for_the_model(message):
+                        unanswered = set()
                 edit = edits.get(index)
                 if edit is None and message.id is not None:
                     edit = replaced.get(message.id)
                 if edit is not None and input_text(message) != edit:
-                    messages[index] = _rewritten_input(message, edit)
+                    sent.append(_rewritten_input(message, edit))
                     unanswered |= reply_ids(message)
                     changed = True
-            if unanswered:
-                messages = [
-                    m for m in messages if not (isinstance(m, ToolMessage) and m.tool_call_id in unanswered)
-                ]
+                else:
+                    sent.append(message)
+            messages = sent
         return request.override(messages=messages) if changed else request
 
     # -- tool calls -----------------------------------------------------------------------------------
@@ -815,6 +868,17 @@ def _stopped_inputs(
         session.replaced[denied] = f"The user's message was blocked by agentguard: {exc}"
 
 
+def _unread(eng: Engagement, exc: Unreadable) -> tuple[Cancel, GuardrailViolation]:
+    """What ends a run whose input holds a message the guardrail cannot read whole (``exc``): the cancellation
+    of its engagement, which records why and stops it as a failed guardrail would (it refuses every later
+    step), and the guardrail's error to raise. Immediate: at a model call no call of the run is in flight."""
+    reason = f"an input message cannot be read whole: {exc.reason}"
+    return (
+        Cancel(f"input guardrail failed: {reason}", graceful=False),
+        GuardrailViolation(reason, phase=Phase.INPUT, engagement_id=eng.id),
+    )
+
+
 def _record(session: Session, key: bytes | None) -> dict[str, list[str | None]]:
     """What the session knows of the thread's messages, as :data:`INPUTS_KEY` keeps it in the checkpoint."""
     record: dict[str, list[str | None]] = {}
@@ -824,26 +888,43 @@ def _record(session: Session, key: bytes | None) -> dict[str, list[str | None]]:
     return record
 
 
+SEAL_VERSION = "agentguard-langchain/seal/2"
+"""The first field a record entry's seal covers (:func:`_seal`)."""
+
+
 def _seal(key: bytes | None, thread: str | None, message_id: str, digest: str, replaced: str | None) -> str:
     """A record entry's first item: the message's digest (:func:`~agentguard_langchain._sessions.digest`), or
     with a ``record_key`` an HMAC of it bound to the thread, the message id and the text put in its place --
     which a client that can write the graph's state cannot make, nor move to another message or thread.
-    Without a key the record is as trustworthy as whoever can write the state (see the README)."""
+    Without a key the record is as trustworthy as whoever can write the state (see the README).
+
+    The fields are sealed as one JSON array (:data:`SEAL_VERSION` first), which no choice of id or text can
+    make read as other fields: joined with NULs, as the seals before :data:`SEAL_VERSION` 2 were, an id
+    holding NULs took the seal of another message's entry."""
     if key is None:
         return digest
-    sealed = "\0".join((thread or "", message_id, digest, "" if replaced is None else "r" + replaced))
+    sealed = canonical_json([SEAL_VERSION, thread, message_id, digest, replaced])
     return "hmac:" + hmac.new(key, sealed.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
 
 def _produced(session: Session, messages: Sequence[BaseMessage]) -> None:
     """Enter the model's ``messages``, as the checks let them out, in :attr:`Session.checked`: the thread's
     later model calls read them as the guarded run's own, not as input. A message without an id is given one
-    (LangGraph would give it a random one as it adds it to the state)."""
-    checked = session.checked
+    (LangGraph would give it a random one as it adds it to the state). One that cannot be read is not known
+    (:func:`~agentguard_langchain._sessions.known_as`): input to the next model call."""
     for message in messages:
         if message.id is None:
             message.id = str(uuid.uuid4())
-        checked[message.id] = checked_as(message)
+        _enter(session, message.id, message)
+
+
+def _enter(session: Session, message_id: str, message: BaseMessage) -> None:
+    """Know ``message`` under ``message_id`` as it is now, or, when it cannot be read whole, not at all."""
+    known = known_as(message)
+    if known is None:
+        session.checked.pop(message_id, None)
+    else:
+        session.checked[message_id] = known
 
 
 def _learn_produced(session: Session) -> None:
@@ -854,10 +935,9 @@ def _learn_produced(session: Session) -> None:
     produced = session.produced
     if produced:
         session.produced = []
-        checked = session.checked
         for message in produced:
             if message.id is not None:
-                checked[message.id] = checked_as(message)
+                _enter(session, message.id, message)
 
 
 def _adopt_inputs(session: Session, state: Mapping[str, Any], key: bytes | None) -> None:
@@ -869,7 +949,8 @@ def _adopt_inputs(session: Session, state: Mapping[str, Any], key: bytes | None)
     message's id in that message's place, and its new text (or kind) has been through no guardrail. A message
     the record does not name, or names with another digest (another kind, text, tool calls, ...), is checked
     as input; so is one named by a record an earlier version of this adapter wrote, whose digests covered less
-    (:data:`~agentguard_langchain._sessions.DIGEST_VERSION`).
+    (:data:`~agentguard_langchain._sessions.DIGEST_VERSION`), or one sealed before :data:`SEAL_VERSION` 2
+    (with a ``record_key``), or one that cannot be read (the guardrail then fails on it).
     """
     recorded = state.get(INPUTS_KEY)
     if not isinstance(recorded, Mapping):
@@ -878,7 +959,9 @@ def _adopt_inputs(session: Session, state: Mapping[str, Any], key: bytes | None)
         entry = recorded.get(message.id) if message.id else None
         if not isinstance(entry, list | tuple) or len(entry) != 2:
             continue
-        known = checked_as(message)
+        known = known_as(message)
+        if known is None:
+            continue
         replaced = entry[1] if isinstance(entry[1], str) else None
         expected = _seal(key, session.thread, message.id, known.digest, replaced)
         if isinstance(entry[0], str) and hmac.compare_digest(
@@ -904,7 +987,8 @@ def _was_checked(checked: Mapping[str, Checked], message: BaseMessage) -> bool:
 _KEPT_ON_REWRITE = frozenset({"role", "tool_call_id", "status"})
 """What a rewritten input message keeps besides its new text: where it stands in the conversation (a
 ``ChatMessage``'s role, the call a ``ToolMessage`` answers and whether it failed), which the guardrail read no
-text of (:func:`~agentguard_langchain._content.input_text`)."""
+text of (:func:`~agentguard_langchain._content.input_text`). A ``ChatMessage`` role that is no provider role
+was read as text: it is not kept (:func:`_rewritten_input`)."""
 
 
 def _rewritten_input(message: AnyMessage, text: str) -> AnyMessage:
@@ -918,7 +1002,13 @@ def _rewritten_input(message: AnyMessage, text: str) -> AnyMessage:
     assistant message that did not, and :meth:`AgentGuardMiddleware._with_inputs` leaves the tool results
     that answered it out of the request too: every provider refuses a tool result without its call. The
     model reads the calls as the text the guardrail let through, without their results (fail closed).
+
+    A ``ChatMessage`` whose role is no provider role (``customer 4111...``: a chat template writes it out, and
+    the guardrail read it as part of the text) becomes a ``HumanMessage`` of the new text: its role would give
+    the model what the guardrail took out.
     """
+    if isinstance(message, ChatMessage) and not is_role(message.role):
+        return HumanMessage(content=text, id=message.id)
     fields = type(message).model_fields
     update: dict[str, Any] = {"content": text}
     for name in model_fields(type(message)):
@@ -926,6 +1016,13 @@ def _rewritten_input(message: AnyMessage, text: str) -> AnyMessage:
         if name not in _KEPT_ON_REWRITE and default is not PydanticUndefined:
             update[name] = default
     return message.model_copy(update=update)
+
+
+def _speaks_for_the_model(message: BaseMessage) -> bool:
+    """An assistant message: the tool results after it answer its calls, not an earlier message's."""
+    return isinstance(message, AIMessage) or (
+        isinstance(message, ChatMessage) and message.role.strip().casefold() in ("assistant", "ai", "model")
+    )
 
 
 def _earlier_messages(messages: Sequence[BaseMessage], previous: Session | None) -> Sequence[BaseMessage]:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeAlias
 
 from agentguard import Engagement, User
-from agentguard_langchain._content import canonical_json, field_values, snapshot
+from agentguard.record import ValueLimits, unfaithful
+from agentguard_langchain._content import canonical_json, field_values, input_text, snapshot
 from agentguard_langchain._host import BaseMessage, RunnableConfig, ToolMessage
 
 __all__ = [
@@ -30,11 +31,14 @@ __all__ = [
     "HeldResult",
     "Session",
     "Sessions",
+    "Unreadable",
     "UserResolver",
     "aclose_quietly",
     "checked_as",
     "close_quietly",
     "digest",
+    "known_as",
+    "read_input",
     "thread_of",
     "unchanged",
     "user_from_context",
@@ -72,6 +76,44 @@ def checked_as(message: BaseMessage) -> Checked:
     kind = type(message)
     values = field_values(kind)
     return Checked(kind, values, snapshot(values(message)), digest(message))
+
+
+class Unreadable(Exception):
+    """A message the input guardrail cannot read whole: nested deeper, or holding more values, than the
+    middleware's :class:`~agentguard.record.ValueLimits`, or failing to be read (its own code raising, a
+    nesting too deep for Python inside an object). The reason names the bound or the error's type, never the
+    message's text."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+def read_input(message: BaseMessage, limits: ValueLimits) -> tuple[str, Checked]:
+    """The text the input guardrail reads of ``message`` (:func:`~agentguard_langchain._content.input_text`) and
+    what :attr:`Session.checked` is to know of it once checked (:func:`checked_as`), read whole or not at all:
+    :class:`Unreadable` for a message beyond ``limits`` (measured first, without recursion: reading it would
+    recurse once per level, and a client's message nested 700 deep ended the hook with a ``RecursionError``)
+    or whose reading fails."""
+    problem = unfaithful(field_values(type(message))(message), limits)
+    if problem is not None:
+        raise Unreadable(f"{type(message).__name__} {problem}")
+    try:
+        return input_text(message), checked_as(message)
+    except Exception as exc:  # an object's own data nested too deep (RecursionError), its code raising
+        raise Unreadable(f"{type(message).__name__} could not be read ({type(exc).__name__})") from exc
+
+
+def known_as(message: BaseMessage) -> Checked | None:
+    """:func:`checked_as` of a message a guarded run produced (or the checkpoint's sealed record vouches for),
+    ``None`` when it cannot be taken (its reading raises: nested too deep for Python, its own code failing):
+    it is then not known, and a model call reads it as input (where the guardrail fails on it), rather than
+    the hook failing with its error. Not bound by the middleware's ``value_limits``: the run made it (a model's
+    tool call nested 150 deep is denied by the Guard, and the model reads the denial beside it)."""
+    try:
+        return checked_as(message)
+    except Exception:  # RecursionError, or an object's code raising
+        return None
 
 
 def unchanged(known: Checked, message: BaseMessage) -> bool:
