@@ -36,8 +36,12 @@ on top of ``celpy.CompiledRunner``, and why:
   (:mod:`agentguard.cel._celpy_convert`), map literals (double and null keys), macros (an error inside
   ``exists`` made it true), ``in`` on strings, the string functions on bytes and lists, ordering of a bool
   against an int, and arithmetic on bools, ``%`` on doubles, ``-2**63 / -1`` and durations past int64
-  nanoseconds are replaced by CEL's. Where celpy cannot hold the value CEL means (a duration or timestamp
-  below the microsecond), the evaluation fails. ``tests/cel/test_celpy_exact.py`` checks it differentially.
+  nanoseconds are replaced by CEL's; so are ``||``, ``&&``, ``!`` and ``?:`` (celpy's ``false || "yes"`` was
+  ``"yes"``), ``has()`` (any error in its operand was false), ``type()`` of computed values, the duration and
+  timestamp accessors (:mod:`agentguard.cel._celpy_time`), ``matches()`` (strings only) and bound map keys
+  (bool, int and string only; a double key finds only the int key of exactly its value). Where celpy cannot
+  hold the value CEL means (a duration or timestamp below the microsecond), the evaluation fails.
+  ``tests/cel/test_celpy_exact.py`` checks it differentially.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ from agentguard.cel._celpy_convert import (
     cel_timestamp,
     cel_uint,
 )
+from agentguard.cel._celpy_time import ACCESSORS
 from agentguard.cel._checked import add_read
 
 __all__ = ["CelpyBackend"]
@@ -109,7 +114,7 @@ def _to_cel(value: Any) -> Any:
         dict.update(
             result,
             {
-                (str.__new__(ct.StringType, key) if type(key) is str else _to_cel(key)): _to_cel(item)
+                (str.__new__(ct.StringType, key) if type(key) is str else _key_to_cel(key)): _to_cel(item)
                 for key, item in value.items()
             },
         )
@@ -128,6 +133,16 @@ def _to_cel(value: Any) -> Any:
         if isinstance(value, base):
             return convert(value)
     raise TypeError(f"a {kind.__name__} is not a CEL value")
+
+
+def _key_to_cel(key: Any) -> Any:
+    """A bound map's key other than a plain ``str``: a bool, an int (in the 64-bit range) or a string, as in CEL.
+    A double, null, bytes or any other key is refused, as the default engine refuses it: celpy would keep it,
+    and a double key would then answer a lookup CEL cannot make (``{1.0: "a"}[1]``)."""
+    converted = _to_cel(key)
+    if not isinstance(converted, bool | int | str):  # celpy's BoolType, IntType, UintType and StringType too
+        raise TypeError(f"a {cel_kind(converted)} is not a valid map key")
+    return converted
 
 
 def _timestamp_to_cel(value: datetime.datetime) -> ct.TimestampType:
@@ -279,16 +294,26 @@ _MISSING = object()
 
 def _entry(mapping: dict[Any, Any], key: Any) -> Any:
     """The value under ``key`` by CEL equality (``1``, ``1u`` and ``1.0`` are one key; ``true`` is not ``1``,
-    although Python hashes and compares them as equal), or ``_MISSING``."""
+    although Python hashes and compares them as equal), or ``_MISSING``. Numbers match exactly: ``2.0**53``
+    does not find the key ``2**53 + 1``, which it only equals once both are doubles."""
     if isinstance(key, str):
         try:
             return dict.get(mapping, key, _MISSING)
         except TypeError:  # a hash collision made celpy compare the key with one of another type
             pass
+    number = _kind(key) is _NUMBER
     for other, value in dict.items(mapping):
-        if _equal(key, other):
+        if number and _kind(other) is _NUMBER:
+            if _exact(key) == _exact(other):  # Python compares an int with a float exactly
+                return value
+        elif _equal(key, other):
             return value
     return _MISSING
+
+
+def _exact(number: Any) -> int | float:
+    """A celpy number as the plain Python number of its exact value."""
+    return float(number) if isinstance(number, float) else int(number)
 
 
 def _numbers(left: Any, right: Any) -> tuple[int, int] | tuple[float, float]:
@@ -561,6 +586,109 @@ def cel_ends_with(receiver: Any, argument: Any) -> Any:
     return _TRUE if text.endswith(part) else _FALSE
 
 
+# --- Logic, has() and type() -------------------------------------------------------------------------------
+#
+# celpy's ``||`` and ``&&`` hand a non-bool operand through as their value (``false || "yes"`` is ``"yes"``, so
+# ``(a || b) != true`` was true), its ``!`` and ``?:`` refuse a Python bool, its has() is "the selection gave
+# no error" (any error in the operand made it false) and its type() is the Python type of values computed
+# here. These follow the CEL specification; the transpiled code calls them instead of celpy's (see
+# :class:`_Exact`).
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool | ct.BoolType)
+
+
+def _no_logic_overload(operator_name: str, *operands: Any) -> ev.CELEvalError:
+    kinds = ", ".join(_kind_name(operand) for operand in operands)
+    message = f"no matching overload for {operator_name}({kinds})"
+    return ev.CELEvalError(message, TypeError, (message,))
+
+
+def _logic(absorbing: bool, operator_name: str, left: Any, right: Any) -> Any:
+    """CEL ``||`` (``absorbing`` true) or ``&&`` (false): the absorbing value on either side is the answer,
+    whatever the other side is (an error too, in either order); else two bools give the other value, and an
+    error or a non-bool operand is an error, never the operand itself."""
+    if (_is_bool(left) and bool(left) is absorbing) or (_is_bool(right) and bool(right) is absorbing):
+        return _TRUE if absorbing else _FALSE
+    if _is_bool(left) and _is_bool(right):
+        return _FALSE if absorbing else _TRUE
+    for operand in (left, right):
+        if isinstance(operand, ev.CELEvalError):
+            return operand
+    return _no_logic_overload(operator_name, left, right)
+
+
+def cel_or(left: Any, right: Any) -> Any:
+    """CEL ``a || b``: true if either side is true, whatever the other is; false if both are false."""
+    return _logic(True, "_||_", left, right)
+
+
+def cel_and(left: Any, right: Any) -> Any:
+    """CEL ``a && b``: false if either side is false, whatever the other is; true if both are true."""
+    return _logic(False, "_&&_", left, right)
+
+
+def cel_not(operand: Any) -> Any:
+    """CEL ``!a``: of a bool only."""
+    if isinstance(operand, ev.CELEvalError):
+        return operand
+    if not _is_bool(operand):
+        return _no_logic_overload("!_", operand)
+    return _FALSE if operand else _TRUE
+
+
+def cel_condition(condition: Any, if_true: Any, if_false: Any) -> Any:
+    """CEL ``c ? a : b``: the condition is a bool; the branch not taken is ignored, its error too."""
+    if isinstance(condition, ev.CELEvalError):
+        return condition
+    if not _is_bool(condition):
+        return _no_logic_overload("_?_:_", condition)
+    return if_true if condition else if_false
+
+
+def cel_has(parent: Any, field: str) -> Any:
+    """CEL ``has(e.f)``: whether the map (or message) ``e`` has the field ``f``. Evaluating ``e`` is not part of
+    the test: its error is the answer (``has(v.a.b)`` with ``v == {}`` is an error, not false), and ``e`` of
+    another type is an error too."""
+    if isinstance(parent, ev.CELEvalError):
+        return parent
+    if not isinstance(parent, dict):
+        raise TypeError(
+            f"no matching overload: has() selects a field of a map, not of a {_kind_name(parent)}"
+        )
+    return _TRUE if dict.__contains__(parent, field) else _FALSE
+
+
+# The CEL type value of each kind of value: what celpy's type names (``int``, ``string``...) resolve to.
+_CEL_TYPE_OF = {
+    "bool": ct.BoolType,
+    "int": ct.IntType,
+    "uint": ct.UintType,
+    "double": ct.DoubleType,
+    "string": ct.StringType,
+    "bytes": ct.BytesType,
+    "list": ct.ListType,
+    "map": ct.MapType,
+    "timestamp": ct.TimestampType,
+    "duration": ct.DurationType,
+    "null_type": type(None),
+}
+
+
+def cel_type(value: Any) -> Any:
+    """CEL ``type(x)``: by the CEL kind of ``x``, not its Python class (celpy's ``+`` of two strings is a
+    ``str``, so ``type(a + b) == string`` was false)."""
+    if isinstance(value, ev.CELEvalError):
+        return value
+    if isinstance(value, type):
+        return ct.TypeType
+    found = _CEL_TYPE_OF.get(cel_kind(value))
+    if found is None:
+        raise TypeError(f"no CEL type for a {type(value).__name__}")
+    return found
+
+
 # --- Macros -------------------------------------------------------------------------------------------------
 #
 # celpy's macros wrap their answer in ``BoolType(...)``, which makes an error (an exception object, truthy)
@@ -662,15 +790,25 @@ _QUIET.log_errors = False
 
 
 def cel_matches(text: Any, pattern: Any) -> Any:
-    """CEL ``matches``: celpy's, except that an invalid pattern is not written to stderr by RE2 (a pattern
-    taken from the data would put the data in the process's log)."""
+    """CEL ``string.matches(string)``: RE2's search, on strings only (celpy's also matched bytes). An invalid
+    pattern is an error that RE2 does not write to stderr (a pattern taken from the data would put the data in
+    the process's log); so is a text or pattern with a lone surrogate, which RE2 cannot encode."""
+    for operand in (text, pattern):
+        if isinstance(operand, ev.CELEvalError):
+            return operand
+    if not (isinstance(text, str) and isinstance(pattern, str)):
+        raise TypeError(f"no matching overload for matches({_kind_name(text)}, {_kind_name(pattern)})")
     try:
-        return celpy.celtypes.BoolType(re2.search(pattern, text, options=_QUIET) is not None)
+        return _TRUE if re2.search(str(pattern), str(text), options=_QUIET) is not None else _FALSE
     except re2.error as exc:
         return ev.CELEvalError("match error", exc.__class__, exc.args)
+    except UnicodeEncodeError:  # celpy's error capture has no entry for it: an error value here
+        message = "a string that is not valid Unicode cannot be matched"
+        return ev.CELEvalError(message, ValueError, (message,))
 
 
 _OPERATORS: dict[str, Callable[..., Any]] = {
+    **ACCESSORS,
     "matches": cel_matches,
     "size": cel_size,
     "contains": cel_contains,
@@ -876,12 +1014,17 @@ def _path_to_modules(*names: str) -> dict[str, Any]:
     return vars(root)
 
 
-_OPERATOR_PATH = _path_to_modules(__name__, cel_int.__module__)
+_OPERATOR_PATH = _path_to_modules(__name__, cel_int.__module__, ACCESSORS["getHours"].__module__)
 
 
 # What the transpiled code calls directly rather than through a function that can be registered.
-_REPLACED = {
+_REPLACED: dict[str, Callable[..., Any]] = {
     "celpy.celtypes.MapType": cel_map_literal,
+    "celpy.celtypes.logical_or": cel_or,
+    "celpy.celtypes.logical_and": cel_and,
+    "celpy.celtypes.logical_not": cel_not,
+    "celpy.celtypes.logical_condition": cel_condition,
+    "celpy.celtypes.TypeType": cel_type,
     "celpy.evaluation.macro_exists": cel_macro_exists,
     "celpy.evaluation.macro_all": cel_macro_all,
     "celpy.evaluation.macro_exists_one": cel_macro_exists_one,
@@ -890,15 +1033,57 @@ _REPLACED = {
 }
 
 
+def _call_to(function: Callable[..., Any]) -> ast.expr:
+    """The transpiled code's name for one of this module's functions."""
+    return ast.parse(f"{__name__}.{function.__name__}", mode="eval").body
+
+
 class _Exact(ast.NodeTransformer):
-    """Calls to celpy's map literal and macros in the transpiled code become calls to this module's."""
+    """Calls to celpy's map literal, logical operators, type() and macros in the transpiled code become calls
+    to this module's."""
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         replacement = _REPLACED.get(ast.unparse(node.func))
         if replacement is not None:
-            node.func = ast.parse(f"{__name__}.{replacement.__name__}", mode="eval").body
+            node.func = _call_to(replacement)
         return node
+
+
+# celpy transpiles ``has(e.f)`` as two helpers: ``ex_N_h = lambda activation: <e>.get('f')`` and this test.
+_HAS_TEST = "not isinstance(celpy.evaluation.result(activation, {}), CELEvalError)"
+
+
+def _exact_has(helpers: list[ast.stmt]) -> None:
+    """Make each ``has(e.f)`` CEL's :func:`cel_has` of ``e`` and ``'f'``, in place of celpy's "selecting
+    ``e.f`` gives no error" (which made any error in ``e`` false). The test becomes the helper's value, with
+    the errors ``e`` gives."""
+    lambdas = {
+        statement.targets[0].id: statement.value
+        for statement in helpers
+        if isinstance(statement, ast.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0], ast.Name)
+        and isinstance(statement.value, ast.Lambda)
+    }
+    for name, test in lambdas.items():
+        if not ast.unparse(test.body).startswith(_HAS_TEST.partition("{")[0]):
+            continue
+        selection = lambdas.get(f"{name}_h")
+        if selection is None or ast.unparse(test.body) != _HAS_TEST.format(f"{name}_h"):
+            raise RuntimeError("unexpected celpy transpiler output for has() (unsupported celpy version?)")
+        body = selection.body
+        if not (
+            isinstance(body, ast.Call)
+            and isinstance(body.func, ast.Attribute)
+            and body.func.attr == "get"
+            and len(body.args) == 1
+            and isinstance(body.args[0], ast.Constant)
+            and isinstance(body.args[0].value, str)
+        ):
+            raise ValueError("has() takes a field selection, such as has(x.f)")
+        selection.body = ast.Call(func=_call_to(cel_has), args=[body.func.value, body.args[0]], keywords=[])
+        test.body = ast.parse(f"celpy.evaluation.result(activation, {name}_h)", mode="eval").body
 
 
 def _function(source_text: str) -> Callable[[_Activation], Any]:
@@ -911,6 +1096,7 @@ def _function(source_text: str) -> Callable[[_Activation], Any]:
     """
     module = _Exact().visit(ast.parse(source_text))
     *helpers, last = module.body
+    _exact_has(helpers)
     if not (isinstance(last, ast.Assign) and [ast.unparse(target) for target in last.targets] == ["CEL"]):
         raise RuntimeError(f"unexpected celpy transpiler output (unsupported celpy version?):\n{source_text}")
     parameters = ast.arguments(
@@ -918,7 +1104,8 @@ def _function(source_text: str) -> Callable[[_Activation], Any]:
     )
     function = ast.Expression(body=ast.Lambda(args=parameters, body=last.value))
     namespace: dict[str, Any] = {**vars(ev), **_OPERATOR_PATH}
-    exec(compile(ast.Module(body=helpers, type_ignores=[]), "<cel>", "exec"), namespace)
+    helpers_module = ast.fix_missing_locations(ast.Module(body=helpers, type_ignores=[]))
+    exec(compile(helpers_module, "<cel>", "exec"), namespace)
     run: Callable[[_Activation], Any] = eval(
         compile(ast.fix_missing_locations(function), "<cel>", "eval"), namespace
     )

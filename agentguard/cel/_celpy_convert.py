@@ -77,9 +77,10 @@ _TIMESTAMP_TEXT = re.compile(
     r"\A([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?"
     r"(?:[Zz]|([+-])([0-9]{2}):([0-9]{2}))\Z"
 )
+# The texts the engine's bool() accepts (Go's strconv.ParseBool less "T" and "F", which it refuses).
 _BOOL_TEXT = {
-    **dict.fromkeys(("1", "t", "T", "true", "TRUE", "True"), True),
-    **dict.fromkeys(("0", "f", "F", "false", "FALSE", "False"), False),
+    **dict.fromkeys(("1", "t", "true", "TRUE", "True"), True),
+    **dict.fromkeys(("0", "f", "false", "FALSE", "False"), False),
 }
 
 
@@ -197,8 +198,12 @@ def cel_string(value: Any) -> Any:
         except UnicodeDecodeError:
             raise ValueError("invalid UTF-8 in bytes converted to string") from None
     if kind == "timestamp":
-        utc = value.astimezone(_UTC)
-        return ct.StringType(utc.strftime("%Y-%m-%dT%H:%M:%S") + _fraction(utc.microsecond) + "Z")
+        utc = value.astimezone(_UTC)  # formatted by hand: strftime's %Y does not write year 50 as 0050
+        return ct.StringType(
+            f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
+            + _fraction(utc.microsecond)
+            + "Z"
+        )
     if kind == "duration":
         micros = value // datetime.timedelta(microseconds=1)
         seconds, rest = divmod(abs(micros), 10**6)
@@ -248,7 +253,8 @@ def cel_bytes(value: Any) -> Any:
 
 
 def cel_bool(value: Any) -> Any:
-    """``bool()``: from a bool, or the texts ``true``/``false`` (and ``1``/``0``, ``t``/``f``, ``TRUE``, ...)."""
+    """``bool()``: from a bool, or the texts ``true``/``false`` (and ``1``/``0``, ``t``/``f``, ``TRUE``, ...; not
+    ``T``/``F``, which the engine refuses)."""
     if isinstance(value, ev.CELEvalError):
         return value
     kind = cel_kind(value)
