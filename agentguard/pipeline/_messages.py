@@ -4,7 +4,9 @@ other steps (retrieval, memory, A2A, MCP, messages), and calls a host observed a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from agentguard.errors import (
@@ -35,6 +37,7 @@ from agentguard.record import (
     EngagementStatus,
     Outcome,
     StepRecord,
+    ValueLimits,
     ValueTooComplex,
     to_plain,
 )
@@ -124,16 +127,24 @@ def _judged(
     A reason names the bound or the error's type, never an error's text: it may quote the text being
     checked, which a failure withholds, while the reason reaches the stop reason, decisions and spans.
 
+    The answer is converted where the tool ran, within its Timeout (:func:`_converting`): a conversion that
+    took longer (a model's slow ``model_dump``) held the check past its bound, and its late answer was judged.
+
     A timeout is recorded and raised here: like every ``run`` timeout it blocks whatever the guardrail's
-    severity (decision 15), and the late answer is never judged.
+    severity (decision 15), and the late answer is never judged. So is a cancellation of the check itself
+    (the task running it is being cancelled): the denial recorded, the engagement failed, the cancellation
+    raised on. A ``CancelledError`` the tool raised of its own while nothing cancels the check (an inner task
+    of its client was cancelled) is a failure like any error: let through, it left the engagement running
+    with nothing recorded, and a caller that carried on ran its next tool.
     """
     name = rule.tool_name
     registered = ctx.tools.get(name)
     if registered is None:
         return _violation(name, phase, "is not registered with the guard")
     call = ToolCall.of(registered, {}, None, None)
+    invoke = Invoke(_converting(registered.fn, ctx.value_limits), (text,), {})
     try:
-        output = yield from _invoke(ctx, state, step, call, Invoke(registered.fn, (text,), {}))
+        answer = yield from _invoke(ctx, state, step, call, invoke)
     except ctx.passthrough:
         raise
     except ToolTimeout as exc:
@@ -141,20 +152,73 @@ def _judged(
             return _violation(name, phase, f"failed: {type(exc).__name__}")
         timed_out = _violation(name, phase, f"did not answer within {exc.ms} ms (its Timeout)")
         raise _failed(state, phase, deny(ctx, state, step, timed_out)) from None
+    except asyncio.CancelledError:
+        if not _being_cancelled():
+            return _violation(name, phase, "failed: CancelledError")
+        _failed(state, phase, deny(ctx, state, step, _violation(name, phase, "was cancelled with its check")))
+        raise
     except Exception as exc:
         return _violation(name, phase, f"failed: {type(exc).__name__}")
-    try:
-        plain = to_plain(output, limits=ctx.value_limits)
-    except ValueTooComplex as exc:  # its text names the bound, never the value
-        return _violation(name, phase, f"answered with a value that {exc}")
-    except Exception as exc:  # the answer's own conversion raised (a model's dump, a __str__)
-        return _violation(
-            name, phase, f"answered with a value that could not be converted: {type(exc).__name__}"
-        )
-    passed, reason = rule.assertion.check({"output": plain})
+    if isinstance(answer, _Unconverted):
+        return _violation(name, phase, answer.problem)
+    passed, reason = rule.assertion.check({"output": answer})
     if passed:
         return reason
     return GuardrailViolation(reason, capability=name, phase=phase, expression=rule.assertion.source)
+
+
+class _Unconverted:
+    """A guardrail tool's answer that :func:`_converted` could not convert: ``problem`` says why (the bound, or
+    the error's type). Returned, not raised, so that the tool's ``Retry`` does not run it again for it."""
+
+    __slots__ = ("problem",)
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+
+def _converted(answer: Any, limits: ValueLimits) -> Any:
+    """A guardrail tool's ``answer`` as the JSON-like value its assertion sees, or :class:`_Unconverted`."""
+    try:
+        return to_plain(answer, limits=limits)
+    except ValueTooComplex as exc:  # its text names the bound, never the value
+        return _Unconverted(f"answered with a value that {exc}")
+    except Exception as exc:  # the answer's own conversion raised (a model's dump, a __str__)
+        return _Unconverted(f"answered with a value that could not be converted: {type(exc).__name__}")
+
+
+def _converting(fn: Callable[..., Any], limits: ValueLimits) -> Callable[[str], Any]:
+    """``fn`` answering :func:`_converted` of its answer, so that the driver runs the conversion with the tool:
+    in its worker thread or task, under its Timeout. The same kind of callable as ``fn`` (the driver runs a
+    coroutine function as a task, anything else in a thread); an awaitable that a sync ``fn`` returns is
+    converted once the driver has awaited it."""
+    if inspect.iscoroutinefunction(fn):
+
+        async def converting_async(text: str) -> Any:
+            return _converted(await fn(text), limits)
+
+        return converting_async
+
+    def converting(text: str) -> Any:
+        answer = fn(text)
+        if inspect.isawaitable(answer):
+            return _converted_once_awaited(answer, limits)
+        return _converted(answer, limits)
+
+    return converting
+
+
+async def _converted_once_awaited(answer: Awaitable[Any], limits: ValueLimits) -> Any:
+    return _converted(await answer, limits)
+
+
+def _being_cancelled() -> bool:
+    """Whether the task running this check is being cancelled (not merely met a ``CancelledError``)."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no event loop runs in this thread: a sync check
+        return False
+    return task is not None and task.cancelling() > 0
 
 
 def _violation(name: str, phase: Phase, problem: str) -> GuardrailViolation:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -45,7 +45,8 @@ class ValueLimits:
 
     - ``max_depth``: containers nested in one another (``{"a": [1]}`` is 2 deep); at most 200;
     - ``max_values``: the values of all the containers, counted each time a container is reached (a value
-      that holds itself is never done: it meets this bound).
+      that holds itself is never done: it meets this bound), as they are iterated: what a container that is
+      not a builtin says of its own size (``__len__``) is not taken on trust.
 
     A call whose inputs are larger is denied, an output that is larger withheld, both recorded. Without the
     bounds, a model's tool arguments nested 500 deep (JSON any parser reads) failed the call with a
@@ -172,25 +173,44 @@ class _Converter:
                 if type(item) not in _PRIMITIVE or type(key) is not str:
                     return {str(k): self.convert(v, depth - 1) for k, v in value.items()}
             return dict(value)
-        if isinstance(value, Mapping):
-            self._count(len(value))
-            return {str(k): self.convert(v, depth - 1) for k, v in value.items()}
-        if isinstance(value, list | tuple | set | frozenset):
+        if cls is tuple or cls is set or cls is frozenset:  # builtins: their len() is their size
             self._count(len(value))
             return [self.convert(v, depth - 1) for v in value]
+        if isinstance(value, Mapping):
+            items = self._taken(value.items())
+            return {str(k): self.convert(v, depth - 1) for k, v in items}
+        if isinstance(value, list | tuple | set | frozenset):
+            return [self.convert(v, depth - 1) for v in self._taken(value)]
         dump = getattr(value, "model_dump", None)
         if callable(dump):
             return self.convert(dump(mode="json"), depth)
         fields = getattr(value, "__dataclass_fields__", None)
         if fields is not None:
-            self._count(len(fields))
-            return {name: self.convert(getattr(value, name), depth - 1) for name in fields}
+            names = self._taken(fields)
+            return {name: self.convert(getattr(value, name), depth - 1) for name in names}
         return str(value)
 
     def _count(self, values: int) -> None:
         self.left -= values
         if self.left < 0:
             raise ValueTooComplex(f"holds more than {self.max_values} values (ValueLimits.max_values)")
+
+    def _taken(self, values: Iterable[Any]) -> list[Any]:
+        """The values of a container whose ``len()`` is its own code's, counted as they are iterated."""
+        taken = _counted(values, self.left)
+        self._count(len(taken))
+        return taken
+
+
+def _counted(values: Iterable[Any], left: int) -> list[Any]:
+    """``values`` iterated up to one past ``left``, which a caller with ``left`` values to spare refuses.
+
+    A container's ``len()`` is not what iterating it yields when the container is not a builtin: a mapping or
+    list subclass whose ``__len__`` said 1 had 10,000 values converted, judged and delivered under
+    ``max_values=100``, and one whose ``__iter__`` never ends was converted for ever. Builtins keep their
+    ``len()`` (it is their size, and the common values convert fastest so).
+    """
+    return list(itertools.islice(values, left + 1))
 
 
 def is_plain(value: Any, limits: ValueLimits = DEFAULT_LIMITS) -> bool:
@@ -211,7 +231,8 @@ def _survey(value: Any, limits: ValueLimits, *, plain: bool) -> str | None:
     type is a reason); else only what cannot be converted faithfully is (:func:`unfaithful`).
 
     One pass, depth first, with a stack of its own (any depth, no recursion), each container's values
-    counted as it is reached, so that a value holding itself ends at ``max_values``.
+    counted as it is reached, so that a value holding itself ends at ``max_values`` (those of a container that
+    is not a builtin as they are iterated: :func:`_counted`).
     """
     pending = [(value, 0)]
     left = limits.max_values
@@ -232,14 +253,14 @@ def _survey(value: Any, limits: ValueLimits, *, plain: bool) -> str | None:
             children = item
         elif plain:
             return "is not JSON-like"
-        elif kind is tuple:
+        elif kind is tuple or kind is set or kind is frozenset:
             children = item
         elif isinstance(item, Iterator | AsyncIterator | Awaitable):
             return f"is a {type(item).__name__} object, which can be consumed only once"
         elif isinstance(item, Mapping):
-            children = item.values()
+            children = _counted(item.values(), left)  # its own len() and iteration: counted as read
         elif isinstance(item, list | tuple | set | frozenset):
-            children = item
+            children = _counted(item, left)
         else:
             continue  # converted by its own code (a model's dump, a dataclass's fields) or to its str
         if depth == max_depth:

@@ -12,6 +12,7 @@ Each case runs through ``check_input`` / ``check_output`` and their async twins.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from agentguard import (
 from agentguard.engagement import Engagement
 from agentguard.runs import Retry, Timeout
 from tests.conftest import spec_text
+from tests.core.test_value_limits import ENDLESS, LYING
 
 SPEC = spec_text(
     """
@@ -131,6 +133,24 @@ BEYOND = [
         {"value_limits": ValueLimits(max_values=1_000)},
         "more than 1000 values (ValueLimits.max_values)",
         id="more-values-than-configured",
+    ),
+    *(  # a container's len() said 1 (or 0): 10,000 values were judged under max_values=100
+        pytest.param(
+            functools.partial(lying, 10_000),
+            {"value_limits": ValueLimits(max_values=100)},
+            "more than 100 values (ValueLimits.max_values)",
+            id=f"len-lies-{kind}",
+        )
+        for kind, lying in LYING.items()
+    ),
+    *(  # converted for ever (memory growing, no Timeout applying)
+        pytest.param(
+            endless,
+            {"value_limits": ValueLimits(max_values=100)},
+            "more than 100 values (ValueLimits.max_values)",
+            id=f"never-ends-{kind}",
+        )
+        for kind, endless in ENDLESS.items()
     ),
 ]
 
@@ -314,6 +334,125 @@ def test_retries_spent_fail_the_guardrail(asynchronous: bool) -> None:
             _check(eng, "output", "hello", asynchronous=asynchronous)
         assert len([d for d in eng.decisions if d.rule is Rule.RUN]) == 2
         _assert_failed_for_good(eng, guard, ran, "output")
+
+
+class _SlowModel:
+    """A pydantic-like answer whose conversion takes long (a lazy field, a network call): until ``release``."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+
+    def model_dump(self, mode: str = "python") -> dict[str, bool]:
+        self.release.wait(3)
+        return {"ok": True}
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("returns", ["answer", "coroutine"])
+def test_an_answer_converting_past_the_timeout_fails_fast_and_is_never_judged(
+    returns: str, asynchronous: bool
+) -> None:
+    """The answer was converted after the Timeout, outside it: a 50 ms guardrail whose answer took 3 s to
+    convert held the check 3 s, and its late ``{"ok": true}`` passed. (``coroutine``: a sync tool returning an
+    awaitable, converted once awaited, in the same thread.)"""
+    release = threading.Event()
+
+    async def later() -> _SlowModel:
+        return _SlowModel(release)
+
+    def slow(text: str) -> Any:
+        return _SlowModel(release) if returns == "answer" else later()
+
+    guard, ran = _guard(check_in=slow, timeout=Timeout(ms=50))
+    with guard.engagement(user=User(id="u")) as eng:
+        started = time.monotonic()
+        try:
+            with pytest.raises(GuardrailViolation, match=r"did not answer within 50 ms \(its Timeout\)$"):
+                _check(eng, "input", "hello", asynchronous=asynchronous)
+            assert time.monotonic() - started < 1.5
+        finally:
+            release.set()
+        _assert_failed_for_good(eng, guard, ran, "input")
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_an_answer_that_cannot_be_converted_is_not_retried(asynchronous: bool) -> None:
+    """The conversion runs with the tool, under its Retry too; what it cannot convert is a failure to judge,
+    not an error of the tool's to run it again for."""
+    tries: list[str] = []
+
+    def deep(text: str) -> dict[str, Any]:
+        tries.append(text)
+        return _deep(5_000)
+
+    guard, ran = _guard(check_in=deep, retry=Retry(attempts=2, retry_on=(Exception,)))
+    with guard.engagement(user=User(id="u")) as eng:
+        with pytest.raises(GuardrailViolation, match=r"answered with a value that is nested deeper"):
+            _check(eng, "input", "hello", asynchronous=asynchronous)
+        _assert_failed_for_good(eng, guard, ran, "input")
+    assert tries == ["hello"]
+    assert [d for d in eng.decisions if d.rule is Rule.RUN] == []
+
+
+# -- a CancelledError --------------------------------------------------------------------------------------
+
+
+async def _raises_cancelled(text: str) -> dict[str, bool]:
+    raise asyncio.CancelledError  # an inner task of its moderation client was cancelled, say
+
+
+def _sync_raises_cancelled(text: str) -> dict[str, bool]:
+    raise asyncio.CancelledError
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("tool", [_raises_cancelled, _sync_raises_cancelled], ids=["async-tool", "sync-tool"])
+@pytest.mark.parametrize("timeout", [None, Timeout(ms=1_000)], ids=["no-timeout", "timeout"])
+@pytest.mark.parametrize("phase", ["input", "output"])
+def test_a_guardrail_tool_raising_cancelled_error_fails_the_guardrail(
+    phase: str, timeout: Timeout | None, tool: Callable[[str], Any], asynchronous: bool
+) -> None:
+    """The tool's own ``CancelledError``, while nothing cancels the check, is a failure like any error: it
+    escaped the check with nothing recorded and the engagement running, and a caller that went on ran its next
+    tool."""
+    guard, ran = _guard(**{_arg(phase): tool}, timeout=timeout)
+    with guard.engagement(user=User(id="u")) as eng:
+        with pytest.raises(GuardrailViolation) as info:
+            _check(eng, phase, "hello", asynchronous=asynchronous)
+        assert info.value.reason == f"guardrail tool {TOOL[phase]!r} failed: CancelledError"
+        _assert_failed_for_good(eng, guard, ran, phase)
+
+
+@pytest.mark.parametrize("timeout", [None, Timeout(ms=5_000)], ids=["no-timeout", "timeout"])
+@pytest.mark.parametrize("phase", ["input", "output"])
+def test_a_check_cancelled_while_its_guardrail_runs_is_recorded_and_fails_the_engagement(
+    phase: str, timeout: Timeout | None
+) -> None:
+    """The task running the check is cancelled (the host's own timeout): the cancellation goes on, and the
+    guardrail that did not judge is recorded as a denial, the engagement failed (it was left running with
+    nothing recorded: the next tool ran)."""
+    started = asyncio.Event()
+
+    async def slow(text: str) -> dict[str, bool]:
+        started.set()
+        await asyncio.sleep(3)
+        return {"ok": True}
+
+    guard, ran = _guard(**{_arg(phase): slow}, timeout=timeout)
+
+    async def run(eng: Engagement) -> None:
+        check = asyncio.ensure_future(eng.acheck_input("hi") if phase == "input" else eng.acheck_output("hi"))
+        await started.wait()
+        check.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await check
+
+    with guard.engagement(user=User(id="u")) as eng:
+        asyncio.run(run(eng))
+        assert _guardrail_decisions(eng) == [
+            (Outcome.DENY, f"guardrail tool {TOOL[phase]!r} was cancelled with its check")
+        ]
+        _assert_failed_for_good(eng, guard, ran, phase)
 
 
 # -- what a failing guardrail tool says is not repeated ------------------------------------------------------

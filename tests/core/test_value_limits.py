@@ -9,8 +9,11 @@ loop for good. Both paths of the pipeline are tested: the direct one (no observe
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import json
 import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,10 +118,65 @@ def _itself(kind: str) -> Any:
     return {"ok": True, "rows": shared}
 
 
-OUTPUTS = {
+class LyingMapping(Mapping[str, Any]):
+    """A mapping whose ``len()`` says 1 while iterating it yields ``"ok"`` and ``size`` keys more (``None``: it
+    never ends)."""
+
+    def __init__(self, size: int | None) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return 1
+
+    def __iter__(self) -> Iterator[str]:
+        yield "ok"
+        yield from (f"k{i}" for i in (itertools.count() if self.size is None else range(self.size)))
+
+    def __getitem__(self, key: str) -> Any:
+        return True
+
+
+class LyingList(list[Any]):
+    """A list that holds nothing (its ``len()`` is the builtin's: 0) and iterates as ``size`` ints (``None``:
+    never ends)."""
+
+    def __init__(self, size: int | None) -> None:
+        super().__init__()
+        self.size = size
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(itertools.count() if self.size is None else range(self.size))
+
+
+class LyingDict(dict[str, Any]):
+    """A dict of ``"ok"`` and ``size`` keys more, whose ``len()`` says 1."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__({"ok": True}, **{f"k{i}": i for i in range(size)})
+
+    def __len__(self) -> int:
+        return 1
+
+
+LYING: dict[str, Callable[[int], Any]] = {
+    "mapping": LyingMapping,
+    "list": lambda size: {"ok": True, "rows": LyingList(size)},
+    "dict": LyingDict,
+}
+"""Values whose containers' ``len()`` is not what iterating them yields, by kind: ``size`` values more."""
+
+ENDLESS: dict[str, Callable[[], Any]] = {
+    "mapping": lambda: LyingMapping(None),
+    "list": lambda: {"ok": True, "rows": LyingList(None)},
+}
+"""Values holding a container whose iteration never ends, by kind."""
+
+OUTPUTS: dict[str, Callable[[], Any]] = {
     "deep": lambda: {"ok": True, "rows": nested(500)},
     "ten": lambda: {"ok": True, "rows": list(range(10))},
     **{kind: lambda kind=kind: _itself(kind) for kind in ("dict", "twice", "list", "shared")},
+    **{f"lying-{kind}": functools.partial(lying, 10_000) for kind, lying in LYING.items()},
+    **{f"endless-{kind}": endless for kind, endless in ENDLESS.items()},
 }
 """What the tool returns, by name: built by the tool, so that only its output is beyond the limits."""
 
@@ -262,3 +320,93 @@ def _tupled(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _tupled(v) for k, v in value.items()}
     return value
+
+
+# -- a container's own len() is not its size ----------------------------------------------------------------
+# ValueLimits.max_values was counted with len() and the container then iterated: a mapping or list subclass
+# whose __len__ lied had any number of values converted, judged and delivered, and one whose iteration never
+# ends was converted for ever. Builtins keep the len() fast path: their len() is their size.
+
+HUNDRED = ValueLimits(max_values=100)
+
+
+@pytest.mark.parametrize("kind", LYING)
+def test_a_container_whose_len_lies_is_counted_as_it_is_iterated(kind: str) -> None:
+    value = LYING[kind](10_000)
+    assert unfaithful(value, HUNDRED) == "holds more than 100 values (ValueLimits.max_values)"
+    with pytest.raises(ValueTooComplex, match=r"holds more than 100 values \(ValueLimits.max_values\)"):
+        to_plain(value, limits=HUNDRED)
+    small = LYING[kind](3)  # within the limits: converted as iterating it reads, whatever len() said
+    assert unfaithful(small, HUNDRED) is None
+    assert to_plain(small, limits=HUNDRED) == to_plain(json.loads(json.dumps(_read(small))))
+
+
+def _read(value: Any) -> Any:
+    """``value`` as iterating it reads: what the checks must see of it."""
+    if isinstance(value, Mapping):
+        return {key: _read(value[key]) for key in iter(value)}
+    if isinstance(value, list):
+        return [_read(item) for item in iter(value)]
+    return value
+
+
+def _finishes(fn: Callable[[], Any]) -> Any:
+    """``fn()``'s result or exception, from a daemon thread given 30 s: liveness, not speed (it never
+    finished)."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(fn())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "never finished"
+    return outcome[0]
+
+
+@pytest.mark.parametrize("kind", ENDLESS)
+def test_a_container_whose_iteration_never_ends_meets_max_values(kind: str) -> None:
+    assert _finishes(lambda: unfaithful(ENDLESS[kind](), HUNDRED)) == (
+        "holds more than 100 values (ValueLimits.max_values)"
+    )
+    converted = _finishes(lambda: to_plain(ENDLESS[kind](), limits=HUNDRED))
+    assert isinstance(converted, ValueTooComplex)
+    assert "more than 100 values" in str(converted)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("out", [*(f"lying-{k}" for k in LYING), *(f"endless-{k}" for k in ENDLESS)])
+def test_an_output_whose_len_lies_or_never_ends_is_withheld(path: str, out: str) -> None:
+    guard, ran = _guard(path, value_limits=HUNDRED)
+
+    def call() -> Any:
+        with guard.engagement() as eng:
+            try:
+                return guard.call("echo", {"x": 1, "out": out})
+            except RestrictionViolation as exc:
+                return exc, _blocked(eng), eng.state.calls[-1].outputs
+
+    outcome = _finishes(call)
+    assert isinstance(outcome, tuple), f"delivered {type(outcome).__name__}"
+    exc, blocked, kept = outcome
+    assert "the output holds more than 100 values (ValueLimits.max_values)" in exc.reason
+    assert blocked == [exc.reason]
+    assert kept is None
+    assert ran == [1]
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("kind", LYING)
+def test_inputs_whose_len_lies_are_denied_and_the_tool_does_not_run(path: str, kind: str) -> None:
+    guard, ran = _guard(path, value_limits=HUNDRED)
+    with (
+        guard.engagement() as eng,
+        pytest.raises(RestrictionViolation, match=r"an input holds more than 100"),
+    ):
+        guard.call("free", {"x": LYING[kind](10_000)})
+    assert ran == []
+    assert len(_blocked(eng)) == 1
