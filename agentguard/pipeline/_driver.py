@@ -469,13 +469,15 @@ async def _holding(state: EngagementState) -> AsyncIterator[None]:
 
 
 def _lock_wait(journal: Journal) -> float:
-    """How long a commit waits for another commit of its engagement (seconds): four of the store's round trips
-    (its ``timeout_seconds``, 30 s for a store without one). A holder that takes longer is stuck, or waits for
-    this very thread (an event loop blocked on a thread whose sync commit waits for the loop's async one):
-    past it the step is denied (:class:`~agentguard.record.CommitBusy`), never held for ever."""
-    timeout = getattr(journal, "timeout_seconds", None)
-    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and 0 < timeout < math.inf:
-        return 4 * float(timeout)
+    """How long a commit waits for another commit of its engagement (seconds): the journal's
+    ``commit_wait_seconds`` attribute when it has one, else four of its round trips (its ``timeout_seconds``;
+    30 s for a store with neither). A holder that takes longer is stuck, or waits for this very thread (an
+    event loop blocked on a thread whose sync commit waits for the loop's async one): past it the step is
+    denied (:class:`~agentguard.record.CommitBusy`), never held for ever."""
+    for name, times in (("commit_wait_seconds", 1), ("timeout_seconds", 4)):
+        seconds = getattr(journal, name, None)
+        if isinstance(seconds, int | float) and not isinstance(seconds, bool) and 0 < seconds < math.inf:
+            return times * float(seconds)
     return 30.0
 
 
