@@ -357,22 +357,12 @@ def _stuck(state: EngagementState) -> StoreUnavailable:
 
 
 def _commit(effect: Commit) -> bool:
-    """One append at a time per record (the lock, which async commits take too: see :func:`_holding`), so
+    """One append at a time per record (the lock, :func:`_held`; async commits take it too), so
     that each is made against the version it saw and takes off the outbox only what it sent; an outbox of
     more than one round trip goes in several (see :func:`_to_send`)."""
     state = effect.state
     journal = _journal(state)
-    if state.commit_thread == threading.get_ident():
-        # An async commit of this record holds the lock and waits for its answer on this very thread, which
-        # this call blocks: waiting for it would never end.
-        raise CommitBusy(
-            f"engagement {state.id!r}: a sync step on the event loop's thread while an async step of the same "
-            "engagement waits there for the store (use acall there)"
-        )
-    wait = _lock_wait(journal)
-    if not state.commit_lock.acquire(timeout=wait):
-        raise _busy(state, wait)
-    with _released(state.commit_lock):
+    with _held(state, journal):
         _confirm(state, journal)
         bounds = _bounds(journal)
         while True:
@@ -404,7 +394,7 @@ async def _acommit(effect: Commit) -> bool:
     """:func:`_commit` under asyncio."""
     state = effect.state
     journal = _journal(state)
-    async with _holding(state):
+    async with _holding(state, journal):
         await _aconfirm(state, journal)
         bounds = _bounds(journal)
         while True:
@@ -433,7 +423,7 @@ async def _acommit(effect: Commit) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def _holding(state: EngagementState) -> AsyncIterator[None]:
+async def _holding(state: EngagementState, journal: Journal) -> AsyncIterator[None]:
     """The record's commit lock, for an async commit: the thread lock the sync ones take, so that a
     ``guard.call`` in a worker thread and a ``guard.acall`` on the loop never have two appends of one record
     in flight (each would take the same prefix off the outbox, the second events that were never sent).
@@ -442,7 +432,7 @@ async def _holding(state: EngagementState) -> AsyncIterator[None]:
     does, so neither side starves the other), for :func:`_lock_wait` at most. Coroutines of one loop queue on
     an ``asyncio.Lock`` first (made for the loop that runs them), so that one of them waits at a time. While
     held, ``commit_thread`` names the loop's thread: a sync commit there would wait for a holder it keeps from
-    running (:func:`_commit`).
+    running (:func:`_held`).
     """
     loop = asyncio.get_running_loop()
     queued = state.acommit_lock
@@ -451,7 +441,7 @@ async def _holding(state: EngagementState) -> AsyncIterator[None]:
     async with queued[1]:
         lock = state.commit_lock
         if not lock.acquire(blocking=False):
-            wait = _lock_wait(_journal(state))
+            wait = _lock_wait(journal)
             waiting = loop.run_in_executor(None, lock.acquire, True, wait)
             try:
                 taken = await asyncio.shield(waiting)
@@ -489,8 +479,18 @@ def _busy(state: EngagementState, wait: float) -> CommitBusy:
 
 
 @contextlib.contextmanager
-def _released(lock: threading.Lock) -> Iterator[None]:
-    """``lock``, taken by the caller, released on the way out."""
+def _held(state: EngagementState, journal: Journal) -> Iterator[None]:
+    """The record's commit lock, for a sync commit: waited for :func:`_lock_wait` at most. Refused at once on
+    the event loop's thread while an async commit of the record holds it (:func:`_holding`): that commit waits
+    for its answer on this very thread, which this call blocks, so waiting for it would never end."""
+    if state.commit_thread == threading.get_ident():
+        raise CommitBusy(
+            f"engagement {state.id!r}: a sync step on the event loop's thread while an async step of the same "
+            "engagement waits there for the store (use acall there)"
+        )
+    lock, wait = state.commit_lock, _lock_wait(journal)
+    if not lock.acquire(timeout=wait):
+        raise _busy(state, wait)
     try:
         yield
     finally:

@@ -29,7 +29,7 @@ from agentguard.pipeline._effects import Flow, Invoke, Observe
 from agentguard.pipeline._runtime import Runtime
 from agentguard.pipeline._shared import shared
 from agentguard.pipeline._steps import new_step
-from agentguard.pipeline._tool import ToolCall, _invoke
+from agentguard.pipeline._tool import ToolCall, controlled_invoke
 from agentguard.policy._policy import GuardrailRule
 from agentguard.record import (
     Decision,
@@ -118,8 +118,8 @@ def _judged(
     """Run the guardrail tool on ``text`` and judge its answer: the failure, or the passing assertion's reason.
 
     The only place a registered guardrail tool runs. It runs as a tool does, under the ``timeout`` and
-    ``retry`` it was registered with (the tool path's :func:`~agentguard.pipeline._tool._invoke`, which records
-    each timeout and retry as a ``run`` decision), so a slow guardrail cannot hold a check past its bound.
+    ``retry`` it was registered with (:func:`~agentguard.pipeline._tool.controlled_invoke`, which records each
+    timeout and retry as a ``run`` decision), so a slow guardrail cannot hold a check past its bound.
     Every way of failing to judge is a failure, never an exception past the caller's check (which left the
     engagement running and nothing recorded): the tool missing or raising, its answer beyond the Guard's
     ValueLimits (nested too deep, holding itself) or failing to convert, the assertion false or failing.
@@ -144,7 +144,7 @@ def _judged(
     call = ToolCall.of(registered, {}, None, None)
     invoke = Invoke(_converting(registered.fn, ctx.value_limits), (text,), {})
     try:
-        answer = yield from _invoke(ctx, state, step, call, invoke)
+        answer = yield from controlled_invoke(ctx, state, step, call, invoke)
     except ctx.passthrough:
         raise
     except ToolTimeout as exc:

@@ -828,7 +828,7 @@ def _tool_call(ctx: Runtime, state: EngagementState, step: StepRecord, call: Too
         if call.retry is None and call.timeout is None:
             output = yield invoke  # the common case, without the run-control frames
         else:
-            output = yield from _invoke(ctx, state, step, call, invoke)
+            output = yield from controlled_invoke(ctx, state, step, call, invoke)
     except BaseException as exc:
         failure: BaseException | None = yield from _failed(ctx, state, step, record, rule, exc)
     else:
@@ -850,7 +850,7 @@ def _changed(ctx: Runtime, inputs: Mapping[str, Any], record: CallRecord) -> boo
         return True
 
 
-def _invoke(
+def controlled_invoke(
     ctx: Runtime, state: EngagementState, step: StepRecord, call: ToolCall, invoke: Invoke
 ) -> Flow[Any]:
     """Run the call under its ``Timeout`` and ``Retry`` (OS Protocol runs), recording each as a decision."""

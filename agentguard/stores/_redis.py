@@ -577,10 +577,10 @@ class _APosted:
         self._loop = asyncio.get_running_loop()
         self._read: asyncio.Future[_Answer] | None = None
 
-    def _unreadable(self, why: str) -> CommitBusy:
+    def _unreadable(self, why: str) -> StoreUnavailable:
         """Not a store down (under ``on_failure: allow`` the step would go on, its compare-and-set never made):
-        the answer is there, on another event loop; the step is denied."""
-        return CommitBusy(f"{self._store._unavailable('posted append', self._id, RuntimeError(why))}")
+        the answer is there, on another event loop; the step is denied (:class:`CommitBusy`)."""
+        return self._store._unavailable("posted append", self._id, RuntimeError(why), CommitBusy)
 
     async def settle(self) -> None:
         if self._read is None:
@@ -853,8 +853,14 @@ class RedisStore:
 
     # -- faults ----------------------------------------------------------------------------------------
 
-    def _unavailable(self, operation: str, engagement_id: str, exc: BaseException) -> StoreUnavailable:
-        return StoreUnavailable(
+    def _unavailable(
+        self,
+        operation: str,
+        engagement_id: str,
+        exc: BaseException,
+        kind: type[StoreUnavailable] = StoreUnavailable,
+    ) -> StoreUnavailable:
+        return kind(
             f"Redis store {self._where}: {operation} of engagement {engagement_id!r:.80} failed: "
             f"{type(exc).__name__}: {exc}"
         )
