@@ -45,6 +45,7 @@ class Binder:
         "_signature",
         "_simple",
         "_spread",
+        "by_keyword",
     )
 
     def __init__(self, fn: Callable[..., Any]) -> None:
@@ -61,6 +62,9 @@ class Binder:
         self._spread = len(params) == 1 and self._keywords is not None
         # Plain parameters without defaults: a call by keywords naming each once is bound as it is.
         self._exact = self._required if self._simple and not self._defaults else None
+        self.by_keyword = self._simple or self._spread
+        """Called with its inputs as keywords, as they are (:meth:`to_args` gives ``((), inputs)``): the
+        per-call path passes them without the call."""
 
     @classmethod
     def of(cls, fn: Callable[..., Any]) -> Binder:
@@ -128,7 +132,7 @@ class Binder:
         return inputs
 
     def to_args(self, inputs: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        if self._simple or self._spread:
+        if self.by_keyword:
             # ``fn(**inputs)`` copies the mapping into the call: no copy needed here
             return (), inputs if type(inputs) is dict else dict(inputs)
         args: list[Any] = []

@@ -453,7 +453,7 @@ class Guard:
         For review gates that another description of the agent implies, e.g. an Agent Spec tool with
         ``requires_confirmation: true``.
         """
-        self._runtime.review_gates[capability] = reviewer_id
+        self._runtime.add_review_gate(capability, reviewer_id)
         self._missing = None
 
     def add_passthrough_exceptions(self, *types: type[BaseException]) -> None:

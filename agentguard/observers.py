@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 from agentguard.record import Decision, EngagementState, StepRecord
 
@@ -37,6 +37,11 @@ logger = logging.getLogger("agentguard.observers")
 
 class Observer:
     """Base class of observers. Override any of the methods; the defaults do nothing."""
+
+    steady: ClassVar[bool] = False
+    """Set ``True`` on an observer whose :meth:`active` answers the same from one :meth:`refresh` to the next
+    (telemetry: it reads what its refresh found). The Guard then asks it when it is added and after each
+    refresh, not at every step: a guard whose only observer is idle telemetry pays nothing per step."""
 
     def active(self) -> bool:
         """Whether this observer wants the turn or step about to start (asked once at its start).
@@ -91,12 +96,17 @@ class Observers:
     the turn's :meth:`~Observer.active`.
     """
 
-    __slots__ = ("_ends", "_items", "_refreshers", "_steppers", "_turners")
+    __slots__ = ("_asked", "_ends", "_items", "_refreshers", "_steady_on", "_steppers", "_turners", "quiet")
 
     def __init__(self, observers: Iterable[Observer] = ()) -> None:
         self._items: tuple[Observer, ...] = ()
         self._turners: tuple[Observer, ...] = ()
         self._steppers: tuple[Observer, ...] = ()
+        self._asked = False  # a stepper is not steady: every step asks them all (stepping)
+        self._steady_on: tuple[Observer, ...] = ()  # the steady steppers active as of the last look
+        self.quiet = True
+        """No observer wants a step now: :meth:`stepping` would answer ``()`` (read by the per-call path
+        instead of calling it)."""
         self._ends: tuple[Observer, ...] = ()
         self._refreshers: tuple[Observer, ...] = ()
         for observer in observers:
@@ -121,13 +131,23 @@ class Observers:
             self._turners = (*self._turners, observer)
         if overrides("step_started", "step_ended", "decision"):
             self._steppers = (*self._steppers, observer)
+            self._asked = self._asked or not observer.steady
         if overrides("engagement_ended"):
             self._ends = (*self._ends, observer)
         if overrides("refresh"):
             self._refreshers = (*self._refreshers, observer)
+        self._look()
+
+    def _look(self) -> None:
+        """Ask the steady steppers whether they are active (:attr:`Observer.steady`)."""
+        if not self._asked:
+            self._steady_on = tuple(o for o in self._steppers if _safe(o.active, False))
+        self.quiet = not self._asked and not self._steady_on
 
     def stepping(self) -> tuple[Observer, ...]:
         """The observers that want the step about to start (checked once, at its start)."""
+        if not self._asked:
+            return self._steady_on  # all steady: as the last look found them
         wanting: tuple[Observer, ...] = ()
         for observer in self._steppers:  # a loop, not _safe in a comprehension: this runs at every step
             try:
@@ -141,6 +161,7 @@ class Observers:
         """Each observer's :meth:`~Observer.refresh` (at a turn's start; an engagement's end without a turn)."""
         for observer in self._refreshers:
             _safe(observer.refresh, None)
+        self._look()
 
     def turn_started(self, state: EngagementState) -> list[tuple[Observer, Any]]:
         if self._refreshers:

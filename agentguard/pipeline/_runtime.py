@@ -84,8 +84,9 @@ class Runtime:
     observers: Observers = field(default_factory=Observers)
     rules: Rules = field(default_factory=Rules)
     # Review gates that come from elsewhere than the spec (an Agent Spec tool's requires_confirmation, ...):
-    # capability name -> reviewer id, applied before the call when the spec names no input reviewer.
-    review_gates: dict[str, str] = field(default_factory=dict)
+    # capability name -> reviewer id, applied before the call when the spec names no input reviewer. Added
+    # through :meth:`add_review_gate` only (it forgets :attr:`direct`).
+    review_gates: Mapping[str, str] = field(default_factory=dict)
     severity: SeverityMap = field(default_factory=SeverityMap)
     # Where engagements are kept (agentguard.stores): the facade forgets a closed one in a MemoryStore.
     store: MemoryStore | Journal | None = None
@@ -104,6 +105,32 @@ class Runtime:
     )
     _chains: Chains = field(default_factory=dict, repr=False)
     _allows: dict[str, Allows] = field(default_factory=dict, repr=False)
+    direct: dict[str, Allows] = field(default_factory=dict, repr=False)
+    """Tool name -> the shared allow decisions of a call of it that may run directly as far as its capability
+    goes (:meth:`direct_allows`): one look-up on the per-call path, where finding the capability, asking
+    whether anyone reviews it, and finding its decisions took three calls."""
+
+    def direct_allows(self, name: str, kind: str) -> Allows | None:
+        """The shared allow decisions of a call of ``name`` that may run directly as far as its capability
+        goes: the spec has one for it, and nobody reviews it before or after (the spec's ``require_review``, a
+        review gate). ``None`` otherwise: the call takes the pipeline's general path.
+
+        A tool's is kept in :attr:`direct`: its capability is a spec's, which does not change, and a review
+        gate added later forgets them all (:meth:`add_review_gate`). An agent's capability depends on which
+        tools are registered (tool-before-agent), so it is found again on every call.
+        """
+        rule = self.policy.capability_for(name, kind, self.tools)
+        if rule is None or rule.input_review or rule.output_review or name in self.review_gates:
+            return None
+        allows = self.allows(rule, name)
+        if kind == "tool" and len(self.direct) < _SHARED_LIMIT:
+            self.direct[name] = allows
+        return allows
+
+    def add_review_gate(self, capability: str, reviewer_id: str) -> None:
+        """Ask ``reviewer_id`` before every call of ``capability`` (when the spec names no input reviewer)."""
+        self.review_gates = {**self.review_gates, capability: reviewer_id}
+        self.direct = {}  # a call of it must stop running directly at once
 
     def decide(self, state: EngagementState, step: StepRef, decision: Decision) -> Decision:
         """Record ``decision`` on ``step`` and tell the observers watching the step."""

@@ -483,7 +483,8 @@ def run_tool_call(
     """One guarded call of ``reg`` in this thread, with ``inputs`` (by parameter name, a dict built for this
     call): :func:`tool_call_flow` under the sync driver, or, when the flow would yield nothing but the tool's
     run (:func:`_direct`), the same checks with the tool called in place."""
-    watchers = ctx.observers.stepping()
+    observers = ctx.observers
+    watchers = () if observers.quiet else observers.stepping()
     direct = _direct(ctx, state, reg, inputs, call_id, watchers)
     if direct is None:
         try:
@@ -515,7 +516,8 @@ async def arun_tool_call(
     reasoning: Reasoning = None,
 ) -> Any:
     """:func:`run_tool_call` under asyncio."""
-    watchers = ctx.observers.stepping()
+    observers = ctx.observers
+    watchers = () if observers.quiet else observers.stepping()
     direct = _direct(ctx, state, reg, inputs, call_id, watchers)
     if direct is None:
         call = ToolCall.of(reg, inputs, call_id, reasoning)
@@ -573,7 +575,7 @@ def _direct(
         watchers
         or ctx.guardian is not None
         or state.journal is not None
-        or ctx.rules
+        or ctx.rules.registered
         or ctx.credential_resolver is not None
         or reg.retry is not None
         or reg.timeout is not None
@@ -581,10 +583,12 @@ def _direct(
     ):
         return None
     name = reg.name
-    rule = ctx.policy.capability_for(name, reg.kind, ctx.tools)
-    if rule is None or rule.input_review or rule.output_review or name in ctx.review_gates:
-        return None
-    allows = ctx.allows(rule, name)
+    allows = ctx.direct.get(name) if reg.kind == "tool" else None
+    if allows is None:
+        allows = ctx.direct_allows(name, reg.kind)
+        if allows is None:
+            return None
+    rule = allows.rule
     plain = plain_copy(inputs, True, ctx.value_limits)  # positional: keywords cost more, on every call
     direct = (
         None
@@ -613,10 +617,12 @@ def _direct(
     try:
         if checked is not True:  # an exception the quick closure raised is no pass
             _checked_inputs(ctx, state, step, allows, record, inputs, checked)
-        credentials = _identity_credentials(state, rule)
+        held = state.rule_credentials.get(id(rule))  # _identity_credentials' look-up, without its frame
+        credentials = held[1] if held is not None and held[0] is rule else _identity_credentials(state, rule)
         if reg.needs_credentials and credentials is None:
             raise _no_credentials(ctx, state, step, name)
-        args, kwargs = reg.binder.to_args(inputs)
+        binder = reg.binder
+        args, kwargs = ((), inputs) if binder.by_keyword else binder.to_args(inputs)
     except BaseException as exc:
         _roll_back(ctx, state, record, exc)
         raise

@@ -121,7 +121,8 @@ class Rules:
     """The Python rules of one guard."""
 
     def __init__(self) -> None:
-        self._rules: list[RegisteredRule] = []
+        # A tuple, replaced on add: the per-call path asks whether there are any by its truth, without a frame.
+        self.registered: tuple[RegisteredRule, ...] = ()
         self._cache: dict[tuple[str, Phase], tuple[RegisteredRule, ...]] = {}
 
     def add(
@@ -134,10 +135,10 @@ class Rules:
         kind: Rule = Rule.RULE,
     ) -> RegisteredRule:
         """Register ``fn`` to run on calls of ``capabilities`` (all when ``None``) in ``phase``."""
-        if any(r.name == name for r in self._rules):
+        if any(r.name == name for r in self.registered):
             raise ValueError(f"a rule named {name!r} is already registered")
         rule = RegisteredRule(name, fn, Phase(phase), frozenset(capabilities) if capabilities else None, kind)
-        self._rules.append(rule)
+        self.registered = (*self.registered, rule)
         self._cache.clear()
         return rule
 
@@ -163,19 +164,19 @@ class Rules:
         if found is None:
             found = self._cache[key] = tuple(
                 r
-                for r in self._rules
+                for r in self.registered
                 if r.phase is phase and (r.capabilities is None or capability in r.capabilities)
             )
         return found
 
     def __iter__(self) -> Iterator[RegisteredRule]:
-        return iter(tuple(self._rules))
+        return iter(self.registered)
 
     def __len__(self) -> int:
-        return len(self._rules)
+        return len(self.registered)
 
     def __bool__(self) -> bool:
-        return bool(self._rules)
+        return bool(self.registered)
 
 
 class SeverityMap:

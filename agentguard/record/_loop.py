@@ -20,18 +20,19 @@ __all__ = ["LoopDetector", "find_short_circuit", "repeated_block"]
 _ASK = 1
 _ALWAYS = 2
 
-_Lanes = tuple[int, int, int, int, int, int, int, int]
+_Lanes = tuple[int, int, int, int, int, int, int, int, int]
 """The constants of the packed countdowns for one ``(k, max_block)``, see :func:`_lanes`."""
 
 
 @functools.lru_cache(maxsize=64)
 def _lanes(k: int, max_block: int) -> _Lanes:
-    """``(k, max_block, width, first, window, low, high, reset)``: lane ``L`` (``width`` bits, at bit
+    """``(k, max_block, width, first, window, low, high, reset, ones)``: lane ``L`` (``width`` bits, at bit
     ``width * L``) holds the countdown of block length ``L``; lane 0 holds none. ``first``: lane 0 all ones
     (the newest attempt in a name's mask); ``window``: lanes 0 .. max_block all ones (what a mask keeps);
     ``low`` / ``high``: in lanes 1 .. max_block, every bit below the top one / the top bit; ``reset``: lane
-    ``L`` holds ``(k - 1) * L``, the countdown after an attempt unlike the one ``L`` before. A countdown never
-    reaches its lane's top bit, which the ``(x + low) & high`` trick uses to tell the lanes not at zero."""
+    ``L`` holds ``(k - 1) * L``, the countdown after an attempt unlike the one ``L`` before; ``ones``: 1 in
+    lanes 1 .. max_block (every countdown down by one). A countdown never reaches its lane's top bit, which
+    the ``(x + low) & high`` trick uses to tell the lanes not at zero."""
     width = ((k - 1) * max_block).bit_length() + 1
     top = 1 << (width - 1)
     low = high = reset = 0
@@ -41,7 +42,7 @@ def _lanes(k: int, max_block: int) -> _Lanes:
         high |= top << at
         reset |= ((k - 1) * block) << at
     window = (1 << (width * (max_block + 1))) - 1
-    return k, max_block, width, (1 << width) - 1, window, low, high, reset
+    return k, max_block, width, (1 << width) - 1, window, low, high, reset, high >> (width - 1)
 
 
 class LoopDetector:
@@ -50,7 +51,7 @@ class LoopDetector:
     Not locked: the :class:`~agentguard.record.EngagementState` that owns it holds its lock around each use.
     """
 
-    __slots__ = ("_attempts", "_count", "_ids", "_lanes", "_running", "_runs", "_seen", "window")
+    __slots__ = ("_attempts", "_count", "_ids", "_lanes", "_runs", "_seen", "_zero", "window")
 
     def __init__(self, window: int) -> None:
         # The attempted names, as a number per distinct name, oldest first (4 bytes each); the last ``window``
@@ -62,7 +63,9 @@ class LoopDetector:
         # The countdowns, for the (k, max_block) last asked about (None: rebuild them on the next question).
         self._lanes: _Lanes | None = None
         self._runs = 0
-        self._running = 0  # the top bit of every lane of _runs not at zero, kept for the next attempt
+        self._zero = (
+            False  # a countdown of _runs is at zero (only after an attempt counted although it repeats)
+        )
         # Per name: (mask, count, number) -- lane j of mask all ones where the name was attempted j attempts
         # before the count-th one (lanes 0 .. max_block); the name's number in _attempts.
         self._seen: dict[str, tuple[int, int, int]] = {}
@@ -123,7 +126,7 @@ class LoopDetector:
             if k < 1 or max_block < 1:
                 return None
             lanes = self._rebuild(k, max_block)
-        _, max_block, width, first, window, low, high, reset = lanes
+        _, _, width, first, window, low, high, reset, ones = lanes
         seen = self._seen.get(name)
         count = self._count
         mask = first
@@ -131,19 +134,25 @@ class LoopDetector:
             mask |= (seen[0] << (width * gap)) & window  # older than max_block: nothing to keep
         # Lane L of mask is all ones where the attempt L before is this name: that countdown goes on (those
         # not at zero go down by one), every other starts again (lane 0, this attempt, holds none).
-        runs = self._runs - (self._running >> (width - 1))
+        runs = self._runs
+        # Those at zero stay there; while none is (always, but after a repeat counted anyway), all go down.
+        runs -= ((runs + low) & high) >> (width - 1) if self._zero else ones
         runs = reset ^ ((reset ^ runs) & mask)
-        running = (runs + low) & high
-        zero = high ^ running  # the top bit of every lane at zero
-        block = ((zero & -zero).bit_length() - 1) // width if zero else None
+        block = None
+        if (runs + low) & high != high:  # a lane's top bit is clear: its countdown is at zero
+            zero = high ^ ((runs + low) & high)  # the top bit of every lane at zero
+            block = ((zero & -zero).bit_length() - 1) // width
         if mode == _ASK or (block is not None and mode != _ALWAYS):
             return block
         self._runs = runs
-        self._running = running
+        self._zero = block is not None
         number = self._id(name) if seen is None else seen[2]
         self._seen[name] = (mask, count + 1, number)
         self._count = count + 1
-        self._append(number)
+        attempts = self._attempts  # _append, written out: this is the per-call path
+        attempts.append(number)
+        if len(attempts) > self.window + 64:
+            del attempts[: len(attempts) - self.window]
         return block
 
     def _rebuild(self, k: int, max_block: int) -> _Lanes:
@@ -163,7 +172,7 @@ class LoopDetector:
         for block in range(1, min(max_block, len(sequence) - 1) + 1):
             runs -= _agreeing(sequence, block, min((k - 1) * block, len(sequence) - block)) << (width * block)
         self._runs = runs
-        self._running = (runs + lanes[5]) & lanes[6]
+        self._zero = (runs + lanes[5]) & lanes[6] != lanes[6]
         return lanes
 
     def last(self, count: int) -> list[str]:

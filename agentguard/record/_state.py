@@ -47,6 +47,7 @@ from agentguard.record._types import (
     StepRef,
     Steps,
     User,
+    _Entry,
     chained,
     new_entry,
 )
@@ -83,7 +84,7 @@ class EngagementState:
             raise ValueError("engagement_id may not be empty (None: a new engagement of its own id)")
         self.id = new_id() if engagement_id is None else engagement_id
         self.user = user
-        self.started_at = started_at or datetime.now(UTC)
+        self._started_at = started_at or datetime.now(UTC)
         self.metadata: dict[str, Any] = dict(metadata or {})
         self.status = EngagementStatus.ACTIVE
         self.status_reason: str | None = None
@@ -110,6 +111,7 @@ class EngagementState:
             "recent": self._recent,
             "user": self._user_view,
             "history": self._history,
+            "started_at": self._started_at,
         }
         # Calls begun but not yet completed, withheld or rolled back: what a graceful cancel waits for.
         self._in_flight: set[int] = set()
@@ -135,6 +137,16 @@ class EngagementState:
         self.commit_lock = threading.Lock()  # one append in flight per record, sync or async (the driver)
         self.acommit_lock: Any = None  # (loop, asyncio.Lock): async commits of one loop queue there
         self.commit_thread: int | None = None  # the loop's thread, while an async commit holds the lock
+
+    @property
+    def started_at(self) -> datetime:
+        """When the engagement started (the view's ``started_at``)."""
+        return self._started_at
+
+    @started_at.setter
+    def started_at(self, value: datetime) -> None:
+        with self._lock:
+            self._started_at = self._live["started_at"] = value
 
     # -- the view -------------------------------------------------------------------------------------
 
@@ -324,7 +336,10 @@ class EngagementState:
         attempting ``name`` now would repeat a block ``short_circuit`` times (as :meth:`would_short_circuit`),
         or the record is shared through a store. The pipeline's general path then decides, and records why.
         """
-        entry = new_entry(inputs)
+        holder = _Entry()  # new_entry, written out: this is the per-call path
+        holder.inputs = inputs  # type: ignore[attr-defined]
+        holder.outputs = None  # type: ignore[attr-defined]
+        entry: dict[str, Any] = holder.__dict__
         lock = self._lock
         lock.acquire()  # not `with`: its protocol costs as much again as the lock, on the per-call path
         try:
@@ -340,17 +355,19 @@ class EngagementState:
             self._add_call(record)
             self._in_flight.add(id(record))
             self.steps.append(record)
-            passed: bool | Exception = restriction is None  # else no pass unless asked here, and held
-            quick = None if restriction is None else restriction.quick
-            if quick is not None and checked is not None:
+            passed: bool | Exception = True
+            if restriction is not None:  # no pass unless asked here, and held
+                passed = False
+                quick = restriction.quick
+                if quick is None or checked is None:
+                    return record, False
                 # The closure is given the whole view, live, not the parts :meth:`bindings` selects: plain
                 # Python reads only what the expression reads, and nothing changes the view while the lock is
                 # held. The call is the newest one, made so just above: the view is its own (_own_recent).
-                live = self._live
-                live["started_at"] = self.started_at
-                self._history["_total"] = self._offset + len(self._names)
+                if restriction.plan.reads_history:
+                    self._history["_total"] = self._offset + len(self._names)
                 try:
-                    passed = quick(live) is True
+                    passed = quick(self._live) is True
                 except Exception as exc:  # no pass; the caller checks the general way, which records why
                     passed = exc
                 except BaseException as exc:  # KeyboardInterrupt, ...: the call never began
@@ -534,36 +551,48 @@ class EngagementState:
         there is no restriction). ``False`` otherwise (nothing to ask it with, or the step's decisions were not
         ``held``: somebody read the step meanwhile), or the exception the closure raised: the output is not let
         out, and the caller checks it the general way (:meth:`release_call` then lets it out).
+
+        The output is put in the call's own entry, where ``recent`` and ``history`` show it, while the closure
+        judges it, and stays there when it passes: let out without a copy of the view. Nobody else reads the
+        view meanwhile (every reader holds the lock). Anything but a pass takes it back out (the view shows
+        ``null``) and holds it as the output under check. The closure is given the whole view, live, as the
+        call's checks see it: the call is ``recent[name]`` and ``recent._name`` (a call of the same tool begun
+        since makes that a copy, :meth:`_own_recent`).
         """
         lock = self._lock
         lock.acquire()  # as in begin_direct
         try:
-            kept = record.checking = outputs if collect else None
+            kept = outputs if collect else None
             record.status = "completed"
             record.ended_at = time.time()
+            entry = record.entry
+            entry["outputs"] = kept
             passed: bool | Exception = True
             if restriction is not None:
-                quick = restriction.quick
                 passed = False
-                if quick is not None and checked is not None and record.held is held:
-                    # The closure is given the whole view, live (as in begin_direct), with this call's entry
-                    # in it as its checks see it (_own_entry, _own_recent): with its output, which the view
-                    # shows as null until they let it out.
-                    name = record.name
-                    entry = {**record.entry, "outputs": kept}
-                    recent = {**self._recent, name: entry, "_name": name}
-                    live = {**self._live, "started_at": self.started_at, "recent": recent}
-                    self._history["_total"] = self._offset + len(self._names)
-                    if restriction.plan.reads_history:
-                        live["history"] = self._own_history(record, entry)
-                    try:
-                        passed = quick(live) is True
-                    except Exception as exc:  # no pass (see begin_direct)
-                        passed = exc
-                    if passed is True:
-                        record.held = checked
-            if passed is True:
-                self._release(record)
+                quick = restriction.quick
+                try:
+                    if quick is not None and checked is not None and record.held is held:
+                        name, recent, live = record.name, self._recent, self._live
+                        if recent.get(name) is not entry or recent["_name"] != name:
+                            live = {**live, "recent": {**recent, name: entry, "_name": name}}
+                        if restriction.plan.reads_history:
+                            self._history["_total"] = self._offset + len(self._names)
+                        try:
+                            passed = quick(live) is True
+                        except Exception as exc:  # no pass (see begin_direct)
+                            passed = exc
+                        if passed is True:
+                            record.held = checked
+                finally:
+                    if passed is not True:
+                        entry["outputs"] = None
+                        record.checking = kept
+            if passed is True:  # _settled, written out: this is the per-call path
+                in_flight = self._in_flight
+                in_flight.discard(id(record))
+                if self._idle_waiters and not in_flight:
+                    self._idle.notify_all()
             return passed
         finally:
             lock.release()

@@ -276,6 +276,8 @@ class GuardTelemetry(Observer):
         self._live_tracer = self._tracer if self._tracing else None
         self._live = self._live_tracer is not None or self._measuring is True
 
+    steady = True  # active() reads what refresh() found
+
     def active(self) -> bool:
         """Only while an SDK is behind the tracer or the meter (as of the last :meth:`refresh`)."""
         return self._live

@@ -172,3 +172,83 @@ def test_an_engagement_without_a_turn_refreshes_when_it_ends() -> None:
     with guard.engagement():  # one with a turn refreshes at its start only
         lookup(ok=True)
     assert observer.events[6:] == ["refresh", "active", "turn", "active", "step"]
+
+
+class Steady(Refreshing):
+    """A steady observer (``steady = True``): its ``active()`` answers what its last refresh found."""
+
+    steady = True
+
+    def __init__(self, *, on: bool = True, broken_active: bool = False) -> None:
+        super().__init__()
+        self.on = on
+        self.found = on
+        self.broken_active = broken_active
+
+    def refresh(self) -> None:
+        super().refresh()
+        self.found = self.on
+
+    def active(self) -> bool:
+        self.events.append("active")
+        if self.broken_active:
+            raise RuntimeError("active bug")
+        return self.found
+
+
+def test_a_steady_observer_is_asked_at_each_refresh_not_at_each_step() -> None:
+    observer = Steady()
+    guard = Guard.from_yaml(SPEC, observers=[observer])
+    lookup = _lookup(guard)
+    assert observer.events == ["active"]  # looked at when added
+    observer.events.clear()
+    with guard.engagement() as eng:
+        lookup(ok=True)
+        lookup(ok=True)
+        eng.new_turn()
+        lookup(ok=True)
+    # Each turn: refresh, the look after it, the turn's own question (turn_started), then its steps unasked.
+    turn = ["refresh", "active", "active", "turn"]
+    assert observer.events == [*turn, "step", "step", *turn, "step"]
+
+
+def test_a_steady_observer_switched_on_is_seen_from_the_next_turn() -> None:
+    observer = Steady(on=False)
+    guard = Guard.from_yaml(SPEC, observers=[observer])
+    lookup = _lookup(guard)
+    with guard.engagement() as eng:
+        lookup(ok=True)
+        observer.on = True  # what its next refresh will find (a global SDK set up meanwhile)
+        lookup(ok=True)
+        assert "step" not in observer.events
+        eng.new_turn()
+        lookup(ok=True)
+    assert observer.events.count("step") == 1
+    assert observer.events[-1] == "step"
+
+
+def test_steady_and_asked_observers_are_all_asked_in_order_at_every_step() -> None:
+    steady, asked = Steady(), Refreshing()
+    guard = Guard.from_yaml(SPEC, observers=[steady, asked])
+    lookup = _lookup(guard)
+    steady.events.clear()
+    with guard.engagement():
+        lookup(ok=True)
+        lookup(ok=True)
+    # One observer that must be asked at every step makes every step ask them all, as before.
+    assert steady.events.count("step") == asked.events.count("step") == 2
+    assert steady.events[-2:] == ["active", "step"]
+    assert asked.events[-2:] == ["active", "step"]
+
+
+def test_a_steady_observer_whose_active_raises_is_logged_and_left_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    observer = Steady(broken_active=True)
+    with caplog.at_level(logging.ERROR, logger="agentguard.observers"):
+        guard = Guard.from_yaml(SPEC, observers=[observer])
+        lookup = _lookup(guard)
+        with guard.engagement():
+            assert lookup(ok=True) == "found"
+    assert "active bug" in caplog.text
+    assert "step" not in observer.events
