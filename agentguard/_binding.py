@@ -38,7 +38,6 @@ class Binder:
     __slots__ = (
         "_count",
         "_defaults",
-        "_exact",
         "_keywords",
         "_names",
         "_required",
@@ -46,6 +45,7 @@ class Binder:
         "_simple",
         "_spread",
         "by_keyword",
+        "exact",
     )
 
     def __init__(self, fn: Callable[..., Any]) -> None:
@@ -61,7 +61,9 @@ class Binder:
         # ``fn(**kwargs)`` alone (a host's runner): the inputs are its keywords, passed on as they are.
         self._spread = len(params) == 1 and self._keywords is not None
         # Plain parameters without defaults: a call by keywords naming each once is bound as it is.
-        self._exact = self._required if self._simple and not self._defaults else None
+        self.exact = self._required if self._simple and not self._defaults else None
+        """The parameter names of a call :meth:`bind` takes as it is: plain parameters without defaults, each
+        named once by keyword (``None``: none is). The wrapper of a registered tool compares them itself."""
         self.by_keyword = self._simple or self._spread
         """Called with its inputs as keywords, as they are (:meth:`to_args` gives ``((), inputs)``): the
         per-call path passes them without the call."""
@@ -95,7 +97,7 @@ class Binder:
         return binder
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        if not args and kwargs.keys() == self._exact:  # the common call, in one comparison
+        if not args and kwargs.keys() == self.exact:  # the common call, in one comparison
             return kwargs  # the wrapper's own ``**kwargs``: a fresh dict nobody else holds
         if self._spread and not args:
             return kwargs  # the wrapper's own ``**kwargs``: a fresh dict nobody else holds

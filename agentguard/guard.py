@@ -396,15 +396,17 @@ class Guard:
             async_wrapper.__agentguard__ = reg  # type: ignore[attr-defined]
             return async_wrapper  # type: ignore[return-value]
 
-        runtime, bind = self._runtime, reg.binder.bind
+        runtime, bind, exact = self._runtime, reg.binder.bind, reg.binder.exact
         current = runtime.current
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            # bind's common call (keywords naming each parameter once: its own fresh dict is the inputs)
+            inputs = kwargs if not args and kwargs.keys() == exact else bind(args, kwargs)
             eng: Engagement | None = current.get()  # _call_registered, written out: a frame less per call
             if eng is not None:
-                return run_tool_call(runtime, eng.state, reg, bind(args, kwargs))
-            return guard._call_own(reg, bind(args, kwargs), None, None)
+                return run_tool_call(runtime, eng.state, reg, inputs)
+            return guard._call_own(reg, inputs, None, None)
 
         wrapper.__agentguard__ = reg  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]

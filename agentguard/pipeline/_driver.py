@@ -77,7 +77,7 @@ def _outcome(future: concurrent.futures.Future[Any]) -> str:
     return "returned" if error is None else f"raised {type(error).__name__}"
 
 
-_NOT_AWAITABLE = frozenset({dict, list, tuple, str, int, float, bool, type(None), bytes})
+NOT_AWAITABLE = frozenset({dict, list, tuple, str, int, float, bool, type(None), bytes})
 
 
 def call_sync(
@@ -90,7 +90,7 @@ def call_sync(
     try:
         value = fn(*args, **kwargs)
         # Most tools return JSON-like values: only anything else may be an awaitable to run (one call less).
-        return value if type(value) in _NOT_AWAITABLE else _resolve_sync(value, "the tool")
+        return value if type(value) in NOT_AWAITABLE else resolve_sync(value, "the tool")
     finally:
         reset_credentials(token)
 
@@ -114,9 +114,9 @@ def _overran(effect: Invoke, future: concurrent.futures.Future[Any]) -> InvokeTi
     return InvokeTimedOut(future)
 
 
-def _resolve_sync(value: Any, what: str) -> Any:
+def resolve_sync(value: Any, what: str) -> Any:
     """A sync driver met an awaitable (an async tool or reviewer): run it if no loop runs in this thread."""
-    if type(value) in _NOT_AWAITABLE or not inspect.isawaitable(value):
+    if type(value) in NOT_AWAITABLE or not inspect.isawaitable(value):
         return value
     try:
         asyncio.get_running_loop()
@@ -161,12 +161,12 @@ def _perform_sync(effect: Effect) -> Any:
             lambda late, _: _overran(effect, late),
         )
     if isinstance(effect, CallUser):
-        return _resolve_sync(effect.fn(*effect.args), effect.what)
+        return resolve_sync(effect.fn(*effect.args), effect.what)
     if isinstance(effect, AskReviewer):
         # A reviewer that overruns keeps its thread until it returns; its late answer is ignored and the
         # timeout decision stands.
         return _within(
-            lambda: _resolve_sync(effect.reviewer(effect.request), "the reviewer"),
+            lambda: resolve_sync(effect.reviewer(effect.request), "the reviewer"),
             effect.timeout_ms,
             lambda _, timeout_ms: _reviewer_timed_out(timeout_ms),
         )

@@ -59,15 +59,22 @@ from agentguard.pipeline._checks import (
     short_circuit,
     undecided,
 )
-from agentguard.pipeline._driver import call_async, call_sync, run_async, run_sync
+from agentguard.pipeline._driver import NOT_AWAITABLE, call_async, resolve_sync, run_async, run_sync
 from agentguard.pipeline._effects import AwaitLate, CallUser, Flow, Invoke, InvokeTimedOut, Sleep
 from agentguard.pipeline._runtime import Allows, Runtime
 from agentguard.pipeline._shared import begin_shared, claim_resume, flushed, shared
 from agentguard.pipeline._steps import new_step
-from agentguard.policy._identity import CredentialRequest, Credentials, identity_for
+from agentguard.policy._identity import (
+    CredentialRequest,
+    Credentials,
+    identity_for,
+    reset_credentials,
+    set_credentials,
+)
 from agentguard.policy._policy import CapabilityRule
 from agentguard.record import (
     NOT_PLAIN,
+    SCALARS,
     CallRecord,
     Decision,
     DirectCallRecord,
@@ -494,8 +501,14 @@ def run_tool_call(
         except PolicyViolation as denial:
             raise denial.with_traceback(None) from denial.__cause__  # see _bare
     allows, step, record, args, kwargs, credentials = direct
+    token = set_credentials(credentials)  # call_sync, written out: the per-call path
     try:
-        output = call_sync(reg.fn, args, kwargs, credentials)
+        try:
+            output = reg.fn(*args, **kwargs)
+            if type(output) not in NOT_AWAITABLE:
+                output = resolve_sync(output, "the tool")
+        finally:
+            reset_credentials(token)
     except BaseException as exc:
         error = run_sync(_failed(ctx, state, step, record, allows.rule, exc))  # no guardian: yields nothing
     else:
@@ -589,7 +602,15 @@ def _direct(
         if allows is None:
             return None
     rule = allows.rule
-    plain = plain_copy(inputs, True, ctx.value_limits)  # positional: keywords cost more, on every call
+    limits = ctx.value_limits
+    plain: Any = inputs  # plain_copy's flat dict, the common inputs, written out: the per-call path
+    if type(inputs) is dict and len(inputs) <= limits.max_values:
+        for key, item in inputs.items():
+            if type(item) not in SCALARS or type(key) is not str:
+                plain = plain_copy(inputs, True, limits)  # positional: keywords cost more, on every call
+                break
+    else:
+        plain = plain_copy(inputs, True, limits)
     direct = (
         None
         if plain is NOT_PLAIN
@@ -982,8 +1003,7 @@ def _settle(
     record: CallRecord,
     allows: Allows | None,
     output: Any,
-    *,
-    release: bool = True,
+    release: bool = True,  # not keyword-only: a call with such a parameter is not specialized in 3.11
 ) -> Any:
     """The local checks of a call's output (decision 3): recorded, then the output restriction; an output
     that fails them is withheld. Returns the output to deliver.
@@ -999,7 +1019,17 @@ def _settle(
     try:
         if state.status is EngagementStatus.CANCELLED and not state.cancel_graceful:
             raise _cancelled(ctx, state, step, record.name)
-        delivered, kept = plain_copies(output, ctx.value_limits)  # positional, as in _direct
+        limits = ctx.value_limits
+        if type(output) is dict and len(output) <= limits.max_values:  # plain_copies' flat dict, written out
+            for key, item in output.items():
+                if type(item) not in SCALARS or type(key) is not str:
+                    delivered, kept = plain_copies(output, limits)  # positional, as in _direct
+                    break
+            else:
+                delivered = dict(output)  # the second from the first: the tool's dict is read once
+                kept = dict(delivered)
+        else:
+            delivered, kept = plain_copies(output, limits)
         if delivered is NOT_PLAIN:
             delivered = _deliverable(ctx, state, step, record.name, output)  # the guard's own conversion
             kept = to_plain(delivered)

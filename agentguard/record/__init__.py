@@ -44,6 +44,7 @@ from agentguard.record._types import (
 )
 from agentguard.record._values import (
     NOT_PLAIN,
+    SCALARS,
     ValueLimits,
     ValueTooComplex,
     is_plain,
@@ -58,6 +59,7 @@ from agentguard.record._view import QuickCheck, ViewPlan
 
 __all__ = [
     "NOT_PLAIN",
+    "SCALARS",
     "Appended",
     "CallRecord",
     "Chains",

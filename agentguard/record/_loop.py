@@ -151,7 +151,7 @@ class LoopDetector:
         self._count = count + 1
         attempts = self._attempts  # _append, written out: this is the per-call path
         attempts.append(number)
-        if len(attempts) > self.window + 64:
+        if not count & 63 and len(attempts) > self.window:  # every 64th attempt: never 64 beyond the window
             del attempts[: len(attempts) - self.window]
         return block
 

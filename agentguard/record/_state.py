@@ -114,7 +114,7 @@ class EngagementState:
             "started_at": self._started_at,
         }
         # Calls begun but not yet completed, withheld or rolled back: what a graceful cancel waits for.
-        self._in_flight: set[int] = set()
+        self._in_flight: set[CallRecord] = set()  # by identity (a record is not compared by value)
         self._idle = threading.Condition(self._lock)
         self._idle_waiters = 0
         self.cancel_graceful = True
@@ -300,7 +300,7 @@ class EngagementState:
             elif self._loop.attempt_unless_repeat(name, short_circuit, max_block) is not None:
                 return None
             self._add_call(record)
-            self._in_flight.add(id(record))
+            self._in_flight.add(record)
             if token is not None:
                 self._by_token[token] = record
                 self._unsent.append((len(self._outbox), record, self._epoch))
@@ -352,8 +352,16 @@ class EngagementState:
             record = DirectCallRecord(name, kind, call_id, entry, time.time())
             record.turn_id = self.turn_id
             record.held = decisions
-            self._add_call(record)
-            self._in_flight.add(id(record))
+            self._names.append(name)  # _add_call, written out: this is the per-call path
+            entries = self._history.get(name)
+            if entries is None:
+                entries = self._history[name] = []
+            entries.append(entry)
+            recent = self._recent
+            recent[name] = entry
+            recent["_name"] = name
+            self.calls.append(record)
+            self._in_flight.add(record)
             self.steps.append(record)
             passed: bool | Exception = True
             if restriction is not None:  # no pass unless asked here, and held
@@ -448,7 +456,7 @@ class EngagementState:
         self.calls.append(record)
 
     def _settled(self, record: CallRecord) -> None:
-        self._in_flight.discard(id(record))
+        self._in_flight.discard(record)
         if self._idle_waiters and not self._in_flight:
             self._idle.notify_all()
 
@@ -562,38 +570,38 @@ class EngagementState:
         lock = self._lock
         lock.acquire()  # as in begin_direct
         try:
-            kept = outputs if collect else None
             record.status = "completed"
             record.ended_at = time.time()
             entry = record.entry
-            entry["outputs"] = kept
-            passed: bool | Exception = True
+            entry["outputs"] = kept = outputs if collect else None
             if restriction is not None:
-                passed = False
                 quick = restriction.quick
+                if quick is None or checked is None or record.held is not held:
+                    entry["outputs"] = None
+                    record.checking = kept
+                    return False
+                name, recent, live = record.name, self._recent, self._live
+                if recent.get(name) is not entry or recent["_name"] != name:
+                    live = {**live, "recent": {**recent, name: entry, "_name": name}}
+                if restriction.plan.reads_history:
+                    self._history["_total"] = self._offset + len(self._names)
+                passed: bool | Exception = False
                 try:
-                    if quick is not None and checked is not None and record.held is held:
-                        name, recent, live = record.name, self._recent, self._live
-                        if recent.get(name) is not entry or recent["_name"] != name:
-                            live = {**live, "recent": {**recent, name: entry, "_name": name}}
-                        if restriction.plan.reads_history:
-                            self._history["_total"] = self._offset + len(self._names)
-                        try:
-                            passed = quick(live) is True
-                        except Exception as exc:  # no pass (see begin_direct)
-                            passed = exc
-                        if passed is True:
-                            record.held = checked
+                    passed = quick(live) is True
+                except Exception as exc:  # no pass (see begin_direct)
+                    passed = exc
                 finally:
                     if passed is not True:
                         entry["outputs"] = None
                         record.checking = kept
-            if passed is True:  # _settled, written out: this is the per-call path
-                in_flight = self._in_flight
-                in_flight.discard(id(record))
-                if self._idle_waiters and not in_flight:
-                    self._idle.notify_all()
-            return passed
+                if passed is not True:
+                    return passed
+                record.held = checked
+            in_flight = self._in_flight  # _settled, written out: this is the per-call path
+            in_flight.discard(record)
+            if self._idle_waiters and not in_flight:
+                self._idle.notify_all()
+            return True
         finally:
             lock.release()
 
@@ -736,7 +744,7 @@ class EngagementState:
             reviving = {
                 token: record
                 for token, record in self._by_token.items()
-                if id(record) in self._in_flight or record.checking is not UNCHECKED
+                if record in self._in_flight or record.checking is not UNCHECKED
             }
             self._recent.clear()
             self._names.clear()

@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "NOT_PLAIN",
+    "SCALARS",
     "ValueLimits",
     "ValueTooComplex",
     "is_plain",
@@ -28,6 +29,9 @@ __all__ = [
 
 _PLAIN = (str, int, float, bool, type(None))
 _PRIMITIVE = frozenset(_PLAIN)
+SCALARS = _PRIMITIVE
+"""The exact types of a JSON-like scalar: what :func:`plain_copy` keeps as it is (its fast path, which the
+per-call path writes out, reads them)."""
 _KEPT = (*_PLAIN, datetime, bytes)
 """What :func:`to_plain` keeps, a subclass as its base type's value (:func:`_exact`)."""
 _ID_PREFIX = os.urandom(6).hex()
