@@ -41,7 +41,8 @@ class Observer:
     steady: ClassVar[bool] = False
     """Set ``True`` on an observer whose :meth:`active` answers the same from one :meth:`refresh` to the next
     (telemetry: it reads what its refresh found). The Guard then asks it when it is added and after each
-    refresh, not at every step: a guard whose only observer is idle telemetry pays nothing per step."""
+    refresh, not at every step: a guard whose only observer is idle telemetry pays nothing per step. (A
+    subclass of telemetry whose ``active()`` answers otherwise sets it back to ``False``.)"""
 
     def active(self) -> bool:
         """Whether this observer wants the turn or step about to start (asked once at its start).

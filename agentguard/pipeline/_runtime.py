@@ -7,8 +7,10 @@ registered tools, reviewers, observers and guardian, and which engagement is cur
 from __future__ import annotations
 
 import contextvars
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from agentguard._binding import Registered
@@ -84,9 +86,10 @@ class Runtime:
     observers: Observers = field(default_factory=Observers)
     rules: Rules = field(default_factory=Rules)
     # Review gates that come from elsewhere than the spec (an Agent Spec tool's requires_confirmation, ...):
-    # capability name -> reviewer id, applied before the call when the spec names no input reviewer. Added
-    # through :meth:`add_review_gate` only (it forgets :attr:`direct`).
-    review_gates: Mapping[str, str] = field(default_factory=dict)
+    # capability name -> reviewer id, applied before the call when the spec names no input reviewer. Read-only:
+    # added through :meth:`add_review_gate` only, which forgets :attr:`direct` (a gate written into the
+    # mapping directly would not stop a tool that already runs direct).
+    review_gates: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     severity: SeverityMap = field(default_factory=SeverityMap)
     # Where engagements are kept (agentguard.stores): the facade forgets a closed one in a MemoryStore.
     store: MemoryStore | Journal | None = None
@@ -105,6 +108,8 @@ class Runtime:
     )
     _chains: Chains = field(default_factory=dict, repr=False)
     _allows: dict[str, Allows] = field(default_factory=dict, repr=False)
+    _gating: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    """Held to add a review gate, and to keep a tool's decisions in :attr:`direct` (:meth:`direct_allows`)."""
     direct: dict[str, Allows] = field(default_factory=dict, repr=False)
     """Tool name -> the shared allow decisions of a call of it that may run directly as far as its capability
     goes (:meth:`direct_allows`): one look-up on the per-call path, where finding the capability, asking
@@ -119,18 +124,22 @@ class Runtime:
         gate added later forgets them all (:meth:`add_review_gate`). An agent's capability depends on which
         tools are registered (tool-before-agent), so it is found again on every call.
         """
+        gates = self.review_gates
         rule = self.policy.capability_for(name, kind, self.tools)
-        if rule is None or rule.input_review or rule.output_review or name in self.review_gates:
+        if rule is None or rule.input_review or rule.output_review or name in gates:
             return None
         allows = self.allows(rule, name)
-        if kind == "tool" and len(self.direct) < _SHARED_LIMIT:
-            self.direct[name] = allows
+        if kind == "tool":
+            with self._gating:  # kept only if no gate came meanwhile (it would stay unasked for good)
+                if self.review_gates is gates and len(self.direct) < _SHARED_LIMIT:
+                    self.direct[name] = allows
         return allows
 
     def add_review_gate(self, capability: str, reviewer_id: str) -> None:
         """Ask ``reviewer_id`` before every call of ``capability`` (when the spec names no input reviewer)."""
-        self.review_gates = {**self.review_gates, capability: reviewer_id}
-        self.direct = {}  # a call of it must stop running directly at once
+        with self._gating:
+            self.review_gates = MappingProxyType({**self.review_gates, capability: reviewer_id})
+            self.direct = {}  # a call of it must stop running directly at once
 
     def decide(self, state: EngagementState, step: StepRef, decision: Decision) -> Decision:
         """Record ``decision`` on ``step`` and tell the observers watching the step."""

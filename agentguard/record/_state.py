@@ -63,6 +63,12 @@ _REFUSED_OUTPUT = "its output was larger than the engagement store takes: not ke
 """The error a ``c`` event the store refused as too large is sent again with, its output left out."""
 
 
+_new = object.__new__
+_init = CallRecord.__init__
+"""Calling a class costs a third more than its ``__new__`` and ``__init__`` called as functions (CPython 3.11
+specializes neither class call): :meth:`EngagementState.begin_direct` makes each direct call's record so."""
+
+
 class EngagementState:
     """The Engagement record of one conversation with an agent, and its CEL view.
 
@@ -198,27 +204,29 @@ class EngagementState:
         if plan.reads_recent:
             recent = self._recent if own is None else self._own_recent(own, entry)
             one = plan.recent_one
+            # ``found``, not ``entry``: that is the call's own, which its history below shows (read here as
+            # another tool's entry, an output check over history judged that entry in place of the output).
             if one is not None:
                 key, part = one
-                entry = recent.get(key)
-                if entry is None:
+                found = recent.get(key)
+                if found is None:
                     out["recent"] = {}
-                elif type(entry) is dict:
-                    out["recent"] = {key: {part: entry[part]}}
+                elif type(found) is dict:
+                    out["recent"] = {key: {part: found[part]}}
                 else:
-                    out["recent"] = {key: entry}
+                    out["recent"] = {key: found}
             elif plan.recent_keys is None:
                 out["recent"] = recent
             else:
                 selected: dict[str, Any] = {}
                 for key, wanted in plan.recent_parts:
-                    entry = recent.get(key)
-                    if entry is None:
+                    found = recent.get(key)
+                    if found is None:
                         continue
-                    if wanted is None or type(entry) is not dict:
-                        selected[key] = entry
+                    if wanted is None or type(found) is not dict:
+                        selected[key] = found
                     else:
-                        selected[key] = {part: entry[part] for part in wanted}
+                        selected[key] = {part: found[part] for part in wanted}
                 out["recent"] = selected
         if plan.reads_user:
             out["user"] = self._user_view
@@ -349,7 +357,8 @@ class EngagementState:
                 self._loop.attempt(name)
             elif self._loop.attempt_unless_repeat(name, short_circuit, max_block) is not None:
                 return None
-            record = DirectCallRecord(name, kind, call_id, entry, time.time())
+            record = _new(DirectCallRecord)  # what DirectCallRecord(...) does, without the class call's cost
+            _init(record, name, kind, call_id, entry, time.time())
             record.turn_id = self.turn_id
             record.held = decisions
             self._names.append(name)  # _add_call, written out: this is the per-call path
@@ -560,43 +569,58 @@ class EngagementState:
         ``held``: somebody read the step meanwhile), or the exception the closure raised: the output is not let
         out, and the caller checks it the general way (:meth:`release_call` then lets it out).
 
-        The output is put in the call's own entry, where ``recent`` and ``history`` show it, while the closure
-        judges it, and stays there when it passes: let out without a copy of the view. Nobody else reads the
-        view meanwhile (every reader holds the lock). Anything but a pass takes it back out (the view shows
-        ``null``) and holds it as the output under check. The closure is given the whole view, live, as the
-        call's checks see it: the call is ``recent[name]`` and ``recent._name`` (a call of the same tool begun
-        since makes that a copy, :meth:`_own_recent`).
+        The closure is given the whole view, live (as in :meth:`begin_direct`), with this call's entry in it as
+        its checks see it (:meth:`_own_entry`, :meth:`_own_recent`): copies showing the output it judges. The
+        record's own entry shows ``null`` until the output is let out: :meth:`bindings`, :attr:`calls` and a
+        record's ``outputs`` are read without the lock (a check in another thread, ``exposed()``), and must
+        never see an output its check may yet withhold.
         """
         lock = self._lock
         lock.acquire()  # as in begin_direct
         try:
             record.status = "completed"
             record.ended_at = time.time()
-            entry = record.entry
-            entry["outputs"] = kept = outputs if collect else None
+            kept = outputs if collect else None
             if restriction is not None:
                 quick = restriction.quick
                 if quick is None or checked is None or record.held is not held:
-                    entry["outputs"] = None
                     record.checking = kept
                     return False
-                name, recent, live = record.name, self._recent, self._live
-                if recent.get(name) is not entry or recent["_name"] != name:
-                    live = {**live, "recent": {**recent, name: entry, "_name": name}}
-                if restriction.plan.reads_history:
-                    self._history["_total"] = self._offset + len(self._names)
+                name = record.name
+                plan = restriction.plan
+                one = plan.recent_one
+                if one is not None and one[0] == name and not plan.reads_history:
+                    # The common shape, one part of this call's own entry (``recent["x"].outputs...``): the
+                    # view is that part alone, as the general check binds it (EngagementState.bindings).
+                    part = one[1]
+                    seen = kept if part == "outputs" else record.entry[part]
+                    live = {
+                        "recent": {name: {part: seen}},
+                        "user": self._user_view,
+                        "started_at": self._started_at,
+                    }
+                else:
+                    # Copies made with .copy() and item sets: ``{**d, k: v}`` costs three times as much here.
+                    entry = record.entry.copy()
+                    entry["outputs"] = kept
+                    recent = self._recent.copy()
+                    recent[name] = entry
+                    recent["_name"] = name
+                    live = self._live.copy()
+                    live["recent"] = recent
+                    if plan.reads_history:
+                        self._history["_total"] = self._offset + len(self._names)
+                        live["history"] = self._own_history(record, entry)
                 passed: bool | Exception = False
                 try:
                     passed = quick(live) is True
                 except Exception as exc:  # no pass (see begin_direct)
                     passed = exc
-                finally:
-                    if passed is not True:
-                        entry["outputs"] = None
-                        record.checking = kept
                 if passed is not True:
+                    record.checking = kept
                     return passed
                 record.held = checked
+            record.entry["outputs"] = kept
             in_flight = self._in_flight  # _settled, written out: this is the per-call path
             in_flight.discard(record)
             if self._idle_waiters and not in_flight:

@@ -8,6 +8,8 @@
 - Any ``id`` of a rewritten message (a text block's) left out every tool result under it, a later call's too.
 - A produced message was compared with Python's ``==``: ``True`` passed for ``1`` and NaN was never itself;
   keys ``1`` and ``"1"`` were merged before the guardrail read them.
+- An object in a known message (a pydantic model in ``additional_kwargs``) was kept by reference: changed in
+  place, it still matched itself, and its new text reached the model unread.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from agentguard_langchain._middleware import INPUTS_KEY
 from agentguard_langchain._sessions import checked_as, digest, unchanged
 from agentguard_langchain.testing import answer, calls
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, ToolMessage
+from pydantic import BaseModel
 
 from agentguard import (
     ConfigurationError,
@@ -370,3 +373,51 @@ def test_keys_1_and_string_1_are_both_read(build_agent: BuildAgent, monkeypatch:
     assert digest(forged) != digest(
         forged.model_copy(update={"tool_calls": [{**forged.tool_calls[0], "args": {"f": {"1": "A-1"}}}]})
     )
+
+
+# -- After review of the snapshot: an object in a message is known by its JSON text, not by reference ---------
+
+
+class _Note(BaseModel):
+    text: str
+
+
+def test_an_object_in_a_known_message_changed_in_place_is_a_change() -> None:
+    note = _Note(text="hello")
+    message = HumanMessage("hi", additional_kwargs={"note": note})
+    known = checked_as(message)
+    assert unchanged(known, message)
+    note.text = NUMBER  # the same object, changed after its message was checked
+    assert NUMBER in input_text(message)
+    assert not unchanged(known, message)
+    assert unchanged(checked_as(message), HumanMessage("hi", additional_kwargs={"note": _Note(text=NUMBER)}))
+
+
+def test_an_object_whose_text_cannot_be_taken_again_is_a_change() -> None:
+    class Flaky(BaseModel):
+        fail: bool = False
+
+        def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+            if self.fail:
+                raise RuntimeError("no")
+            return super().model_dump(**kwargs)
+
+    flaky = Flaky()
+    message = HumanMessage("hi", additional_kwargs={"x": flaky})
+    known = checked_as(message)
+    flaky.fail = True
+    assert not unchanged(known, message)
+
+
+def test_an_object_changed_in_place_between_runs_is_read_again(
+    build_agent: BuildAgent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked = spy_inputs(monkeypatch)
+    h = build_agent([answer("ok"), answer("ok")])
+    note = _Note(text="hello")
+    message = HumanMessage("hi", id="m1", additional_kwargs={"note": note})
+    h.agent.invoke({"messages": [message]}, config())
+    note.text = NUMBER
+    with pytest.raises(GuardrailViolation):
+        h.agent.invoke({"messages": [message]}, config())
+    assert any(NUMBER in text for text in checked)

@@ -152,11 +152,37 @@ class _Exact:
         return f"_Exact({self.value!r})"
 
 
+class _Leaf:
+    """Any other value as :func:`snapshot` keeps it: its :func:`canonical_json` text when it was taken, equal to
+    a value whose text is the same now. Kept by reference, an object (a pydantic model in
+    ``additional_kwargs``, say) changed in place after its message was checked still compared equal to itself,
+    and its new text reached the model unread. A value whose text cannot be taken again is not equal."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, value: object) -> None:
+        self.text = canonical_json(value)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _Leaf):
+            return self.text == other.text
+        try:
+            return canonical_json(other) == self.text
+        except Exception:  # its own code raising: not known to be the value that was checked
+            return False
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"_Leaf({self.text!r})"
+
+
 def snapshot(value: Any) -> Any:
     """``value`` as it is now, to tell later whether a message still has it: its dicts, lists and tuples are
     copied all the way down (a block, a tool call's arguments or a nested block changed in place does not
     change the copy); a number or a bool is kept as :class:`_Exact` (``True`` is not ``1``, a NaN is itself);
-    a string or another leaf is itself."""
+    a string is itself; any other value (a ``str`` subclass too) as its JSON text (:class:`_Leaf`: an object
+    changed in place is a change)."""
     kind = type(value)
     if kind is str or value is None:  # most fields of most messages: the cheap cases first
         return value
@@ -168,7 +194,7 @@ def snapshot(value: Any) -> Any:
         return tuple(snapshot(item) for item in value)
     if isinstance(value, int | float):  # bool is an int
         return _Exact(value)
-    return value
+    return _Leaf(value)
 
 
 def _not_plain(value: object) -> Any:
