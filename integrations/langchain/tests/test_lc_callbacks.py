@@ -14,7 +14,7 @@ from langchain_core.messages import ChatMessage, HumanMessage
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import tool
 
-from agentguard import GuardrailViolation, Outcome, User
+from agentguard import ConfigurationError, GuardrailViolation, Outcome, User, ValueLimits
 from integrations.langchain.tests.conftest import BuildAgent, config, make_guard, user_says
 
 
@@ -198,3 +198,53 @@ def test_tool_errors_are_recorded_and_the_error_still_reaches_the_host() -> None
         with pytest.raises(RuntimeError, match="backend down"):
             lookup_order.invoke({"order_id": "A-1"}, {"callbacks": [AgentGuardCallbackHandler(guard)]})
         assert eng.state.calls[-1].status == "failed"
+
+
+def _nested(depth: int) -> object:
+    value: object = {"type": "text", "text": "x"}
+    for _ in range(depth):
+        value = {"type": "text", "text": "x", "more": [value]}
+    return value
+
+
+@pytest.mark.parametrize("depth", [150, 2000])
+def test_raise_mode_a_message_too_deep_to_read_fails_the_guardrail(depth: int) -> None:
+    """The handler read a user message unbounded: one nested 2,000 deep ended ``on_chat_model_start`` with a
+    RecursionError, and one within Python's limit was read however large. It reads as the middleware does,
+    whole or not at all, within its ``value_limits``."""
+    guard = make_guard(reviewers=REFUSING)
+    model = ScriptedChatModel(script=[answer("never")])
+    with guard.engagement() as eng:
+        cfg: Any = {"callbacks": [AgentGuardCallbackHandler(guard, raise_error=True)]}
+        with pytest.raises(GuardrailViolation, match="cannot be read whole"):
+            model.invoke([HumanMessage([_nested(depth)], id="h1")], cfg)
+    assert model.received == []
+    assert eng.status.value == "cancelled"
+    assert any("cannot be read whole" in d.reason for d in eng.decisions)
+
+
+def test_raise_mode_the_bounds_are_the_handlers_value_limits() -> None:
+    guard = make_guard(reviewers=REFUSING)
+    model = ScriptedChatModel(script=[answer("ok"), answer("never")])
+    message = HumanMessage([_nested(20)], id="h1")
+    with guard.engagement():
+        roomy: Any = {"callbacks": [AgentGuardCallbackHandler(guard, raise_error=True)]}
+        model.invoke([message], roomy)  # within the default 100 levels
+    with guard.engagement():
+        tight = AgentGuardCallbackHandler(guard, raise_error=True, value_limits=ValueLimits(max_depth=10))
+        with pytest.raises(GuardrailViolation, match="max_depth"):
+            model.invoke([message], {"callbacks": [tight]})
+    with pytest.raises(ConfigurationError):
+        AgentGuardCallbackHandler(guard, value_limits={"max_depth": 10})  # type: ignore[arg-type]
+
+
+def test_observe_mode_a_message_too_deep_to_read_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    guard = make_guard(reviewers=REFUSING)
+    model = ScriptedChatModel(script=[answer("ok")])
+    with caplog.at_level(logging.WARNING, logger="agentguard_langchain"), guard.engagement() as eng:
+        model.invoke(
+            [HumanMessage([_nested(150)], id="h1")], {"callbacks": [AgentGuardCallbackHandler(guard)]}
+        )
+    assert "would be refused" in caplog.text
+    assert "max_depth" in caplog.text
+    assert eng.status.value != "cancelled"

@@ -32,8 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
-from agentguard import Engagement, Guard, PolicyViolation, User
-from agentguard_langchain._content import input_text, is_user_message, message_text, tool_output
+from agentguard import Engagement, Guard, PolicyViolation, User, ValueLimits
+from agentguard_langchain._content import is_user_message, message_text, tool_output
 from agentguard_langchain._host import (
     AIMessage,
     BaseCallbackHandler,
@@ -44,6 +44,7 @@ from agentguard_langchain._host import (
     ToolMessage,
 )
 from agentguard_langchain._scope import is_guarded
+from agentguard_langchain._sessions import Unreadable, checked_limits, read_text, unread
 
 __all__ = ["AgentGuardCallbackHandler"]
 
@@ -63,10 +64,14 @@ class AgentGuardCallbackHandler(BaseCallbackHandler):
         raise_error: bool = False,
         user: User | None = None,
         tool_names: Mapping[str, str] | None = None,
+        value_limits: ValueLimits | None = None,
     ) -> None:
         super().__init__()
         self.guard = guard
         self.raise_error = raise_error
+        self._limits = checked_limits(value_limits)
+        """How deep and large a user message may be for the input guardrail to read it whole (as the
+        middleware's ``value_limits``)."""
         self._engagement = engagement
         self._user = user
         self._own: Engagement | None = None
@@ -122,7 +127,11 @@ class AgentGuardCallbackHandler(BaseCallbackHandler):
             for message in conversation:
                 if not is_user_message(message):
                     continue
-                text = input_text(message)  # all of it the model is sent: text nested in blocks too
+                try:  # all of it the model is sent (text nested in blocks too), read whole or not at all
+                    text = read_text(message, self._limits)
+                except Unreadable as exc:
+                    self._unreadable(exc)
+                    continue
                 # A message is new once per engagement, and again when its id comes back with other text. It
                 # is seen once checked: one a guardian denied (the engagement goes on) is checked again when a
                 # model is next given it, and so are the messages after it, which the denial left unchecked.
@@ -131,6 +140,18 @@ class AgentGuardCallbackHandler(BaseCallbackHandler):
                     continue
                 self._guard("user message", functools.partial(self._user_message, text))
                 self._seen.add(key)
+
+    def _unreadable(self, exc: Unreadable) -> None:
+        """A user message the input guardrail cannot read whole: enforcing, a failed guardrail (the engagement
+        cancelled with the reason, :class:`~agentguard.GuardrailViolation` raised, the model not called);
+        observing, a warning (the host goes on)."""
+        if not self.raise_error:
+            log.warning("agentguard (observe): a user message would be refused: %s", exc.reason)
+            return
+        eng = self.engagement
+        cancel, error = unread(eng, exc)
+        eng.cancel(cancel)
+        raise error from exc
 
     def _user_message(self, text: str) -> None:
         eng = self.engagement

@@ -70,13 +70,10 @@ from agentguard import (
     Engagement,
     Guard,
     GuardianDenied,
-    GuardrailViolation,
-    Phase,
     StoreUnavailable,
     User,
     ValueLimits,
 )
-from agentguard.runs import Cancel
 from agentguard.stores import MemoryStore
 from agentguard_langchain._content import (
     canonical_json,
@@ -123,11 +120,13 @@ from agentguard_langchain._sessions import (
     Unreadable,
     UserResolver,
     aclose_quietly,
+    checked_limits,
     close_quietly,
     known_as,
     read_input,
     thread_of,
     unchanged,
+    unread,
     user_from_context,
 )
 from agentguard_langchain._toolcall import OnDenied, ToolCallTranslation, ToolResolver
@@ -257,9 +256,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         """Seals the checkpoint's record of known messages (:func:`_seal`): a client that can write the graph's
         state (``Command(update=...)`` as a run's input, the threads API's ``update_state``) cannot vouch
         for a message of its own. Every worker of a thread needs the same key."""
-        if value_limits is not None and not isinstance(value_limits, ValueLimits):
-            raise ConfigurationError(f"value_limits must be a ValueLimits, not {type(value_limits).__name__}")
-        self._limits = value_limits or ValueLimits()
+        self._limits = checked_limits(value_limits)
         """How deep and large a message may be for the input guardrail to read it (see the class docstring)."""
         self._last: Engagement | None = None
         guard.add_passthrough_exceptions(GraphBubbleUp)
@@ -551,7 +548,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         try:
             messages, pending = self._visible(request, session)
         except Unreadable as exc:
-            cancel, error = _unread(eng, exc)
+            cancel, error = unread(eng, exc)
             eng.cancel(cancel)
             raise error from exc
         if pending or session.replaced or messages is not request.messages:
@@ -593,7 +590,7 @@ class AgentGuardMiddleware(AgentMiddleware[AgentGuardState, Any, Any]):
         try:
             messages, pending = self._visible(request, session)
         except Unreadable as exc:
-            cancel, error = _unread(eng, exc)
+            cancel, error = unread(eng, exc)
             await eng.acancel(cancel)
             raise error from exc
         if pending or session.replaced or messages is not request.messages:
@@ -866,17 +863,6 @@ def _stopped_inputs(
     denied = messages[pending[stopped][0]].id
     if isinstance(exc, GuardianDenied) and denied is not None:
         session.replaced[denied] = f"The user's message was blocked by agentguard: {exc}"
-
-
-def _unread(eng: Engagement, exc: Unreadable) -> tuple[Cancel, GuardrailViolation]:
-    """What ends a run whose input holds a message the guardrail cannot read whole (``exc``): the cancellation
-    of its engagement, which records why and stops it as a failed guardrail would (it refuses every later
-    step), and the guardrail's error to raise. Immediate: at a model call no call of the run is in flight."""
-    reason = f"an input message cannot be read whole: {exc.reason}"
-    return (
-        Cancel(f"input guardrail failed: {reason}", graceful=False),
-        GuardrailViolation(reason, phase=Phase.INPUT, engagement_id=eng.id),
-    )
 
 
 def _record(session: Session, key: bytes | None) -> dict[str, list[str | None]]:

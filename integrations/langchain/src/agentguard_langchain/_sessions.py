@@ -19,8 +19,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeAlias
 
-from agentguard import Engagement, User
+from agentguard import ConfigurationError, Engagement, GuardrailViolation, Phase, User
 from agentguard.record import ValueLimits, unfaithful
+from agentguard.runs import Cancel
 from agentguard_langchain._content import canonical_json, field_values, input_text, snapshot
 from agentguard_langchain._host import BaseMessage, RunnableConfig, ToolMessage
 
@@ -35,12 +36,15 @@ __all__ = [
     "UserResolver",
     "aclose_quietly",
     "checked_as",
+    "checked_limits",
     "close_quietly",
     "digest",
     "known_as",
     "read_input",
+    "read_text",
     "thread_of",
     "unchanged",
+    "unread",
     "user_from_context",
 ]
 
@@ -90,18 +94,50 @@ class Unreadable(Exception):
 
 
 def read_input(message: BaseMessage, limits: ValueLimits) -> tuple[str, Checked]:
-    """The text the input guardrail reads of ``message`` (:func:`~agentguard_langchain._content.input_text`) and
-    what :attr:`Session.checked` is to know of it once checked (:func:`checked_as`), read whole or not at all:
-    :class:`Unreadable` for a message beyond ``limits`` (measured first, without recursion: reading it would
-    recurse once per level, and a client's message nested 700 deep ended the hook with a ``RecursionError``)
-    or whose reading fails."""
+    """The text the input guardrail reads of ``message`` (:func:`read_text`) and what :attr:`Session.checked` is
+    to know of it once checked (:func:`checked_as`), read whole or not at all (:class:`Unreadable`)."""
+    text = read_text(message, limits)
+    try:
+        return text, checked_as(message)
+    except Exception as exc:  # as in read_text
+        raise _unreadable(message, exc) from exc
+
+
+def read_text(message: BaseMessage, limits: ValueLimits) -> str:
+    """The text the input guardrail reads of ``message`` (:func:`~agentguard_langchain._content.input_text`), read
+    whole or not at all: :class:`Unreadable` for a message beyond ``limits`` (measured first, without recursion:
+    reading it would recurse once per level, and a client's message nested 700 deep ended the hook with a
+    ``RecursionError``) or whose reading fails."""
     problem = unfaithful(field_values(type(message))(message), limits)
     if problem is not None:
         raise Unreadable(f"{type(message).__name__} {problem}")
     try:
-        return input_text(message), checked_as(message)
+        return input_text(message)
     except Exception as exc:  # an object's own data nested too deep (RecursionError), its code raising
-        raise Unreadable(f"{type(message).__name__} could not be read ({type(exc).__name__})") from exc
+        raise _unreadable(message, exc) from exc
+
+
+def _unreadable(message: BaseMessage, exc: Exception) -> Unreadable:
+    return Unreadable(f"{type(message).__name__} could not be read ({type(exc).__name__})")
+
+
+def unread(eng: Engagement, exc: Unreadable) -> tuple[Cancel, GuardrailViolation]:
+    """What ends a run whose input holds a message the guardrail cannot read whole (``exc``): the cancellation
+    of its engagement, which records why and stops it as a failed guardrail would (it refuses every later
+    step), and the guardrail's error to raise. Immediate: at a model call no call of the run is in flight."""
+    reason = f"an input message cannot be read whole: {exc.reason}"
+    return (
+        Cancel(f"input guardrail failed: {reason}", graceful=False),
+        GuardrailViolation(reason, phase=Phase.INPUT, engagement_id=eng.id),
+    )
+
+
+def checked_limits(limits: ValueLimits | None) -> ValueLimits:
+    """The ``value_limits`` option of the middleware and the callback handler, checked: ``ValueLimits()`` by
+    default, a :class:`~agentguard.ConfigurationError` for anything but a ``ValueLimits``."""
+    if limits is not None and not isinstance(limits, ValueLimits):
+        raise ConfigurationError(f"value_limits must be a ValueLimits, not {type(limits).__name__}")
+    return limits or ValueLimits()
 
 
 def known_as(message: BaseMessage) -> Checked | None:
