@@ -118,70 +118,38 @@ def _part(name: str, value: Any, zone: tuple[Any, ...]) -> Any:
     raise TypeError(f"no matching overload for {name}({kinds})")
 
 
-# Module-level functions: the transpiled code calls a registered function by its qualified name.
+def _accessor(name: str, doc: str) -> Callable[..., Any]:
+    """The function registered for CEL's ``name`` accessor, made a module-level function of its own
+    (``cel_get_hours`` for ``getHours``): the transpiled code calls a registered function by its qualified
+    name."""
+
+    def accessor(value: Any, *zone: Any) -> Any:
+        return _part(name, value, zone)
+
+    accessor.__name__ = accessor.__qualname__ = "cel_get" + re.sub(
+        "[A-Z]", lambda m: "_" + m[0].lower(), name[3:]
+    )
+    accessor.__doc__ = doc
+    globals()[accessor.__name__] = accessor
+    return accessor
 
 
-def cel_get_full_year(value: Any, *zone: Any) -> Any:
-    """CEL ``timestamp.getFullYear([zone])``."""
-    return _part("getFullYear", value, zone)
-
-
-def cel_get_month(value: Any, *zone: Any) -> Any:
-    """CEL ``timestamp.getMonth([zone])``: January is 0."""
-    return _part("getMonth", value, zone)
-
-
-def cel_get_date(value: Any, *zone: Any) -> Any:
-    """CEL ``timestamp.getDate([zone])``: the day of the month from 1."""
-    return _part("getDate", value, zone)
-
-
-def cel_get_day_of_month(value: Any, *zone: Any) -> Any:
-    """CEL ``timestamp.getDayOfMonth([zone])``: the day of the month from 0."""
-    return _part("getDayOfMonth", value, zone)
-
-
-def cel_get_day_of_week(value: Any, *zone: Any) -> Any:
-    """CEL ``timestamp.getDayOfWeek([zone])``: Sunday is 0."""
-    return _part("getDayOfWeek", value, zone)
-
-
-def cel_get_day_of_year(value: Any, *zone: Any) -> Any:
-    """CEL ``timestamp.getDayOfYear([zone])``: January 1st is 0."""
-    return _part("getDayOfYear", value, zone)
-
-
-def cel_get_hours(value: Any, *zone: Any) -> Any:
-    """CEL ``timestamp.getHours([zone])``, ``duration.getHours()`` (the total)."""
-    return _part("getHours", value, zone)
-
-
-def cel_get_minutes(value: Any, *zone: Any) -> Any:
-    """CEL ``timestamp.getMinutes([zone])``, ``duration.getMinutes()`` (the total)."""
-    return _part("getMinutes", value, zone)
-
-
-def cel_get_seconds(value: Any, *zone: Any) -> Any:
-    """CEL ``timestamp.getSeconds([zone])``, ``duration.getSeconds()`` (the total)."""
-    return _part("getSeconds", value, zone)
-
-
-def cel_get_milliseconds(value: Any, *zone: Any) -> Any:
-    """CEL ``timestamp.getMilliseconds([zone])``, ``duration.getMilliseconds()`` (the part below the second,
-    of the duration's sign: ``-500`` for ``-1.5s``; celpy answers the total)."""
-    return _part("getMilliseconds", value, zone)
-
-
-# The functions registered in place of celpy's, by CEL name.
+# The functions registered in place of celpy's, by CEL name, and what each answers.
 ACCESSORS: dict[str, Callable[..., Any]] = {
-    "getFullYear": cel_get_full_year,
-    "getMonth": cel_get_month,
-    "getDate": cel_get_date,
-    "getDayOfMonth": cel_get_day_of_month,
-    "getDayOfWeek": cel_get_day_of_week,
-    "getDayOfYear": cel_get_day_of_year,
-    "getHours": cel_get_hours,
-    "getMinutes": cel_get_minutes,
-    "getSeconds": cel_get_seconds,
-    "getMilliseconds": cel_get_milliseconds,
+    name: _accessor(name, doc)
+    for name, doc in {
+        "getFullYear": "CEL ``timestamp.getFullYear([zone])``.",
+        "getMonth": "CEL ``timestamp.getMonth([zone])``: January is 0.",
+        "getDate": "CEL ``timestamp.getDate([zone])``: the day of the month from 1.",
+        "getDayOfMonth": "CEL ``timestamp.getDayOfMonth([zone])``: the day of the month from 0.",
+        "getDayOfWeek": "CEL ``timestamp.getDayOfWeek([zone])``: Sunday is 0.",
+        "getDayOfYear": "CEL ``timestamp.getDayOfYear([zone])``: January 1st is 0.",
+        "getHours": "CEL ``timestamp.getHours([zone])``, ``duration.getHours()`` (the total).",
+        "getMinutes": "CEL ``timestamp.getMinutes([zone])``, ``duration.getMinutes()`` (the total).",
+        "getSeconds": "CEL ``timestamp.getSeconds([zone])``, ``duration.getSeconds()`` (the total).",
+        "getMilliseconds": (
+            "CEL ``timestamp.getMilliseconds([zone])``, ``duration.getMilliseconds()`` (the part below the "
+            "second, of the duration's sign: ``-500`` for ``-1.5s``; celpy answers the total)."
+        ),
+    }.items()
 }

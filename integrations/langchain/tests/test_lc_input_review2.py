@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ from agentguard_langchain._content import input_text
 from agentguard_langchain._middleware import INPUTS_KEY
 from agentguard_langchain._sessions import checked_as, digest, unchanged
 from agentguard_langchain.testing import answer, calls
-from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, ToolMessage
 from pydantic import BaseModel
 
 from agentguard import (
@@ -36,6 +35,7 @@ from agentguard import (
     ValueLimits,
 )
 from integrations.langchain.tests.conftest import BuildAgent, Harness, config, spy_inputs, user_says
+from integrations.langchain.tests.test_lc_input_hidden_text import _answered
 from integrations.langchain.tests.test_lc_input_messages import restarted
 
 NUMBER = "4111 1111 1111 1111"
@@ -266,18 +266,6 @@ def test_a_plain_text_documents_data_goes_through_the_input_guardrail(
 
 
 # -- F: a rewritten message leaves out only the results of its own calls ---------------------------------------
-
-
-def _answered(batch: Sequence[BaseMessage]) -> None:
-    """Every tool call the provider is sent has its result, and every result its call."""
-    made: set[str] = set()
-    for m in batch:
-        if isinstance(m, AIMessage):
-            made |= {c["id"] for c in m.tool_calls if c["id"]}
-        if isinstance(m, ToolMessage):
-            assert m.tool_call_id in made
-            made.discard(m.tool_call_id)
-    assert made == set(), f"tool calls without results sent to the provider: {made}"
 
 
 def test_a_rewritten_message_leaves_out_no_result_of_another_messages_call(
